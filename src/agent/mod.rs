@@ -1,0 +1,2 @@
+//! The agent loop and context projection.
+pub mod context;

@@ -1,0 +1,316 @@
+//! The mock model: deterministic and offline, so the whole server runs and is tested without a
+//! provider. Per turn it lists the workspace, reads its README when there is one, then answers
+//! with a short summary that quotes the user's input. Without tools it echoes the input.
+
+use std::time::Duration;
+
+use futures::{stream, StreamExt};
+use serde_json::json;
+
+use super::{ModelClient, ModelReply, ModelRequest, ModelStream, Purpose, StreamItem};
+use crate::model::{Message, Role, ToolCall, Usage};
+
+/// The marker that starts a user message's line in a summary transcript; the mock's summaries
+/// list those lines.
+pub const TRANSCRIPT_USER_MARKER: &str = "user: ";
+
+pub struct MockModel {
+    delay: Duration,
+}
+
+impl MockModel {
+    pub fn new(delay: Duration) -> MockModel {
+        MockModel { delay }
+    }
+}
+
+impl ModelClient for MockModel {
+    fn name(&self) -> &str {
+        "mock"
+    }
+
+    fn model(&self) -> &str {
+        "mock"
+    }
+
+    fn stream(&self, request: ModelRequest) -> ModelStream {
+        let reply = reply_to(&request);
+        let mut items: Vec<StreamItem> = split_pieces(&reply.text)
+            .into_iter()
+            .map(StreamItem::Delta)
+            .collect();
+        items.push(StreamItem::Done(reply));
+        let delay = self.delay;
+        if delay.is_zero() {
+            stream::iter(items.into_iter().map(Ok)).boxed()
+        } else {
+            stream::iter(items)
+                .then(move |item| async move {
+                    if matches!(item, StreamItem::Delta(_)) {
+                        tokio::time::sleep(delay).await;
+                    }
+                    Ok(item)
+                })
+                .boxed()
+        }
+    }
+}
+
+/// Splits text into small pieces (a word and the space after it), as a model streams tokens.
+fn split_pieces(text: &str) -> Vec<String> {
+    let mut pieces = Vec::new();
+    let mut current = String::new();
+    for ch in text.chars() {
+        current.push(ch);
+        if ch == ' ' || ch == '\n' {
+            pieces.push(std::mem::take(&mut current));
+        }
+    }
+    if !current.is_empty() {
+        pieces.push(current);
+    }
+    pieces
+}
+
+fn reply_to(request: &ModelRequest) -> ModelReply {
+    let input_chars: usize = request.messages.iter().map(Message::size_chars).sum();
+    let (text, tool_calls) = match request.purpose {
+        Purpose::Summary => (summary_of(request), Vec::new()),
+        Purpose::Turn => next_move(request),
+    };
+    let finish_reason = if tool_calls.is_empty() {
+        "stop"
+    } else {
+        "tool_calls"
+    };
+    let output_chars = text.chars().count()
+        + tool_calls
+            .iter()
+            .map(|c| c.arguments.to_string().len())
+            .sum::<usize>();
+    ModelReply {
+        text,
+        tool_calls,
+        finish_reason: finish_reason.to_string(),
+        usage: Usage {
+            input_tokens: (input_chars as u64).div_ceil(4),
+            output_tokens: (output_chars as u64).div_ceil(4).max(1),
+        },
+    }
+}
+
+/// A deterministic summary: the user messages found in the transcript, one per line.
+fn summary_of(request: &ModelRequest) -> String {
+    let transcript = request
+        .messages
+        .iter()
+        .rev()
+        .find(|m| m.role == Role::User)
+        .map(|m| m.content.as_str())
+        .unwrap_or("");
+    let asks: Vec<&str> = transcript
+        .lines()
+        .filter_map(|l| l.strip_prefix(TRANSCRIPT_USER_MARKER))
+        .collect();
+    let mut out = format!(
+        "The user made {} request(s) in the summarised turns.",
+        asks.len()
+    );
+    for (i, ask) in asks.iter().enumerate() {
+        out.push_str(&format!("\n{}. {}", i + 1, ask));
+    }
+    out
+}
+
+/// The mock's move in a turn, decided from the messages after the last user message.
+fn next_move(request: &ModelRequest) -> (String, Vec<ToolCall>) {
+    let last_user = request
+        .messages
+        .iter()
+        .rposition(|m| m.role == Role::User);
+    let input = last_user
+        .map(|i| request.messages[i].content.clone())
+        .unwrap_or_default();
+    let has_tool = |name: &str| request.tools.iter().any(|t| t.name == name);
+    if !has_tool("list_files") {
+        return (format!("Echo: {input}"), Vec::new());
+    }
+    let turn = &request.messages[last_user.map(|i| i + 1).unwrap_or(0)..];
+    let call_name = |call_id: &str| {
+        turn.iter()
+            .flat_map(|m| &m.tool_calls)
+            .find(|c| c.id == call_id)
+            .map(|c| c.name.as_str())
+    };
+    let result_of = |name: &str| {
+        turn.iter().find(|m| {
+            m.role == Role::Tool
+                && m.tool_call_id.as_deref().and_then(call_name) == Some(name)
+        })
+    };
+    let calls_so_far = turn.iter().map(|m| m.tool_calls.len()).sum::<usize>();
+    let call = |name: &str, arguments: serde_json::Value| ToolCall {
+        id: format!("call_{}_{}", turn.len(), calls_so_far),
+        name: name.to_string(),
+        arguments,
+    };
+
+    let Some(listing) = result_of("list_files") else {
+        return (String::new(), vec![call("list_files", json!({"path": "."}))]);
+    };
+    let entries: Vec<&str> = if listing_is_error(&listing.content) {
+        Vec::new()
+    } else {
+        listing.content.lines().filter(|l| !l.starts_with('[')).collect()
+    };
+    let readme = entries
+        .iter()
+        .find(|e| !e.ends_with('/') && e.to_ascii_lowercase().starts_with("readme"));
+    let read = result_of("read_file");
+    if let (Some(readme), None) = (readme, read) {
+        if has_tool("read_file") {
+            return (String::new(), vec![call("read_file", json!({"path": readme}))]);
+        }
+    }
+    (summary_text(&input, &entries, readme.copied(), read), Vec::new())
+}
+
+fn listing_is_error(content: &str) -> bool {
+    content.starts_with("{\"error\"")
+}
+
+fn summary_text(input: &str, entries: &[&str], readme: Option<&str>, read: Option<&Message>) -> String {
+    let dirs: Vec<&str> = entries.iter().copied().filter(|e| e.ends_with('/')).collect();
+    let files: Vec<&str> = entries.iter().copied().filter(|e| !e.ends_with('/')).collect();
+    let list = |items: &[&str]| {
+        if items.is_empty() {
+            "none".to_string()
+        } else {
+            items.join(", ")
+        }
+    };
+    let mut text = format!(
+        "You asked: \"{input}\". The workspace has {} top-level entries. Directories: {}. Files: {}.",
+        entries.len(),
+        list(&dirs),
+        list(&files)
+    );
+    match (readme, read) {
+        (Some(name), Some(msg)) if !listing_is_error(&msg.content) => {
+            text.push_str(&format!(
+                " {name} begins: \"{}\"",
+                first_sentence(&msg.content)
+            ));
+        }
+        _ => text.push_str(" There is no README to read."),
+    }
+    text
+}
+
+/// The README's first sentence: the first line of prose, up to its first full stop.
+fn first_sentence(readme: &str) -> String {
+    let prose = readme
+        .lines()
+        .map(|l| l.trim().trim_start_matches('#').trim())
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let end = prose
+        .char_indices()
+        .find(|&(i, c)| {
+            matches!(c, '.' | '!' | '?' | '。')
+                && prose[i + c.len_utf8()..]
+                    .chars()
+                    .next()
+                    .is_none_or(char::is_whitespace)
+        })
+        .map(|(i, c)| i + c.len_utf8())
+        .unwrap_or(prose.len());
+    prose[..end].chars().take(300).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ToolSchema;
+
+    fn tools() -> Vec<ToolSchema> {
+        ["list_files", "read_file"]
+            .iter()
+            .map(|n| ToolSchema {
+                name: n.to_string(),
+                description: String::new(),
+                parameters: json!({}),
+            })
+            .collect()
+    }
+
+    fn request(messages: Vec<Message>) -> ModelRequest {
+        ModelRequest {
+            messages,
+            tools: tools(),
+            purpose: Purpose::Turn,
+        }
+    }
+
+    #[test]
+    fn a_turn_lists_then_reads_then_answers() {
+        let mut history = vec![
+            Message::new(Role::System, "sys"),
+            Message::new(Role::User, "what is here?"),
+        ];
+        let first = reply_to(&request(history.clone()));
+        assert_eq!(first.tool_calls[0].name, "list_files");
+        assert_eq!(first.finish_reason, "tool_calls");
+        history.push(Message::assistant("", first.tool_calls.clone()));
+        history.push(Message::tool_result(&first.tool_calls[0].id, "src/\nREADME.md\nCargo.toml"));
+        let second = reply_to(&request(history.clone()));
+        assert_eq!(second.tool_calls[0].name, "read_file");
+        assert_eq!(second.tool_calls[0].arguments["path"], "README.md");
+        assert_ne!(second.tool_calls[0].id, first.tool_calls[0].id);
+        history.push(Message::assistant("", second.tool_calls.clone()));
+        history.push(Message::tool_result(
+            &second.tool_calls[0].id,
+            "# Demo\n\nDemo is a small project. It does things.",
+        ));
+        let third = reply_to(&request(history));
+        assert!(third.tool_calls.is_empty());
+        assert_eq!(third.finish_reason, "stop");
+        assert!(third.text.contains("what is here?"), "{}", third.text);
+        assert!(third.text.contains("Directories: src/"), "{}", third.text);
+        assert!(third.text.contains("Demo Demo is a small project."), "{}", third.text);
+    }
+
+    #[test]
+    fn without_tools_it_echoes() {
+        let req = ModelRequest {
+            messages: vec![Message::new(Role::User, "héllo 世界")],
+            tools: vec![],
+            purpose: Purpose::Turn,
+        };
+        assert_eq!(reply_to(&req).text, "Echo: héllo 世界");
+    }
+
+    #[test]
+    fn pieces_rebuild_the_text() {
+        let text = "one two  three\nfour 世界";
+        let pieces = split_pieces(text);
+        assert!(pieces.len() >= 4);
+        assert_eq!(pieces.concat(), text);
+    }
+
+    #[test]
+    fn summaries_list_user_lines() {
+        let req = ModelRequest {
+            messages: vec![
+                Message::new(Role::System, "summarise"),
+                Message::new(Role::User, "user: first ask\nassistant: ok\nuser: second ask"),
+            ],
+            tools: vec![],
+            purpose: Purpose::Summary,
+        };
+        let text = reply_to(&req).text;
+        assert!(text.contains("2 request(s)"));
+        assert!(text.contains("1. first ask") && text.contains("2. second ask"));
+    }
+}

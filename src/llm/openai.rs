@@ -1,0 +1,1 @@
+//! OpenAI-compatible Chat Completions client (being written).

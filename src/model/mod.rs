@@ -1,0 +1,28 @@
+//! The domain vocabulary shared by every layer: sessions, messages, steps, runs and events.
+//!
+//! Plain data with serde derives and pure helpers; no I/O lives here, so every other module
+//! may depend on it without pulling in a runtime.
+
+mod event;
+mod message;
+mod session;
+
+pub use event::{Event, EventKind};
+pub use message::{Message, Role, ToolCall, ToolSchema, SUMMARY_PREFIX};
+pub use session::{
+    Checkpoint, RunKind, RunRecord, RunResult, RunStatus, SessionRecord, SessionState, StepKind,
+    StepRecord, StepStatus, Usage,
+};
+
+use chrono::{DateTime, SubsecRound, Utc};
+use uuid::Uuid;
+
+/// A fresh time-ordered id (UUID v7) for sessions, runs, steps and checkpoints.
+pub fn new_id() -> Uuid {
+    Uuid::now_v7()
+}
+
+/// The current time, rounded to microseconds so it survives a round trip through either store.
+pub fn now() -> DateTime<Utc> {
+    Utc::now().trunc_subsecs(6)
+}

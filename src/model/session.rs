@@ -1,0 +1,272 @@
+//! Sessions, runs, steps and checkpoints as stored and as served.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uuid::Uuid;
+
+/// The seed's six session states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionState {
+    Idle,
+    Running,
+    WaitingTool,
+    Completed,
+    Failed,
+    Cancelled,
+}
+
+impl SessionState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionState::Idle => "idle",
+            SessionState::Running => "running",
+            SessionState::WaitingTool => "waiting_tool",
+            SessionState::Completed => "completed",
+            SessionState::Failed => "failed",
+            SessionState::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<SessionState> {
+        Some(match s {
+            "idle" => SessionState::Idle,
+            "running" => SessionState::Running,
+            "waiting_tool" => SessionState::WaitingTool,
+            "completed" => SessionState::Completed,
+            "failed" => SessionState::Failed,
+            "cancelled" => SessionState::Cancelled,
+            _ => return None,
+        })
+    }
+
+    /// A run is in progress: the loop is calling the model or waiting for a tool.
+    pub fn is_active(self) -> bool {
+        matches!(self, SessionState::Running | SessionState::WaitingTool)
+    }
+}
+
+/// Token usage of one LLM step, or summed over a run or a session.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+impl Usage {
+    pub fn add(&mut self, other: Usage) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SessionRecord {
+    pub id: Uuid,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent_id: Option<Uuid>,
+    pub title: Option<String>,
+    pub metadata: Value,
+    /// The session's own system prompt, when it was created with one; otherwise the server's
+    /// current configured prompt is used.
+    pub system_prompt: Option<String>,
+    pub state: SessionState,
+    /// Why the last run failed (`interrupted` after a crash), when it did.
+    pub error: Option<String>,
+    pub message_count: i64,
+    /// The `seq` of the newest event.
+    pub last_seq: i64,
+    pub usage: Usage,
+    pub last_run_id: Option<Uuid>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunKind {
+    Run,
+    Resume,
+}
+
+impl RunKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunKind::Run => "run",
+            RunKind::Resume => "resume",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    Running,
+    Completed,
+    Failed,
+    Cancelled,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Completed => "completed",
+            RunStatus::Failed => "failed",
+            RunStatus::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<RunStatus> {
+        Some(match s {
+            "running" => RunStatus::Running,
+            "completed" => RunStatus::Completed,
+            "failed" => RunStatus::Failed,
+            "cancelled" => RunStatus::Cancelled,
+            _ => return None,
+        })
+    }
+}
+
+/// One turn (`run`) or continuation (`resume`) and, once it has ended, its result.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub id: Uuid,
+    pub session_id: Uuid,
+    pub kind: RunKind,
+    pub status: RunStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input: Option<String>,
+    pub text: Option<String>,
+    pub finish_reason: Option<String>,
+    pub usage: Usage,
+    /// LLM calls made by this run.
+    pub steps: i64,
+    pub error: Option<String>,
+    /// The `seq` of this run's `agent.started` event.
+    pub start_seq: i64,
+    pub created_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+/// What `?wait=true` returns: the seed's `RunResult`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunResult {
+    pub run_id: Uuid,
+    pub session_id: Uuid,
+    pub status: RunStatus,
+    pub text: String,
+    pub finish_reason: Option<String>,
+    pub usage: Usage,
+    pub steps: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl From<&RunRecord> for RunResult {
+    fn from(run: &RunRecord) -> RunResult {
+        RunResult {
+            run_id: run.id,
+            session_id: run.session_id,
+            status: run.status,
+            text: run.text.clone().unwrap_or_default(),
+            finish_reason: run.finish_reason.clone(),
+            usage: run.usage,
+            steps: run.steps,
+            error: run.error.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepKind {
+    Llm,
+    Tool,
+    Thinking,
+}
+
+impl StepKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepKind::Llm => "llm",
+            StepKind::Tool => "tool",
+            StepKind::Thinking => "thinking",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<StepKind> {
+        Some(match s {
+            "llm" => StepKind::Llm,
+            "tool" => StepKind::Tool,
+            "thinking" => StepKind::Thinking,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepStatus {
+    Pending,
+    Streaming,
+    Running,
+    Completed,
+    Failed,
+}
+
+impl StepStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepStatus::Pending => "pending",
+            StepStatus::Streaming => "streaming",
+            StepStatus::Running => "running",
+            StepStatus::Completed => "completed",
+            StepStatus::Failed => "failed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<StepStatus> {
+        Some(match s {
+            "pending" => StepStatus::Pending,
+            "streaming" => StepStatus::Streaming,
+            "running" => StepStatus::Running,
+            "completed" => StepStatus::Completed,
+            "failed" => StepStatus::Failed,
+            _ => return None,
+        })
+    }
+}
+
+/// An AgentStep. For an LLM step, `request` holds the projection descriptor (what is needed to
+/// rebuild the exact request, not a copy of it) and `response` the assistant message; for a
+/// tool step, `request` is the tool call and `response` its output.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StepRecord {
+    pub id: Uuid,
+    pub session_id: Uuid,
+    pub run_id: Uuid,
+    pub kind: StepKind,
+    pub status: StepStatus,
+    pub request: Value,
+    pub response: Option<Value>,
+    pub usage: Option<Usage>,
+    pub error: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+/// A resumable point, written atomically with the step that completes it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Checkpoint {
+    pub id: Uuid,
+    pub session_id: Uuid,
+    pub run_id: Uuid,
+    pub step_id: Option<Uuid>,
+    /// Messages in the history at this point.
+    pub message_count: i64,
+    /// The `seq` of the last event committed with this checkpoint.
+    pub seq: i64,
+    pub created_at: DateTime<Utc>,
+}
