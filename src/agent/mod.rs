@@ -1,2 +1,14 @@
-//! The agent loop and context projection.
+//! The agent loop and context management.
+//!
+//! The loop calls the model with the projected context, streams its text, runs the tools it
+//! asks for and appends their results, until the model answers without tool calls, the step
+//! limit is reached, or the run is cancelled. It owns no state: it reads the history and
+//! records everything through a [`Journal`], which the session actor implements, so this module
+//! never depends on sessions or storage.
+
 pub mod context;
+mod turn;
+
+pub use turn::{
+    run_turn, AgentDeps, AgentError, AgentSettings, Journal, JournalError, TurnOutcome,
+};

@@ -1,1 +1,433 @@
-//! Anthropic Messages API client (being written).
+//! The Anthropic Messages API client: turns a [`ModelRequest`] into the `/v1/messages` request
+//! (system prompt as a field, tool results as `tool_result` blocks, consecutive same-role
+//! messages merged so roles alternate) and reads its typed SSE events (`message_start`,
+//! `content_block_*`, `message_delta`, `message_stop`, `ping`, `error`).
+//!
+//! Only the dialect lives here; retries, timeouts, SSE decoding and error mapping are shared
+//! with the OpenAI client in [`super::wire`].
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use eventsource_stream::Event;
+use reqwest::header::{HeaderMap, HeaderValue};
+use serde_json::{json, Value};
+
+use super::wire::{self, EventParser, Failure, HttpModelConfig, Transport};
+use super::{LlmError, LlmErrorKind, ModelClient, ModelReply, ModelRequest, ModelStream};
+use crate::model::{Message, Role, ToolCall, ToolSchema, Usage};
+
+pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
+pub const DEFAULT_MODEL: &str = "claude-sonnet-4-5";
+
+const PROVIDER: &str = "anthropic";
+const API_VERSION: &str = "2023-06-01";
+
+/// A client for the Anthropic Messages API.
+pub struct AnthropicClient {
+    model: String,
+    max_tokens: u32,
+    transport: Arc<Transport>,
+}
+
+impl AnthropicClient {
+    /// Validates the configuration and builds the pooled HTTP client; connects lazily.
+    pub fn new(config: HttpModelConfig) -> Result<Self, LlmError> {
+        if config.max_tokens == 0 {
+            return Err(LlmError::new(
+                PROVIDER,
+                LlmErrorKind::Rejected,
+                "max_tokens must be at least 1",
+            ));
+        }
+        let mut headers = HeaderMap::new();
+        headers.insert("anthropic-version", HeaderValue::from_static(API_VERSION));
+        if let Some(key) = config.api_key.as_deref().filter(|k| !k.is_empty()) {
+            let mut value = HeaderValue::from_str(key).map_err(|_| {
+                LlmError::new(
+                    PROVIDER,
+                    LlmErrorKind::Auth,
+                    "the API key contains characters not allowed in an HTTP header",
+                )
+            })?;
+            value.set_sensitive(true);
+            headers.insert("x-api-key", value);
+        }
+        // Accept a base URL given with or without the `/v1` suffix.
+        let path = if config
+            .base_url
+            .trim()
+            .trim_end_matches('/')
+            .ends_with("/v1")
+        {
+            "/messages"
+        } else {
+            "/v1/messages"
+        };
+        let transport = Transport::new(PROVIDER, &config, path, headers)?;
+        Ok(AnthropicClient {
+            model: config.model,
+            max_tokens: config.max_tokens,
+            transport: Arc::new(transport),
+        })
+    }
+}
+
+impl ModelClient for AnthropicClient {
+    fn name(&self) -> &str {
+        PROVIDER
+    }
+
+    fn model(&self) -> &str {
+        &self.model
+    }
+
+    fn stream(&self, request: ModelRequest) -> ModelStream {
+        let body = request_body(&self.model, self.max_tokens, &request);
+        self.transport.stream(&body, EventReader::default)
+    }
+}
+
+/// The request body: model, max_tokens, system (omitted when empty), alternating messages,
+/// tools (omitted when empty), streaming.
+fn request_body(model: &str, max_tokens: u32, request: &ModelRequest) -> Value {
+    let system: Vec<&str> = request
+        .messages
+        .iter()
+        .filter(|m| m.role == Role::System && !m.content.is_empty())
+        .map(|m| m.content.as_str())
+        .collect();
+    let mut body = json!({
+        "model": model,
+        "max_tokens": max_tokens,
+        "messages": messages(&request.messages),
+        "stream": true,
+    });
+    if !system.is_empty() {
+        body["system"] = Value::String(system.join("\n\n"));
+    }
+    if !request.tools.is_empty() {
+        body["tools"] = Value::Array(request.tools.iter().map(tool).collect());
+    }
+    body
+}
+
+/// The conversation as alternating user/assistant messages of content blocks.
+fn messages(history: &[Message]) -> Vec<Value> {
+    let mut merged: Vec<(&'static str, Vec<Value>)> = Vec::new();
+    for m in history {
+        let (role, blocks) = match m.role {
+            Role::System => continue,
+            Role::User => ("user", text_block(&m.content).into_iter().collect()),
+            Role::Assistant => {
+                let mut blocks: Vec<Value> = text_block(&m.content).into_iter().collect();
+                blocks.extend(m.tool_calls.iter().map(|call| {
+                    let input = if call.arguments.is_object() {
+                        call.arguments.clone()
+                    } else {
+                        json!({})
+                    };
+                    json!({"type": "tool_use", "id": call.id, "name": call.name, "input": input})
+                }));
+                ("assistant", blocks)
+            }
+            Role::Tool => ("user", vec![tool_result(m)]),
+        };
+        if blocks.is_empty() {
+            continue;
+        }
+        match merged.last_mut() {
+            Some((last, existing)) if *last == role => existing.extend(blocks),
+            _ => merged.push((role, blocks)),
+        }
+    }
+    merged
+        .into_iter()
+        .map(|(role, blocks)| {
+            if role == "user" && blocks.len() == 1 && blocks[0]["type"] == "text" {
+                return json!({"role": role, "content": blocks[0]["text"]});
+            }
+            // Tool results must come first in a user message.
+            let (mut ordered, rest): (Vec<Value>, Vec<Value>) =
+                blocks.into_iter().partition(|b| b["type"] == "tool_result");
+            ordered.extend(rest);
+            json!({"role": role, "content": ordered})
+        })
+        .collect()
+}
+
+fn text_block(text: &str) -> Option<Value> {
+    (!text.is_empty()).then(|| json!({"type": "text", "text": text}))
+}
+
+fn tool_result(m: &Message) -> Value {
+    let mut block = json!({
+        "type": "tool_result",
+        "tool_use_id": m.tool_call_id.clone().unwrap_or_default(),
+        "content": m.content,
+    });
+    if is_tool_error(&m.content) {
+        block["is_error"] = Value::Bool(true);
+    }
+    block
+}
+
+/// Tool errors reach the model as `{"error": "..."}`.
+fn is_tool_error(content: &str) -> bool {
+    content.starts_with("{\"error\"")
+        && serde_json::from_str::<Value>(content)
+            .ok()
+            .and_then(|v| {
+                v.as_object()
+                    .map(|o| o.len() == 1 && o.contains_key("error"))
+            })
+            .unwrap_or(false)
+}
+
+fn tool(schema: &ToolSchema) -> Value {
+    let mut input_schema = match &schema.parameters {
+        Value::Object(o) => Value::Object(o.clone()),
+        _ => json!({"properties": {}}),
+    };
+    if input_schema.get("type").is_none() {
+        input_schema["type"] = json!("object");
+    }
+    json!({"name": schema.name, "description": schema.description, "input_schema": input_schema})
+}
+
+enum Block {
+    Text,
+    Tool {
+        id: String,
+        name: String,
+        json: String,
+        initial: Value,
+    },
+    Other,
+}
+
+/// Reads one attempt's events into a reply.
+#[derive(Default)]
+struct EventReader {
+    text: String,
+    blocks: BTreeMap<u64, Block>,
+    stop_reason: Option<String>,
+    usage: Usage,
+}
+
+impl EventReader {
+    fn finish(&mut self) -> ModelReply {
+        let tool_calls: Vec<ToolCall> = std::mem::take(&mut self.blocks)
+            .into_values()
+            .filter_map(|block| match block {
+                Block::Tool {
+                    id,
+                    name,
+                    json,
+                    initial,
+                } => Some(ToolCall {
+                    id,
+                    name,
+                    arguments: if json.trim().is_empty() {
+                        if initial.is_object() {
+                            initial
+                        } else {
+                            json!({})
+                        }
+                    } else {
+                        wire::parse_arguments(&json)
+                    },
+                }),
+                _ => None,
+            })
+            .collect();
+        let finish_reason = self.stop_reason.take().unwrap_or_else(|| {
+            if tool_calls.is_empty() {
+                "stop"
+            } else {
+                "tool_calls"
+            }
+            .to_string()
+        });
+        ModelReply {
+            text: std::mem::take(&mut self.text),
+            tool_calls,
+            finish_reason,
+            usage: self.usage,
+        }
+    }
+
+    fn push_text(&mut self, text: &str, deltas: &mut Vec<String>) {
+        if !text.is_empty() {
+            self.text.push_str(text);
+            deltas.push(text.to_string());
+        }
+    }
+}
+
+fn normalise_stop_reason(reason: &str) -> String {
+    match reason {
+        "end_turn" | "stop_sequence" => "stop",
+        "tool_use" => "tool_calls",
+        "max_tokens" => "length",
+        other => other,
+    }
+    .to_string()
+}
+
+/// Maps an in-stream `error` event to a failure.
+fn stream_error(data: &Value) -> Failure {
+    let error = &data["error"];
+    let kind = error["type"].as_str().unwrap_or("error");
+    let message = error["message"].as_str().unwrap_or("");
+    let text = wire::truncate(&format!("{kind}: {message}"), 500);
+    match kind {
+        "overloaded_error" | "api_error" => {
+            let mut failure = Failure::retryable(LlmErrorKind::Server, text);
+            failure.short = format!("stream error: {kind}");
+            failure
+        }
+        "rate_limit_error" => {
+            let mut failure = Failure::retryable(LlmErrorKind::RateLimited, text);
+            failure.short = format!("stream error: {kind}");
+            failure
+        }
+        "authentication_error" | "permission_error" => {
+            Failure::fatal(LlmErrorKind::Auth, format!("authentication failed: {text}"))
+        }
+        "not_found_error" => Failure::fatal(LlmErrorKind::NotFound, text),
+        "invalid_request_error" | "request_too_large" => {
+            Failure::fatal(LlmErrorKind::Rejected, text)
+        }
+        _ => Failure::fatal(LlmErrorKind::Server, text),
+    }
+}
+
+impl EventParser for EventReader {
+    fn event(
+        &mut self,
+        event: &Event,
+        deltas: &mut Vec<String>,
+    ) -> Result<Option<ModelReply>, Failure> {
+        if event.data.trim().is_empty() {
+            return Ok(None);
+        }
+        let data = wire::parse_json(&event.data)?;
+        let kind = data["type"].as_str().unwrap_or(event.event.as_str());
+        let index = data["index"].as_u64().unwrap_or(0);
+        match kind {
+            "message_start" => {
+                let usage = &data["message"]["usage"];
+                self.usage.input_tokens = [
+                    "input_tokens",
+                    "cache_creation_input_tokens",
+                    "cache_read_input_tokens",
+                ]
+                .iter()
+                .filter_map(|k| usage[*k].as_u64())
+                .sum();
+                self.usage.output_tokens = usage["output_tokens"].as_u64().unwrap_or(0);
+            }
+            "content_block_start" => {
+                let block = &data["content_block"];
+                let parsed = match block["type"].as_str() {
+                    Some("text") => {
+                        self.push_text(block["text"].as_str().unwrap_or(""), deltas);
+                        Block::Text
+                    }
+                    Some("tool_use") => Block::Tool {
+                        id: block["id"].as_str().unwrap_or_default().to_string(),
+                        name: block["name"].as_str().unwrap_or_default().to_string(),
+                        json: String::new(),
+                        initial: block["input"].clone(),
+                    },
+                    _ => Block::Other,
+                };
+                self.blocks.insert(index, parsed);
+            }
+            "content_block_delta" => {
+                let delta = &data["delta"];
+                match delta["type"].as_str() {
+                    Some("text_delta") => {
+                        self.push_text(delta["text"].as_str().unwrap_or(""), deltas)
+                    }
+                    Some("input_json_delta") => {
+                        if let Some(Block::Tool { json, .. }) = self.blocks.get_mut(&index) {
+                            json.push_str(delta["partial_json"].as_str().unwrap_or(""));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            "message_delta" => {
+                if let Some(reason) = data["delta"]["stop_reason"].as_str() {
+                    self.stop_reason = Some(normalise_stop_reason(reason));
+                }
+                let usage = &data["usage"];
+                if let Some(output) = usage["output_tokens"].as_u64() {
+                    self.usage.output_tokens = output;
+                }
+                if let Some(input) = usage["input_tokens"].as_u64().filter(|n| *n > 0) {
+                    self.usage.input_tokens = input
+                        + ["cache_creation_input_tokens", "cache_read_input_tokens"]
+                            .iter()
+                            .filter_map(|k| usage[*k].as_u64())
+                            .sum::<u64>();
+                }
+            }
+            "message_stop" => return Ok(Some(self.finish())),
+            "error" => return Err(stream_error(&data)),
+            // ping, content_block_stop and future event types carry nothing we need.
+            _ => {}
+        }
+        Ok(None)
+    }
+
+    fn end(&mut self) -> Result<ModelReply, Failure> {
+        if self.stop_reason.is_some() {
+            Ok(self.finish())
+        } else {
+            Err(Failure::broken_stream())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::llm::Purpose;
+
+    #[test]
+    fn tool_errors_are_flagged_and_schemas_are_objects() {
+        assert!(is_tool_error(r#"{"error":"no such file"}"#));
+        assert!(!is_tool_error(r#"{"error":"x","data":1}"#));
+        assert!(!is_tool_error("error: plain"));
+        let schema = ToolSchema {
+            name: "t".into(),
+            description: "d".into(),
+            parameters: json!({}),
+        };
+        assert_eq!(tool(&schema)["input_schema"]["type"], "object");
+    }
+
+    #[test]
+    fn empty_messages_are_skipped_and_roles_alternate() {
+        let request = ModelRequest {
+            messages: vec![
+                Message::new(Role::User, "a"),
+                Message::assistant("", vec![]),
+                Message::new(Role::User, "b"),
+            ],
+            tools: vec![],
+            purpose: Purpose::Turn,
+        };
+        let body = request_body("m", 10, &request);
+        assert_eq!(
+            body["messages"],
+            json!([{"role": "user", "content": [
+                {"type": "text", "text": "a"}, {"type": "text", "text": "b"}
+            ]}])
+        );
+        assert!(body.get("system").is_none());
+    }
+}

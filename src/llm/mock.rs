@@ -124,10 +124,7 @@ fn summary_of(request: &ModelRequest) -> String {
 
 /// The mock's move in a turn, decided from the messages after the last user message.
 fn next_move(request: &ModelRequest) -> (String, Vec<ToolCall>) {
-    let last_user = request
-        .messages
-        .iter()
-        .rposition(|m| m.role == Role::User);
+    let last_user = request.messages.iter().rposition(|m| m.role == Role::User);
     let input = last_user
         .map(|i| request.messages[i].content.clone())
         .unwrap_or_default();
@@ -144,8 +141,7 @@ fn next_move(request: &ModelRequest) -> (String, Vec<ToolCall>) {
     };
     let result_of = |name: &str| {
         turn.iter().find(|m| {
-            m.role == Role::Tool
-                && m.tool_call_id.as_deref().and_then(call_name) == Some(name)
+            m.role == Role::Tool && m.tool_call_id.as_deref().and_then(call_name) == Some(name)
         })
     };
     let calls_so_far = turn.iter().map(|m| m.tool_calls.len()).sum::<usize>();
@@ -156,12 +152,19 @@ fn next_move(request: &ModelRequest) -> (String, Vec<ToolCall>) {
     };
 
     let Some(listing) = result_of("list_files") else {
-        return (String::new(), vec![call("list_files", json!({"path": "."}))]);
+        return (
+            String::new(),
+            vec![call("list_files", json!({"path": "."}))],
+        );
     };
     let entries: Vec<&str> = if listing_is_error(&listing.content) {
         Vec::new()
     } else {
-        listing.content.lines().filter(|l| !l.starts_with('[')).collect()
+        listing
+            .content
+            .lines()
+            .filter(|l| !l.starts_with('['))
+            .collect()
     };
     let readme = entries
         .iter()
@@ -169,19 +172,38 @@ fn next_move(request: &ModelRequest) -> (String, Vec<ToolCall>) {
     let read = result_of("read_file");
     if let (Some(readme), None) = (readme, read) {
         if has_tool("read_file") {
-            return (String::new(), vec![call("read_file", json!({"path": readme}))]);
+            return (
+                String::new(),
+                vec![call("read_file", json!({"path": readme}))],
+            );
         }
     }
-    (summary_text(&input, &entries, readme.copied(), read), Vec::new())
+    (
+        summary_text(&input, &entries, readme.copied(), read),
+        Vec::new(),
+    )
 }
 
 fn listing_is_error(content: &str) -> bool {
     content.starts_with("{\"error\"")
 }
 
-fn summary_text(input: &str, entries: &[&str], readme: Option<&str>, read: Option<&Message>) -> String {
-    let dirs: Vec<&str> = entries.iter().copied().filter(|e| e.ends_with('/')).collect();
-    let files: Vec<&str> = entries.iter().copied().filter(|e| !e.ends_with('/')).collect();
+fn summary_text(
+    input: &str,
+    entries: &[&str],
+    readme: Option<&str>,
+    read: Option<&Message>,
+) -> String {
+    let dirs: Vec<&str> = entries
+        .iter()
+        .copied()
+        .filter(|e| e.ends_with('/'))
+        .collect();
+    let files: Vec<&str> = entries
+        .iter()
+        .copied()
+        .filter(|e| !e.ends_with('/'))
+        .collect();
     let list = |items: &[&str]| {
         if items.is_empty() {
             "none".to_string()
@@ -209,10 +231,25 @@ fn summary_text(input: &str, entries: &[&str], readme: Option<&str>, read: Optio
 
 /// The README's first sentence: the first line of prose, up to its first full stop.
 fn first_sentence(readme: &str) -> String {
-    let prose = readme
+    let lines: Vec<&str> = readme
         .lines()
-        .map(|l| l.trim().trim_start_matches('#').trim())
+        .map(str::trim)
         .filter(|l| !l.is_empty())
+        .collect();
+    // Prose first; a README made only of headings falls back to them.
+    let prose_lines: Vec<&str> = lines
+        .iter()
+        .copied()
+        .filter(|l| !l.starts_with('#'))
+        .collect();
+    let chosen = if prose_lines.is_empty() {
+        lines
+    } else {
+        prose_lines
+    };
+    let prose = chosen
+        .iter()
+        .map(|l| l.trim_start_matches('#').trim())
         .collect::<Vec<_>>()
         .join(" ");
     let end = prose
@@ -263,7 +300,10 @@ mod tests {
         assert_eq!(first.tool_calls[0].name, "list_files");
         assert_eq!(first.finish_reason, "tool_calls");
         history.push(Message::assistant("", first.tool_calls.clone()));
-        history.push(Message::tool_result(&first.tool_calls[0].id, "src/\nREADME.md\nCargo.toml"));
+        history.push(Message::tool_result(
+            &first.tool_calls[0].id,
+            "src/\nREADME.md\nCargo.toml",
+        ));
         let second = reply_to(&request(history.clone()));
         assert_eq!(second.tool_calls[0].name, "read_file");
         assert_eq!(second.tool_calls[0].arguments["path"], "README.md");
@@ -278,7 +318,11 @@ mod tests {
         assert_eq!(third.finish_reason, "stop");
         assert!(third.text.contains("what is here?"), "{}", third.text);
         assert!(third.text.contains("Directories: src/"), "{}", third.text);
-        assert!(third.text.contains("Demo Demo is a small project."), "{}", third.text);
+        assert!(
+            third.text.contains("begins: \"Demo is a small project.\""),
+            "{}",
+            third.text
+        );
     }
 
     #[test]
@@ -304,7 +348,10 @@ mod tests {
         let req = ModelRequest {
             messages: vec![
                 Message::new(Role::System, "summarise"),
-                Message::new(Role::User, "user: first ask\nassistant: ok\nuser: second ask"),
+                Message::new(
+                    Role::User,
+                    "user: first ask\nassistant: ok\nuser: second ask",
+                ),
             ],
             tools: vec![],
             purpose: Purpose::Summary,

@@ -8,6 +8,7 @@
 pub mod anthropic;
 pub mod mock;
 pub mod openai;
+pub mod wire;
 
 use futures::stream::BoxStream;
 use serde::Serialize;

@@ -103,7 +103,10 @@ pub enum EventKind {
     #[serde(rename = "agent.context.compact-failed")]
     ContextCompactFailed { session_id: Uuid, error: String },
     #[serde(rename = "storage.checkpoint")]
-    Checkpoint { checkpoint_id: Uuid, step_id: Option<Uuid> },
+    Checkpoint {
+        checkpoint_id: Uuid,
+        step_id: Option<Uuid>,
+    },
     #[serde(rename = "agent.finished")]
     AgentFinished {
         run_id: Uuid,
@@ -133,7 +136,9 @@ impl EventKind {
                     Some(Value::String(s)) => s,
                     _ => String::new(),
                 };
-                let data = map.remove("data").unwrap_or(Value::Object(Default::default()));
+                let data = map
+                    .remove("data")
+                    .unwrap_or(Value::Object(Default::default()));
                 (kind, data)
             }
             _ => (String::new(), Value::Null),

@@ -7,7 +7,7 @@ mod event;
 mod message;
 mod session;
 
-pub use event::{Event, EventKind};
+pub use event::{CharsBeforeAfter, Event, EventKind};
 pub use message::{Message, Role, ToolCall, ToolSchema, SUMMARY_PREFIX};
 pub use session::{
     Checkpoint, RunKind, RunRecord, RunResult, RunStatus, SessionRecord, SessionState, StepKind,

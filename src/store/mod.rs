@@ -1,1 +1,124 @@
-//! Store.
+//! Persistence: the `Store` trait, its SQLite implementation, and the group-commit writer.
+//!
+//! The store owns the tables; it knows nothing of actors or HTTP. All writes are expressed as
+//! [`WriteOp`]s and applied by the [`writer::Writer`] task in batched transactions, so every
+//! session's changes and events commit together and many sessions share few fsyncs.
+
+pub mod sqlite;
+pub mod writer;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use uuid::Uuid;
+
+use crate::model::{
+    Checkpoint, Event, Message, RunRecord, SessionRecord, SessionState, StepRecord,
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("corrupt row: {0}")]
+    Corrupt(String),
+    #[error("unsupported database URL: {0}")]
+    Unsupported(String),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("the writer has stopped")]
+    WriterGone,
+    #[error("an earlier write of this session failed")]
+    Poisoned,
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// One change to the database. A batch of ops commits in one transaction.
+#[derive(Debug, Clone)]
+pub enum WriteOp {
+    InsertSession(SessionRecord),
+    /// Writes the mutable columns of a session (state, error, usage, last run, title…).
+    UpdateSession(SessionRecord),
+    /// Removes the session and everything in it.
+    DeleteSession(Uuid),
+    InsertMessage {
+        session_id: Uuid,
+        message: Message,
+    },
+    /// Copies messages `0..upto` (all when `None`) of `from` into `to`, inside the database.
+    CopyMessages {
+        from: Uuid,
+        to: Uuid,
+        upto: Option<i64>,
+    },
+    UpsertRun(RunRecord),
+    UpsertStep(StepRecord),
+    InsertEvent(Arc<Event>),
+    InsertCheckpoint(Checkpoint),
+}
+
+/// Filters and paging for the session list (newest first; the cursor is the last id seen).
+#[derive(Debug, Clone, Default)]
+pub struct SessionQuery {
+    pub limit: i64,
+    pub before: Option<Uuid>,
+    pub state: Option<SessionState>,
+}
+
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Applies every group of ops in one transaction: all or nothing.
+    async fn commit(&self, batch: &[&[WriteOp]]) -> StoreResult<()>;
+
+    async fn session(&self, id: Uuid) -> StoreResult<Option<SessionRecord>>;
+    async fn sessions(&self, query: &SessionQuery) -> StoreResult<Vec<SessionRecord>>;
+    /// Sessions stored as `running` or `waiting_tool` (runs a dead process left behind).
+    async fn active_sessions(&self) -> StoreResult<Vec<Uuid>>;
+
+    /// Messages with `index > after`, in order, at most `limit`.
+    async fn messages(&self, session_id: Uuid, after: i64, limit: i64)
+        -> StoreResult<Vec<Message>>;
+    /// The index of the user message that starts turn `n` (0-based), if there is one.
+    async fn nth_user_message(&self, session_id: Uuid, n: u64) -> StoreResult<Option<i64>>;
+    /// The number of messages (= the next index).
+    async fn message_count(&self, session_id: Uuid) -> StoreResult<i64>;
+
+    /// Events with `seq > after`, in order, at most `limit`.
+    async fn events(&self, session_id: Uuid, after: i64, limit: i64) -> StoreResult<Vec<Event>>;
+    /// The newest `seq` (0 for an empty log).
+    async fn last_seq(&self, session_id: Uuid) -> StoreResult<i64>;
+
+    /// Steps in creation order, with `id > after` when given.
+    async fn steps(
+        &self,
+        session_id: Uuid,
+        after: Option<Uuid>,
+        limit: i64,
+    ) -> StoreResult<Vec<StepRecord>>;
+    async fn step(&self, session_id: Uuid, step_id: Uuid) -> StoreResult<Option<StepRecord>>;
+
+    /// Runs in creation order, with `id > after` when given.
+    async fn runs(
+        &self,
+        session_id: Uuid,
+        after: Option<Uuid>,
+        limit: i64,
+    ) -> StoreResult<Vec<RunRecord>>;
+    async fn run(&self, session_id: Uuid, run_id: Uuid) -> StoreResult<Option<RunRecord>>;
+
+    async fn latest_checkpoint(&self, session_id: Uuid) -> StoreResult<Option<Checkpoint>>;
+}
+
+/// Opens the store a database URL names, creating and migrating it as needed.
+pub async fn open(url: &str) -> StoreResult<Arc<dyn Store>> {
+    if url.starts_with("sqlite:") {
+        Ok(Arc::new(sqlite::SqliteStore::open(url).await?))
+    } else {
+        Err(StoreError::Unsupported(format!(
+            "{url} (expected sqlite://PATH)"
+        )))
+    }
+}

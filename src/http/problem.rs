@@ -1,0 +1,234 @@
+//! RFC 9457 problem details: every error the API returns, and the extractors that turn bad
+//! input (malformed JSON, wrong types, bad ids, bad query strings) into clear 4xx problems.
+
+use axum::body::Body;
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use uuid::Uuid;
+
+use crate::session::SessionError;
+
+pub const PROBLEM_JSON: &str = "application/problem+json";
+
+/// An error response: `type` is `urn:tah:problem:<kind>`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Problem {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub title: String,
+    pub status: u16,
+    pub detail: String,
+}
+
+impl Problem {
+    pub fn new(status: StatusCode, kind: &str, detail: impl Into<String>) -> Problem {
+        Problem {
+            kind: format!("urn:tah:problem:{kind}"),
+            title: status.canonical_reason().unwrap_or("Error").to_string(),
+            status: status.as_u16(),
+            detail: detail.into(),
+        }
+    }
+
+    pub fn bad_request(detail: impl Into<String>) -> Problem {
+        Problem::new(StatusCode::BAD_REQUEST, "bad-request", detail)
+    }
+
+    pub fn not_found(detail: impl Into<String>) -> Problem {
+        Problem::new(StatusCode::NOT_FOUND, "not-found", detail)
+    }
+}
+
+impl IntoResponse for Problem {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let body = serde_json::to_vec(&self).unwrap_or_default();
+        let mut response = (status, body).into_response();
+        response
+            .headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+        response
+    }
+}
+
+impl From<SessionError> for Problem {
+    fn from(error: SessionError) -> Problem {
+        match error {
+            SessionError::NotFound => Problem::not_found("session not found"),
+            SessionError::Conflict { kind, detail } => {
+                Problem::new(StatusCode::CONFLICT, kind, detail)
+            }
+            SessionError::BadInput(detail) => Problem::bad_request(detail),
+            SessionError::ShuttingDown | SessionError::Retired => Problem::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                "the server is shutting down; retry on another instance or later",
+            ),
+            SessionError::Store(error) => {
+                tracing::error!(%error, "storage error");
+                Problem::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "storage",
+                    "the database could not complete the request",
+                )
+            }
+        }
+    }
+}
+
+impl From<crate::store::StoreError> for Problem {
+    fn from(error: crate::store::StoreError) -> Problem {
+        Problem::from(SessionError::Store(error))
+    }
+}
+
+/// A JSON body whose rejections are problems. An empty body is read as `{}` when
+/// `T: Default`-like optional bodies are wanted: see [`OptionalJson`].
+pub struct ApiJson<T>(pub T);
+
+impl<S, T> FromRequest<S> for ApiJson<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = Problem;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::Json::<T>::from_request(req, state).await {
+            Ok(axum::Json(value)) => Ok(ApiJson(value)),
+            Err(rejection) => Err(json_problem(rejection)),
+        }
+    }
+}
+
+/// A JSON body that may be absent (no body at all reads as `T::default()`).
+pub struct OptionalJson<T>(pub T);
+
+impl<S, T> FromRequest<S> for OptionalJson<T>
+where
+    T: DeserializeOwned + Default,
+    S: Send + Sync,
+{
+    type Rejection = Problem;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let empty = req
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .is_some_and(|v| v == "0")
+            || (!req.headers().contains_key(header::CONTENT_TYPE)
+                && !req.headers().contains_key(header::TRANSFER_ENCODING)
+                && !req.headers().contains_key(header::CONTENT_LENGTH));
+        if empty {
+            return Ok(OptionalJson(T::default()));
+        }
+        ApiJson::<T>::from_request(req, state)
+            .await
+            .map(|ApiJson(v)| OptionalJson(v))
+    }
+}
+
+fn json_problem(rejection: JsonRejection) -> Problem {
+    let status = rejection.status();
+    let kind = match rejection {
+        JsonRejection::MissingJsonContentType(_) => "unsupported-media-type",
+        JsonRejection::JsonSyntaxError(_) => "malformed-json",
+        JsonRejection::JsonDataError(_) => "invalid-body",
+        _ => "bad-body",
+    };
+    let detail = match status {
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => {
+            "expected a JSON body with Content-Type: application/json".to_string()
+        }
+        StatusCode::PAYLOAD_TOO_LARGE => "the request body is too large".to_string(),
+        _ => rejection.body_text(),
+    };
+    Problem::new(status, kind, detail)
+}
+
+/// A query string whose rejections are problems.
+pub struct ApiQuery<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for ApiQuery<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = Problem;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Query(value)) => Ok(ApiQuery(value)),
+            Err(rejection) => Err(query_problem(rejection)),
+        }
+    }
+}
+
+fn query_problem(rejection: QueryRejection) -> Problem {
+    Problem::new(StatusCode::BAD_REQUEST, "bad-query", rejection.body_text())
+}
+
+/// Parses an id from the path: a malformed one is a 404 (no such resource can exist).
+pub fn parse_id(raw: &str, what: &str) -> Result<Uuid, Problem> {
+    Uuid::parse_str(raw)
+        .map_err(|_| Problem::not_found(format!("{what} not found: not a valid id")))
+}
+
+/// Turns every error response the framework makes on its own (unknown route, wrong method,
+/// body too large…) into a problem, so clients see one error format.
+pub async fn problem_responses(request: Request, next: Next) -> Response {
+    let response = next.run(request).await;
+    let status = response.status();
+    if !(status.is_client_error() || status.is_server_error()) {
+        return response;
+    }
+    let is_problem = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(PROBLEM_JSON.as_bytes()));
+    if is_problem {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, 16 * 1024)
+        .await
+        .ok()
+        .and_then(|b| String::from_utf8(b.to_vec()).ok())
+        .filter(|t| !t.trim().is_empty());
+    let (kind, default_detail) = match status {
+        StatusCode::NOT_FOUND => ("not-found", "no such route"),
+        StatusCode::METHOD_NOT_ALLOWED => (
+            "method-not-allowed",
+            "this route does not accept that method",
+        ),
+        StatusCode::PAYLOAD_TOO_LARGE => ("payload-too-large", "the request body is too large"),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => {
+            ("unsupported-media-type", "unsupported content type")
+        }
+        StatusCode::REQUEST_TIMEOUT => ("timeout", "the request took too long"),
+        _ if status.is_server_error() => ("internal", "the server failed to handle the request"),
+        _ => ("bad-request", "the request is not valid"),
+    };
+    let detail = if status.is_server_error() {
+        default_detail.to_string()
+    } else {
+        text.unwrap_or_else(|| default_detail.to_string())
+    };
+    let mut problem = Problem::new(status, kind, detail).into_response();
+    // Keep headers such as Allow (405) that tell the client what to do.
+    for (name, value) in parts.headers.iter() {
+        if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
+            problem.headers_mut().insert(name.clone(), value.clone());
+        }
+    }
+    let _ = Body::empty();
+    problem
+}

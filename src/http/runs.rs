@@ -1,0 +1,226 @@
+//! Runs: start a turn, resume, cancel, and read runs and their results, in the three run modes
+//! (202 + events, `?wait=true`, `Accept: text/event-stream`).
+
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::events::{sse_response, wants_event_stream};
+use super::problem::{parse_id, ApiJson, ApiQuery, OptionalJson, Problem};
+use super::sessions::{page_limit, Page};
+use super::AppState;
+use crate::model::{RunKind, RunRecord, RunResult};
+use crate::session::{RunRequest, RunStarted};
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/v1/sessions/{id}/runs", post(start).get(list))
+        .route("/v1/sessions/{id}/runs/{run_id}", get(show))
+        .route("/v1/sessions/{id}/resume", post(resume))
+        .route("/v1/sessions/{id}/cancel", post(cancel))
+}
+
+/// The longest input a run accepts, in characters.
+pub const MAX_INPUT_CHARS: usize = 200_000;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RunBody {
+    input: Value,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RunQuery {
+    wait: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EmptyBody {}
+
+/// `input` is a string or a user message object `{role: "user", content: "..."}`.
+fn parse_input(input: Value) -> Result<String, Problem> {
+    let text = match input {
+        Value::String(s) => s,
+        Value::Object(mut map) => {
+            match map.remove("role") {
+                None => {}
+                Some(Value::String(r)) if r == "user" => {}
+                Some(_) => return Err(Problem::bad_request("input.role must be \"user\"")),
+            }
+            let content = match map.remove("content") {
+                Some(Value::String(c)) => c,
+                _ => return Err(Problem::bad_request("input.content must be a string")),
+            };
+            if let Some(key) = map.keys().next() {
+                return Err(Problem::bad_request(format!("input has an unknown field: {key}")));
+            }
+            content
+        }
+        _ => {
+            return Err(Problem::bad_request(
+                "input must be a string or a user message object {\"role\":\"user\",\"content\":\"...\"}",
+            ))
+        }
+    };
+    if text.trim().is_empty() {
+        return Err(Problem::bad_request("input must not be empty"));
+    }
+    if text.chars().count() > MAX_INPUT_CHARS {
+        return Err(Problem::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "input-too-large",
+            format!("input is longer than {MAX_INPUT_CHARS} characters"),
+        ));
+    }
+    Ok(text)
+}
+
+async fn start(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    ApiQuery(query): ApiQuery<RunQuery>,
+    headers: HeaderMap,
+    ApiJson(body): ApiJson<RunBody>,
+) -> Result<Response, Problem> {
+    let id = parse_id(&id, "session")?;
+    let input = parse_input(body.input)?;
+    begin(
+        state,
+        id,
+        RunRequest {
+            kind: RunKind::Run,
+            input: Some(input),
+        },
+        query,
+        &headers,
+    )
+    .await
+}
+
+async fn resume(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    ApiQuery(query): ApiQuery<RunQuery>,
+    headers: HeaderMap,
+    OptionalJson(_): OptionalJson<EmptyBody>,
+) -> Result<Response, Problem> {
+    let id = parse_id(&id, "session")?;
+    begin(
+        state,
+        id,
+        RunRequest {
+            kind: RunKind::Resume,
+            input: None,
+        },
+        query,
+        &headers,
+    )
+    .await
+}
+
+async fn begin(
+    state: AppState,
+    id: Uuid,
+    request: RunRequest,
+    query: RunQuery,
+    headers: &HeaderMap,
+) -> Result<Response, Problem> {
+    if wants_event_stream(headers) {
+        // Subscribe first so the stream misses nothing of the run.
+        let live = state.sessions.subscribe(id)?;
+        return match state.sessions.run(id, request).await? {
+            RunStarted::Started { run, .. } => {
+                let stream = state
+                    .sessions
+                    .stream_from(id, run.start_seq - 1, live, Some(run.id));
+                Ok(sse_response(stream, state.shutdown.clone()))
+            }
+            RunStarted::AlreadyCompleted(result) => Ok(Json(result).into_response()),
+        };
+    }
+    match state.sessions.run(id, request).await? {
+        RunStarted::AlreadyCompleted(result) => Ok(Json(result).into_response()),
+        RunStarted::Started { run, result } => {
+            if query.wait == Some(true) {
+                let result = match result.await {
+                    Ok(result) => result,
+                    // The actor stopped (shutdown, storage failure): report what is stored.
+                    Err(_) => match state.sessions.store().run(id, run.id).await? {
+                        Some(stored) => RunResult::from(&stored),
+                        None => RunResult::from(&run),
+                    },
+                };
+                Ok(Json(result).into_response())
+            } else {
+                let location = format!("/v1/sessions/{id}/runs/{}", run.id);
+                Ok((
+                    StatusCode::ACCEPTED,
+                    [(header::LOCATION, location)],
+                    Json(run),
+                )
+                    .into_response())
+            }
+        }
+    }
+}
+
+async fn cancel(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    OptionalJson(_): OptionalJson<EmptyBody>,
+) -> Result<Response, Problem> {
+    let id = parse_id(&id, "session")?;
+    let outcome = state.sessions.cancel(id).await?;
+    Ok(Json(outcome).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CursorQuery {
+    cursor: Option<String>,
+    limit: Option<i64>,
+}
+
+async fn list(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    ApiQuery(q): ApiQuery<CursorQuery>,
+) -> Result<Json<Page<RunRecord>>, Problem> {
+    let id = parse_id(&id, "session")?;
+    let limit = page_limit(q.limit)?;
+    let after = match q.cursor.as_deref() {
+        None | Some("") => None,
+        Some(c) => {
+            Some(Uuid::parse_str(c).map_err(|_| Problem::bad_request("cursor is not valid"))?)
+        }
+    };
+    state.sessions.get(id).await?;
+    let data = state.sessions.store().runs(id, after, limit).await?;
+    let next_cursor = (data.len() as i64 == limit)
+        .then(|| data.last().map(|r| r.id.to_string()))
+        .flatten();
+    Ok(Json(Page { data, next_cursor }))
+}
+
+async fn show(
+    State(state): State<AppState>,
+    Path((id, run_id)): Path<(String, String)>,
+) -> Result<Json<RunRecord>, Problem> {
+    let id = parse_id(&id, "session")?;
+    let run_id = parse_id(&run_id, "run")?;
+    state.sessions.get(id).await?;
+    state
+        .sessions
+        .store()
+        .run(id, run_id)
+        .await?
+        .map(Json)
+        .ok_or_else(|| Problem::not_found("run not found"))
+}

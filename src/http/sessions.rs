@@ -1,0 +1,277 @@
+//! `/v1/sessions`: create, list, get, delete, fork, and the read-only views of a session's
+//! messages and steps.
+
+use axum::extract::{Path, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::problem::{parse_id, ApiQuery, OptionalJson, Problem};
+use super::AppState;
+use crate::model::{Message, RunRecord, SessionRecord, SessionState, StepRecord};
+use crate::session::NewSession;
+use crate::store::SessionQuery;
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/v1/sessions", post(create).get(list))
+        .route("/v1/sessions/{id}", get(show).delete(delete))
+        .route("/v1/sessions/{id}/fork", post(fork))
+        .route("/v1/sessions/{id}/messages", get(messages))
+        .route("/v1/sessions/{id}/steps", get(steps))
+        .route("/v1/sessions/{id}/steps/{step_id}", get(step))
+}
+
+pub const MAX_PAGE: i64 = 500;
+const DEFAULT_PAGE: i64 = 100;
+const MAX_TITLE_CHARS: usize = 1_000;
+const MAX_SYSTEM_PROMPT_CHARS: usize = 100_000;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateBody {
+    system_prompt: Option<String>,
+    title: Option<String>,
+    metadata: Option<Value>,
+}
+
+async fn create(
+    State(state): State<AppState>,
+    OptionalJson(body): OptionalJson<CreateBody>,
+) -> Result<Response, Problem> {
+    if body
+        .title
+        .as_ref()
+        .is_some_and(|t| t.chars().count() > MAX_TITLE_CHARS)
+    {
+        return Err(Problem::bad_request(format!(
+            "title is longer than {MAX_TITLE_CHARS} characters"
+        )));
+    }
+    if body
+        .system_prompt
+        .as_ref()
+        .is_some_and(|p| p.chars().count() > MAX_SYSTEM_PROMPT_CHARS)
+    {
+        return Err(Problem::bad_request(format!(
+            "system_prompt is longer than {MAX_SYSTEM_PROMPT_CHARS} characters"
+        )));
+    }
+    if body.metadata.as_ref().is_some_and(|m| !m.is_object()) {
+        return Err(Problem::bad_request("metadata must be a JSON object"));
+    }
+    let record = state
+        .sessions
+        .create(NewSession {
+            system_prompt: body.system_prompt,
+            title: body.title,
+            metadata: body.metadata,
+        })
+        .await?;
+    let location = format!("/v1/sessions/{}", record.id);
+    Ok((
+        StatusCode::CREATED,
+        [(header::LOCATION, location)],
+        Json(SessionView::from(record)),
+    )
+        .into_response())
+}
+
+/// A session as served: the stored record plus, for one session, its last run.
+#[derive(Debug, Serialize)]
+pub struct SessionView {
+    #[serde(flatten)]
+    record: SessionRecord,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_run: Option<RunRecord>,
+}
+
+impl From<SessionRecord> for SessionView {
+    fn from(record: SessionRecord) -> SessionView {
+        SessionView {
+            record,
+            last_run: None,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    limit: Option<i64>,
+    cursor: Option<String>,
+    state: Option<String>,
+}
+
+/// A page of a list; `next_cursor` is absent on the last page.
+#[derive(Debug, Serialize)]
+pub struct Page<T: Serialize> {
+    pub data: Vec<T>,
+    pub next_cursor: Option<String>,
+}
+
+pub fn page_limit(limit: Option<i64>) -> Result<i64, Problem> {
+    match limit {
+        None => Ok(DEFAULT_PAGE),
+        Some(n) if (1..=MAX_PAGE).contains(&n) => Ok(n),
+        Some(_) => Err(Problem::bad_request(format!(
+            "limit must be between 1 and {MAX_PAGE}"
+        ))),
+    }
+}
+
+async fn list(
+    State(state): State<AppState>,
+    ApiQuery(q): ApiQuery<ListQuery>,
+) -> Result<Json<Page<SessionRecord>>, Problem> {
+    let limit = page_limit(q.limit)?;
+    let before = match q.cursor.as_deref() {
+        None | Some("") => None,
+        Some(c) => {
+            Some(Uuid::parse_str(c).map_err(|_| Problem::bad_request("cursor is not valid"))?)
+        }
+    };
+    let state_filter = match q.state.as_deref() {
+        None | Some("") => None,
+        Some(s) => Some(SessionState::parse(s).ok_or_else(|| {
+            Problem::bad_request(
+                "state must be one of idle, running, waiting_tool, completed, failed, cancelled",
+            )
+        })?),
+    };
+    let data = state
+        .sessions
+        .store()
+        .sessions(&SessionQuery {
+            limit,
+            before,
+            state: state_filter,
+        })
+        .await?;
+    let next_cursor = (data.len() as i64 == limit)
+        .then(|| data.last().map(|s| s.id.to_string()))
+        .flatten();
+    Ok(Json(Page { data, next_cursor }))
+}
+
+async fn show(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<SessionView>, Problem> {
+    let id = parse_id(&id, "session")?;
+    let record = state.sessions.get(id).await?;
+    let last_run = match record.last_run_id {
+        Some(run_id) => state.sessions.store().run(id, run_id).await?,
+        None => None,
+    };
+    Ok(Json(SessionView { record, last_run }))
+}
+
+async fn delete(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, Problem> {
+    let id = parse_id(&id, "session")?;
+    state.sessions.delete(id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ForkBody {
+    turns: Option<Value>,
+}
+
+async fn fork(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    OptionalJson(body): OptionalJson<ForkBody>,
+) -> Result<Response, Problem> {
+    let id = parse_id(&id, "session")?;
+    let turns = match body.turns {
+        None | Some(Value::Null) => None,
+        Some(Value::Number(n)) => match n.as_u64() {
+            Some(n) => Some(n),
+            None => return Err(Problem::bad_request("turns must be a non-negative integer")),
+        },
+        Some(_) => return Err(Problem::bad_request("turns must be a non-negative integer")),
+    };
+    let record = state.sessions.fork(id, turns).await?;
+    let location = format!("/v1/sessions/{}", record.id);
+    Ok((
+        StatusCode::CREATED,
+        [(header::LOCATION, location)],
+        Json(SessionView::from(record)),
+    )
+        .into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct IndexQuery {
+    after: Option<i64>,
+    limit: Option<i64>,
+}
+
+async fn messages(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    ApiQuery(q): ApiQuery<IndexQuery>,
+) -> Result<Json<Page<Message>>, Problem> {
+    let id = parse_id(&id, "session")?;
+    let limit = page_limit(q.limit)?;
+    state.sessions.get(id).await?;
+    let after = q.after.unwrap_or(-1).max(-1);
+    let data = state.sessions.store().messages(id, after, limit).await?;
+    let next_cursor = (data.len() as i64 == limit)
+        .then(|| data.last().map(|m| m.index.to_string()))
+        .flatten();
+    Ok(Json(Page { data, next_cursor }))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CursorQuery {
+    cursor: Option<String>,
+    limit: Option<i64>,
+}
+
+async fn steps(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    ApiQuery(q): ApiQuery<CursorQuery>,
+) -> Result<Json<Page<StepRecord>>, Problem> {
+    let id = parse_id(&id, "session")?;
+    let limit = page_limit(q.limit)?;
+    let after = match q.cursor.as_deref() {
+        None | Some("") => None,
+        Some(c) => {
+            Some(Uuid::parse_str(c).map_err(|_| Problem::bad_request("cursor is not valid"))?)
+        }
+    };
+    state.sessions.get(id).await?;
+    let data = state.sessions.store().steps(id, after, limit).await?;
+    let next_cursor = (data.len() as i64 == limit)
+        .then(|| data.last().map(|s| s.id.to_string()))
+        .flatten();
+    Ok(Json(Page { data, next_cursor }))
+}
+
+async fn step(
+    State(state): State<AppState>,
+    Path((id, step_id)): Path<(String, String)>,
+) -> Result<Json<Value>, Problem> {
+    let id = parse_id(&id, "session")?;
+    let step_id = parse_id(&step_id, "step")?;
+    state.sessions.get(id).await?;
+    let view = state
+        .sessions
+        .step_with_request(id, step_id)
+        .await?
+        .ok_or_else(|| Problem::not_found("step not found"))?;
+    Ok(Json(view))
+}

@@ -1,0 +1,781 @@
+//! The session actor: the only task that mutates its session. It takes commands from its
+//! mailbox, drives runs through the agent loop, and records everything as ops + events that
+//! the group-commit writer persists and then publishes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::registry::{
+    new_event, CancelOutcome, RunRequest, RunStarted, SessionContext, Sessions, Slot,
+};
+use super::SessionError;
+use crate::agent::context::{self, TrimStats};
+use crate::agent::{run_turn, AgentError, Journal, JournalError, TurnOutcome};
+use crate::model::{
+    self, Checkpoint, EventKind, Message, Role, RunKind, RunRecord, RunResult, RunStatus,
+    SessionRecord, SessionState, StepKind, StepRecord, StepStatus, ToolCall, Usage,
+};
+use crate::store::writer::Commit;
+use crate::store::{StoreError, WriteOp};
+use crate::tools::ToolOutput;
+
+pub(super) type Reply<T> = oneshot::Sender<Result<T, SessionError>>;
+
+pub(super) enum Command {
+    /// Loads the session (recovering an interrupted run) and answers.
+    Ping {
+        reply: Reply<()>,
+    },
+    Run {
+        request: RunRequest,
+        reply: Reply<RunStarted>,
+    },
+    Cancel {
+        reply: Reply<CancelOutcome>,
+    },
+    Delete {
+        reply: Reply<()>,
+    },
+}
+
+/// How long an actor with nothing to do and nobody watching stays in memory.
+const IDLE_EVICTION: Duration = Duration::from_secs(60);
+/// The error recorded for a run that a dead (or stopping) process left unfinished.
+pub const INTERRUPTED: &str = "interrupted";
+
+pub(super) struct SessionActor {
+    id: Uuid,
+    ctx: Arc<SessionContext>,
+    slot: Arc<Slot>,
+    sessions: Sessions,
+    core: Option<Core>,
+}
+
+/// The session's state while its actor lives.
+struct Core {
+    record: SessionRecord,
+    next_seq: i64,
+    history: Vec<Message>,
+    last_result: Option<RunResult>,
+}
+
+impl SessionActor {
+    pub fn new(id: Uuid, ctx: Arc<SessionContext>, slot: Arc<Slot>, sessions: Sessions) -> Self {
+        SessionActor {
+            id,
+            ctx,
+            slot,
+            sessions,
+            core: None,
+        }
+    }
+
+    pub async fn run(mut self, mut inbox: mpsc::Receiver<Command>) {
+        let retire_all = loop {
+            let command = tokio::select! {
+                command = inbox.recv() => command,
+                _ = tokio::time::sleep(IDLE_EVICTION) => {
+                    if self.sessions.retire(self.id, self.slot.generation, true) {
+                        break true;
+                    }
+                    continue;
+                }
+                _ = self.ctx.shutdown.cancelled() => break true,
+            };
+            let Some(command) = command else { break false };
+            match self.handle(command, &mut inbox).await {
+                Ok(Flow::Continue) => {}
+                Ok(Flow::Deleted) => {
+                    self.sessions.forget(self.id, self.slot.generation);
+                    break true;
+                }
+                Err(error) => {
+                    tracing::error!(session_id = %self.id, %error, "session actor stops after a storage failure");
+                    self.sessions.retire(self.id, self.slot.generation, false);
+                    break true;
+                }
+            }
+        };
+        if retire_all {
+            inbox.close();
+            while let Ok(command) = inbox.try_recv() {
+                command.retired();
+            }
+        }
+    }
+
+    /// Loads the session on first use. A run stored as in progress has no owner (this actor is
+    /// its only one), so its process died: it is recorded as interrupted.
+    async fn load(&mut self) -> Result<Option<&mut Core>, StoreError> {
+        if self.core.is_none() {
+            let store = &self.ctx.store;
+            let Some(record) = store.session(self.id).await? else {
+                return Ok(None);
+            };
+            let history = store.messages(self.id, -1, i64::MAX).await?;
+            let last_result = match record.last_run_id {
+                Some(run_id) => store
+                    .run(self.id, run_id)
+                    .await?
+                    .map(|r| RunResult::from(&r)),
+                None => None,
+            };
+            let mut core = Core {
+                next_seq: record.last_seq + 1,
+                record,
+                history,
+                last_result,
+            };
+            if core.record.state.is_active() {
+                self.recover_interrupted(&mut core).await?;
+            }
+            self.core = Some(core);
+        }
+        Ok(self.core.as_mut())
+    }
+
+    async fn recover_interrupted(&self, core: &mut Core) -> Result<(), StoreError> {
+        let mut batch = Batch::new(self.id);
+        if let Some(run_id) = core.record.last_run_id {
+            if let Some(mut run) = self.ctx.store.run(self.id, run_id).await? {
+                if run.status == RunStatus::Running {
+                    run.status = RunStatus::Failed;
+                    run.error = Some(INTERRUPTED.to_string());
+                    run.finished_at = Some(model::now());
+                    core.last_result = Some(RunResult::from(&run));
+                    batch.ops.push(WriteOp::UpsertRun(run));
+                    batch.event(
+                        core,
+                        EventKind::AgentFailed {
+                            run_id,
+                            error: INTERRUPTED.to_string(),
+                        },
+                    );
+                }
+            }
+        }
+        batch.state(core, SessionState::Failed, Some(INTERRUPTED.to_string()));
+        tracing::info!(session_id = %self.id, "recorded an interrupted run");
+        self.commit(batch).await
+    }
+
+    async fn handle(
+        &mut self,
+        command: Command,
+        inbox: &mut mpsc::Receiver<Command>,
+    ) -> Result<Flow, StoreError> {
+        let loaded = self.load().await;
+        let found = match loaded {
+            Ok(core) => core.is_some(),
+            Err(error) => {
+                command.fail(SessionError::Store(error));
+                return Ok(Flow::Continue);
+            }
+        };
+        if !found {
+            command.fail(SessionError::NotFound);
+            return Ok(Flow::Deleted);
+        }
+        match command {
+            Command::Ping { reply } => {
+                let _ = reply.send(Ok(()));
+            }
+            Command::Cancel { reply } => {
+                let state = self
+                    .core
+                    .as_ref()
+                    .map_or(SessionState::Idle, |c| c.record.state);
+                let _ = reply.send(Ok(CancelOutcome {
+                    cancelled: false,
+                    run_id: None,
+                    state,
+                }));
+            }
+            Command::Delete { reply } => {
+                let batch = Batch::new(self.id).with(WriteOp::DeleteSession(self.id));
+                let result = self.commit(batch).await;
+                let deleted = result.is_ok();
+                let _ = reply.send(result.map_err(SessionError::from));
+                if deleted {
+                    return Ok(Flow::Deleted);
+                }
+            }
+            Command::Run { request, reply } => return self.start_run(request, reply, inbox).await,
+        }
+        Ok(Flow::Continue)
+    }
+
+    async fn start_run(
+        &mut self,
+        request: RunRequest,
+        reply: Reply<RunStarted>,
+        inbox: &mut mpsc::Receiver<Command>,
+    ) -> Result<Flow, StoreError> {
+        let Some(core) = self.core.as_mut() else {
+            let _ = reply.send(Err(SessionError::NotFound));
+            return Ok(Flow::Continue);
+        };
+        if request.kind == RunKind::Resume {
+            match core.record.state {
+                SessionState::Completed => {
+                    let result = core.last_result.clone();
+                    let _ = reply.send(match result {
+                        Some(result) => Ok(RunStarted::AlreadyCompleted(result)),
+                        None => Err(nothing_to_resume()),
+                    });
+                    return Ok(Flow::Continue);
+                }
+                SessionState::Idle => {
+                    let _ = reply.send(Err(nothing_to_resume()));
+                    return Ok(Flow::Continue);
+                }
+                _ => {}
+            }
+        }
+
+        let now = model::now();
+        let run_id = model::new_id();
+        let mut batch = Batch::new(self.id);
+        let run = RunRecord {
+            id: run_id,
+            session_id: self.id,
+            kind: request.kind,
+            status: RunStatus::Running,
+            input: request.input.clone(),
+            text: None,
+            finish_reason: None,
+            usage: Usage::default(),
+            steps: 0,
+            error: None,
+            start_seq: core.next_seq,
+            created_at: now,
+            finished_at: None,
+        };
+        batch.event(
+            core,
+            EventKind::AgentStarted {
+                run_id,
+                kind: request.kind,
+            },
+        );
+        core.record.last_run_id = Some(run_id);
+        batch.state(core, SessionState::Running, None);
+        if let Some(input) = &request.input {
+            // Earlier calls left without a result get one, so providers accept the history.
+            for call in context::dangling_tool_calls(&core.history) {
+                batch.message(core, Message::tool_result(call.id, context::NOT_RUN_RESULT));
+            }
+            let message = batch.message(core, Message::new(Role::User, input.clone()));
+            batch.event(core, EventKind::UserMessage { message });
+        }
+        batch.ops.push(WriteOp::UpsertRun(run.clone()));
+        if let Err(error) = self.commit(batch).await {
+            let _ = reply.send(Err(SessionError::Store(error)));
+            return Err(StoreError::Poisoned);
+        }
+        let (result_tx, result_rx) = oneshot::channel();
+        let _ = reply.send(Ok(RunStarted::Started {
+            run: run.clone(),
+            result: result_rx,
+        }));
+        self.drive(run, result_tx, inbox).await
+    }
+
+    /// Runs the loop while still answering the mailbox: cancel reaches the run, other runs are
+    /// refused.
+    async fn drive(
+        &mut self,
+        mut run: RunRecord,
+        result_tx: oneshot::Sender<RunResult>,
+        inbox: &mut mpsc::Receiver<Command>,
+    ) -> Result<Flow, StoreError> {
+        let cancel = self.ctx.shutdown.child_token();
+        let Some(core) = self.core.as_mut() else {
+            return Ok(Flow::Continue);
+        };
+        let mut journal = RunJournal {
+            id: self.id,
+            run_id: run.id,
+            core,
+            ctx: &self.ctx,
+            slot: &self.slot,
+            batch: Batch::new(self.id),
+        };
+        let outcome = {
+            let turn = run_turn(&mut journal, &self.ctx.deps, &self.ctx.settings, &cancel);
+            tokio::pin!(turn);
+            loop {
+                tokio::select! {
+                    outcome = &mut turn => break outcome,
+                    Some(command) = inbox.recv() => busy(command, &cancel, run.id, SessionState::Running),
+                }
+            }
+        };
+        let mut batch = std::mem::replace(&mut journal.batch, Batch::new(self.id));
+        let core = journal.core;
+        let shutting_down = self.ctx.shutdown.is_cancelled();
+        let (state, terminal) = match outcome {
+            Ok(TurnOutcome {
+                text,
+                finish_reason,
+                usage,
+                steps,
+            }) => {
+                run.usage = usage;
+                run.steps = steps;
+                run.text = Some(text.clone());
+                run.finish_reason = Some(finish_reason.clone());
+                if finish_reason == "max_steps" {
+                    run.status = RunStatus::Failed;
+                    run.error = Some("max_steps reached".to_string());
+                    (
+                        SessionState::Failed,
+                        EventKind::AgentFinished {
+                            run_id: run.id,
+                            text,
+                            finish_reason,
+                            usage,
+                        },
+                    )
+                } else {
+                    run.status = RunStatus::Completed;
+                    (
+                        SessionState::Completed,
+                        EventKind::AgentFinished {
+                            run_id: run.id,
+                            text,
+                            finish_reason,
+                            usage,
+                        },
+                    )
+                }
+            }
+            Err(AgentError::Cancelled { usage, steps }) if shutting_down => {
+                // Stopping the server interrupts the run like a crash would, but cleanly: it
+                // stays resumable.
+                run.usage = usage;
+                run.steps = steps;
+                run.status = RunStatus::Failed;
+                run.error = Some(INTERRUPTED.to_string());
+                (
+                    SessionState::Failed,
+                    EventKind::AgentFailed {
+                        run_id: run.id,
+                        error: INTERRUPTED.to_string(),
+                    },
+                )
+            }
+            Err(AgentError::Cancelled { usage, steps }) => {
+                run.usage = usage;
+                run.steps = steps;
+                run.status = RunStatus::Cancelled;
+                (
+                    SessionState::Cancelled,
+                    EventKind::AgentCancelled { run_id: run.id },
+                )
+            }
+            Err(AgentError::Model {
+                error,
+                usage,
+                steps,
+            }) => {
+                run.usage = usage;
+                run.steps = steps;
+                run.status = RunStatus::Failed;
+                run.error = Some(error.to_string());
+                (
+                    SessionState::Failed,
+                    EventKind::AgentFailed {
+                        run_id: run.id,
+                        error: error.to_string(),
+                    },
+                )
+            }
+            Err(AgentError::Journal(error)) => {
+                // The store failed: what was queued is void. This actor stops; its successor
+                // reloads the session and records the run as interrupted.
+                tracing::error!(session_id = %self.id, %error, "run stopped by a storage failure");
+                drop(result_tx);
+                return Err(StoreError::Poisoned);
+            }
+        };
+        run.finished_at = Some(model::now());
+        let error = run.error.clone();
+        batch.checkpoint(core, run.id, None);
+        batch.state(
+            core,
+            state,
+            if state == SessionState::Failed {
+                error
+            } else {
+                None
+            },
+        );
+        batch.event(core, terminal);
+        batch.ops.push(WriteOp::UpsertRun(run.clone()));
+        let result = RunResult::from(&run);
+        core.last_result = Some(result.clone());
+        let committed = commit(&self.ctx, &self.slot, batch).await;
+        let _ = result_tx.send(result);
+        committed.map(|()| Flow::Continue)
+    }
+
+    async fn commit(&self, batch: Batch) -> Result<(), StoreError> {
+        commit(&self.ctx, &self.slot, batch).await
+    }
+}
+
+/// Answers a command that arrives while a run is active.
+fn busy(command: Command, cancel: &CancellationToken, run_id: Uuid, state: SessionState) {
+    match command {
+        Command::Ping { reply } => {
+            let _ = reply.send(Ok(()));
+        }
+        Command::Cancel { reply } => {
+            let already = cancel.is_cancelled();
+            cancel.cancel();
+            let _ = reply.send(Ok(CancelOutcome {
+                cancelled: !already,
+                run_id: Some(run_id),
+                state,
+            }));
+        }
+        Command::Run { reply, .. } => {
+            let _ = reply.send(Err(SessionError::Conflict {
+                kind: "run-active",
+                detail: format!("run {run_id} is still active; cancel it or wait for it to end"),
+            }));
+        }
+        Command::Delete { reply } => {
+            let _ = reply.send(Err(SessionError::Conflict {
+                kind: "run-active",
+                detail: format!("run {run_id} is active; cancel it before deleting the session"),
+            }));
+        }
+    }
+}
+
+fn nothing_to_resume() -> SessionError {
+    SessionError::Conflict {
+        kind: "nothing-to-resume",
+        detail: "the session has no run to resume".to_string(),
+    }
+}
+
+enum Flow {
+    Continue,
+    Deleted,
+}
+
+impl Command {
+    fn fail(self, error: SessionError) {
+        match self {
+            Command::Ping { reply } => drop(reply.send(Err(error))),
+            Command::Run { reply, .. } => drop(reply.send(Err(error))),
+            Command::Cancel { reply } => drop(reply.send(Err(error))),
+            Command::Delete { reply } => drop(reply.send(Err(error))),
+        }
+    }
+
+    fn retired(self) {
+        self.fail(SessionError::Retired);
+    }
+}
+
+/// Ops and events being gathered for one commit.
+struct Batch {
+    session_id: Uuid,
+    ops: Vec<WriteOp>,
+}
+
+impl Batch {
+    fn new(session_id: Uuid) -> Batch {
+        Batch {
+            session_id,
+            ops: Vec::new(),
+        }
+    }
+
+    fn with(mut self, op: WriteOp) -> Batch {
+        self.ops.push(op);
+        self
+    }
+
+    fn event(&mut self, core: &mut Core, kind: EventKind) {
+        let event = new_event(self.session_id, core.next_seq, kind);
+        core.next_seq += 1;
+        core.record.last_seq = event.seq;
+        self.ops.push(WriteOp::InsertEvent(event));
+    }
+
+    /// Appends a message to the history; returns it with its index.
+    fn message(&mut self, core: &mut Core, mut message: Message) -> Message {
+        message.index = core.history.len() as i64;
+        core.history.push(message.clone());
+        core.record.message_count = core.history.len() as i64;
+        self.ops.push(WriteOp::InsertMessage {
+            session_id: self.session_id,
+            message: message.clone(),
+        });
+        message
+    }
+
+    /// Changes the session's state (with its `session.state` event) and writes the row.
+    fn state(&mut self, core: &mut Core, to: SessionState, error: Option<String>) {
+        let from = core.record.state;
+        core.record.state = to;
+        core.record.error = error;
+        core.record.updated_at = model::now();
+        if from != to {
+            self.event(core, EventKind::StateChanged { from, to });
+        }
+        self.ops.push(WriteOp::UpdateSession(core.record.clone()));
+    }
+
+    fn checkpoint(&mut self, core: &mut Core, run_id: Uuid, step_id: Option<Uuid>) {
+        let checkpoint_id = model::new_id();
+        self.event(
+            core,
+            EventKind::Checkpoint {
+                checkpoint_id,
+                step_id,
+            },
+        );
+        self.ops.push(WriteOp::InsertCheckpoint(Checkpoint {
+            id: checkpoint_id,
+            session_id: self.session_id,
+            run_id,
+            step_id,
+            message_count: core.history.len() as i64,
+            seq: core.record.last_seq,
+            created_at: model::now(),
+        }));
+    }
+}
+
+/// Commits a batch and waits until it is durable (its events are then published).
+async fn commit(ctx: &SessionContext, slot: &Slot, batch: Batch) -> Result<(), StoreError> {
+    if batch.ops.is_empty() {
+        return Ok(());
+    }
+    ctx.writer
+        .commit(
+            (batch.session_id, slot.generation),
+            batch.ops,
+            Some(slot.events.clone()),
+        )
+        .await
+}
+
+/// The actor's side of the agent loop: turns what the loop reports into rows and events.
+struct RunJournal<'a> {
+    id: Uuid,
+    run_id: Uuid,
+    core: &'a mut Core,
+    ctx: &'a SessionContext,
+    slot: &'a Slot,
+    batch: Batch,
+}
+
+impl RunJournal<'_> {
+    /// Commits what is gathered and waits for it to be durable.
+    async fn flush(&mut self) -> Result<(), JournalError> {
+        let batch = std::mem::replace(&mut self.batch, Batch::new(self.id));
+        commit(self.ctx, self.slot, batch)
+            .await
+            .map_err(|e| JournalError(e.to_string()))
+    }
+
+    /// Queues what is gathered without waiting (deltas): order is kept by the writer, and a
+    /// failure shows at the next flush.
+    async fn queue(&mut self) -> Result<(), JournalError> {
+        let batch = std::mem::replace(&mut self.batch, Batch::new(self.id));
+        self.ctx
+            .writer
+            .submit(Commit {
+                origin: (self.id, self.slot.generation),
+                ops: batch.ops,
+                publish: Some(self.slot.events.clone()),
+                ack: None,
+            })
+            .await
+            .map_err(|e| JournalError(e.to_string()))
+    }
+
+    fn step(&self, id: Uuid, kind: StepKind, status: StepStatus, request: Value) -> StepRecord {
+        StepRecord {
+            id,
+            session_id: self.id,
+            run_id: self.run_id,
+            kind,
+            status,
+            request,
+            response: None,
+            usage: None,
+            error: None,
+            created_at: model::now(),
+            finished_at: None,
+        }
+    }
+}
+
+#[async_trait]
+impl Journal for RunJournal<'_> {
+    fn history(&self) -> &[Message] {
+        &self.core.history
+    }
+
+    async fn llm_started(&mut self, request: Value) -> Result<Uuid, JournalError> {
+        let step_id = model::new_id();
+        let step = self.step(step_id, StepKind::Llm, StepStatus::Streaming, request);
+        self.batch.ops.push(WriteOp::UpsertStep(step));
+        self.batch
+            .event(self.core, EventKind::LlmStarted { step_id });
+        self.queue().await?;
+        Ok(step_id)
+    }
+
+    async fn llm_delta(&mut self, step_id: Uuid, text: String) -> Result<(), JournalError> {
+        self.batch
+            .event(self.core, EventKind::AssistantStream { step_id, text });
+        self.queue().await
+    }
+
+    async fn llm_retry(
+        &mut self,
+        step_id: Uuid,
+        attempt: u32,
+        error: String,
+    ) -> Result<(), JournalError> {
+        self.batch.event(
+            self.core,
+            EventKind::LlmRetry {
+                step_id,
+                attempt,
+                error,
+            },
+        );
+        self.queue().await
+    }
+
+    async fn llm_completed(
+        &mut self,
+        step_id: Uuid,
+        message: Message,
+        finish_reason: String,
+        usage: Usage,
+    ) -> Result<(), JournalError> {
+        let message = self.batch.message(self.core, message);
+        let mut step = self.step(step_id, StepKind::Llm, StepStatus::Completed, Value::Null);
+        step.response = Some(json!({ "message": message, "finish_reason": finish_reason }));
+        step.usage = Some(usage);
+        step.finished_at = Some(model::now());
+        self.batch.ops.push(WriteOp::UpsertStep(step));
+        self.core.record.usage.add(usage);
+        self.core.record.updated_at = model::now();
+        self.batch
+            .ops
+            .push(WriteOp::UpdateSession(self.core.record.clone()));
+        self.batch.event(
+            self.core,
+            EventKind::LlmCompleted {
+                step_id,
+                message,
+                finish_reason,
+                usage,
+            },
+        );
+        self.batch.checkpoint(self.core, self.run_id, Some(step_id));
+        self.flush().await
+    }
+
+    async fn llm_failed(&mut self, step_id: Uuid, error: String) -> Result<(), JournalError> {
+        let mut step = self.step(step_id, StepKind::Llm, StepStatus::Failed, Value::Null);
+        step.error = Some(error.clone());
+        step.finished_at = Some(model::now());
+        self.batch.ops.push(WriteOp::UpsertStep(step));
+        self.batch
+            .event(self.core, EventKind::LlmFailed { step_id, error });
+        self.flush().await
+    }
+
+    async fn context_trimmed(
+        &mut self,
+        step_id: Uuid,
+        stats: &TrimStats,
+    ) -> Result<(), JournalError> {
+        self.batch.event(
+            self.core,
+            EventKind::ContextTrimmed {
+                step_id,
+                budget: stats.budget as u64,
+                chars: model::CharsBeforeAfter {
+                    before: stats.chars_before as u64,
+                    after: stats.chars_after as u64,
+                },
+                dropped_turns: stats.dropped_turns as u64,
+                elided_tool_results: stats.elided_tool_results as u64,
+            },
+        );
+        self.queue().await
+    }
+
+    async fn tool_started(&mut self, call: &ToolCall) -> Result<Uuid, JournalError> {
+        let step_id = model::new_id();
+        let request = serde_json::to_value(call).unwrap_or(Value::Null);
+        let step = self.step(step_id, StepKind::Tool, StepStatus::Running, request);
+        self.batch.ops.push(WriteOp::UpsertStep(step));
+        self.batch.state(self.core, SessionState::WaitingTool, None);
+        self.batch.event(
+            self.core,
+            EventKind::ToolStarted {
+                step_id,
+                call: call.clone(),
+            },
+        );
+        // Durable before the tool runs: a crash mid-tool shows the call as started.
+        self.flush().await?;
+        Ok(step_id)
+    }
+
+    async fn tool_finished(
+        &mut self,
+        step_id: Uuid,
+        call: &ToolCall,
+        output: &ToolOutput,
+    ) -> Result<(), JournalError> {
+        self.batch
+            .message(self.core, Message::tool_result(&call.id, &output.output));
+        let mut step = self.step(
+            step_id,
+            StepKind::Tool,
+            if output.is_error {
+                StepStatus::Failed
+            } else {
+                StepStatus::Completed
+            },
+            serde_json::to_value(call).unwrap_or(Value::Null),
+        );
+        step.response = Some(json!({ "output": output.output, "is_error": output.is_error }));
+        step.finished_at = Some(model::now());
+        self.batch.ops.push(WriteOp::UpsertStep(step));
+        self.batch.event(
+            self.core,
+            EventKind::ToolFinished {
+                step_id,
+                call_id: call.id.clone(),
+                output: output.output.clone(),
+                is_error: output.is_error,
+            },
+        );
+        self.batch.state(self.core, SessionState::Running, None);
+        self.batch.checkpoint(self.core, self.run_id, Some(step_id));
+        self.flush().await
+    }
+}
