@@ -6,6 +6,7 @@
 //! records everything through a [`Journal`], which the session actor implements, so this module
 //! never depends on sessions or storage.
 
+pub mod compaction;
 pub mod context;
 mod turn;
 

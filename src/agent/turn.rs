@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use super::compaction::{self, CompactError, Summary};
 use super::context::{self, TrimStats};
 use crate::llm::{LlmError, ModelClient, ModelRequest, Purpose, StreamItem};
 use crate::model::{Message, Role, ToolCall, Usage};
@@ -65,6 +66,12 @@ pub trait Journal: Send {
         step_id: Uuid,
         stats: &TrimStats,
     ) -> Result<(), JournalError>;
+    /// Appends the user's input for this turn (after any auto-compaction).
+    async fn user_message(&mut self, input: String) -> Result<(), JournalError>;
+    /// Appends a compaction summary and announces it.
+    async fn summary_appended(&mut self, summary: Summary, auto: bool) -> Result<(), JournalError>;
+    /// A compaction failed; the turn goes on with trimming.
+    async fn compact_failed(&mut self, error: String) -> Result<(), JournalError>;
     /// A tool call begins (recorded before it runs).
     async fn tool_started(&mut self, call: &ToolCall) -> Result<Uuid, JournalError>;
     /// The tool is done: appends its result message and checkpoints.
@@ -100,17 +107,26 @@ pub enum AgentError {
     Journal(#[from] JournalError),
 }
 
-/// Runs the loop until the model answers without tool calls. Tool calls of the current turn
-/// that have no result yet (an interrupted turn being resumed) are run first.
+/// Runs the loop until the model answers without tool calls. With `input` (a new turn), the
+/// user message is appended first, after compacting the earlier turns when the turn's first
+/// request would be over budget. Tool calls of the current turn that have no result yet (an
+/// interrupted turn being resumed) are run before the next model call.
 pub async fn run_turn(
     journal: &mut dyn Journal,
     deps: &AgentDeps,
     settings: &AgentSettings,
+    input: Option<String>,
     cancel: &CancellationToken,
 ) -> Result<TurnOutcome, AgentError> {
     let mut usage = Usage::default();
     let mut steps: i64 = 0;
     let mut last_text = String::new();
+    if let Some(input) = input {
+        if let Some(budget) = settings.context_chars {
+            auto_compact(journal, deps, settings, &input, budget, cancel, &mut usage).await?;
+        }
+        journal.user_message(input).await?;
+    }
     loop {
         for call in pending_calls(journal.history()) {
             if cancel.is_cancelled() {
@@ -215,6 +231,38 @@ pub async fn run_turn(
             });
         }
     }
+}
+
+/// Compacts the earlier turns when the turn's first request would exceed the budget: one
+/// attempt; on failure the turn goes on and trimming does the rest.
+async fn auto_compact(
+    journal: &mut dyn Journal,
+    deps: &AgentDeps,
+    settings: &AgentSettings,
+    input: &str,
+    budget: usize,
+    cancel: &CancellationToken,
+    usage: &mut Usage,
+) -> Result<(), AgentError> {
+    let history = journal.history();
+    if compaction::compactable_turns(history) == 0 {
+        return Ok(());
+    }
+    let mut next = history.to_vec();
+    next.push(Message::new(Role::User, input));
+    let (messages, _) = context::prepare_context(&next, &settings.system_prompt, None);
+    if context::context_chars(&messages) <= budget {
+        return Ok(());
+    }
+    match compaction::summarize(deps, history, cancel).await {
+        Ok(summary) => {
+            usage.add(summary.usage);
+            journal.summary_appended(summary, true).await?;
+        }
+        Err(CompactError::Cancelled) => return Err(AgentError::Cancelled { usage: *usage, steps: 0 }),
+        Err(CompactError::Model(error)) => journal.compact_failed(error.to_string()).await?,
+    }
+    Ok(())
 }
 
 /// Tool calls of the current turn (after the last user message) that have no result yet.

@@ -64,6 +64,9 @@ impl From<SessionError> for Problem {
                 Problem::new(StatusCode::CONFLICT, kind, detail)
             }
             SessionError::BadInput(detail) => Problem::bad_request(detail),
+            SessionError::Upstream(detail) => {
+                Problem::new(StatusCode::BAD_GATEWAY, "model-failed", detail)
+            }
             SessionError::ShuttingDown | SessionError::Retired => Problem::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "unavailable",

@@ -23,6 +23,7 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/sessions/{id}/runs/{run_id}", get(show))
         .route("/v1/sessions/{id}/resume", post(resume))
         .route("/v1/sessions/{id}/cancel", post(cancel))
+        .route("/v1/sessions/{id}/compact", post(compact))
 }
 
 /// The longest input a run accepts, in characters.
@@ -179,6 +180,19 @@ async fn cancel(
     let id = parse_id(&id, "session")?;
     let outcome = state.sessions.cancel(id).await?;
     Ok(Json(outcome).into_response())
+}
+
+/// Manual compaction: `200 {turns, chars}`, or `204` when there is nothing to compact.
+async fn compact(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    OptionalJson(_): OptionalJson<EmptyBody>,
+) -> Result<Response, Problem> {
+    let id = parse_id(&id, "session")?;
+    match state.sessions.compact(id).await? {
+        Some(compacted) => Ok(Json(compacted).into_response()),
+        None => Ok(StatusCode::NO_CONTENT.into_response()),
+    }
 }
 
 #[derive(Debug, Deserialize)]

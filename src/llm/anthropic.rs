@@ -164,8 +164,11 @@ fn tool_result(m: &Message) -> Value {
     let mut block = json!({
         "type": "tool_result",
         "tool_use_id": m.tool_call_id.clone().unwrap_or_default(),
-        "content": m.content,
     });
+    // `content` is optional; an empty one is left out rather than sent as an empty text.
+    if !m.content.is_empty() {
+        block["content"] = Value::String(m.content.clone());
+    }
     if is_tool_error(&m.content) {
         block["is_error"] = Value::Bool(true);
     }

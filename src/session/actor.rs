@@ -15,6 +15,7 @@ use super::registry::{
     new_event, CancelOutcome, RunRequest, RunStarted, SessionContext, Sessions, Slot,
 };
 use super::SessionError;
+use crate::agent::compaction::{self, CompactError, Summary};
 use crate::agent::context::{self, TrimStats};
 use crate::agent::{run_turn, AgentError, Journal, JournalError, TurnOutcome};
 use crate::model::{
@@ -42,6 +43,17 @@ pub(super) enum Command {
     Delete {
         reply: Reply<()>,
     },
+    /// Summarises all turns so far; `None` when there is nothing to compact.
+    Compact {
+        reply: Reply<Option<Compacted>>,
+    },
+}
+
+/// What a manual compaction did.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct Compacted {
+    pub turns: u64,
+    pub chars: u64,
 }
 
 /// How long an actor with nothing to do and nobody watching stays in memory.
@@ -63,6 +75,8 @@ struct Core {
     next_seq: i64,
     history: Vec<Message>,
     last_result: Option<RunResult>,
+    /// The newest run, for resume.
+    last_run: Option<RunRecord>,
 }
 
 impl SessionActor {
@@ -119,18 +133,16 @@ impl SessionActor {
                 return Ok(None);
             };
             let history = store.messages(self.id, -1, i64::MAX).await?;
-            let last_result = match record.last_run_id {
-                Some(run_id) => store
-                    .run(self.id, run_id)
-                    .await?
-                    .map(|r| RunResult::from(&r)),
+            let last_run = match record.last_run_id {
+                Some(run_id) => store.run(self.id, run_id).await?,
                 None => None,
             };
             let mut core = Core {
                 next_seq: record.last_seq + 1,
                 record,
                 history,
-                last_result,
+                last_result: last_run.as_ref().map(RunResult::from),
+                last_run,
             };
             if core.record.state.is_active() {
                 self.recover_interrupted(&mut core).await?;
@@ -142,22 +154,21 @@ impl SessionActor {
 
     async fn recover_interrupted(&self, core: &mut Core) -> Result<(), StoreError> {
         let mut batch = Batch::new(self.id);
-        if let Some(run_id) = core.record.last_run_id {
-            if let Some(mut run) = self.ctx.store.run(self.id, run_id).await? {
-                if run.status == RunStatus::Running {
-                    run.status = RunStatus::Failed;
-                    run.error = Some(INTERRUPTED.to_string());
-                    run.finished_at = Some(model::now());
-                    core.last_result = Some(RunResult::from(&run));
-                    batch.ops.push(WriteOp::UpsertRun(run));
-                    batch.event(
-                        core,
-                        EventKind::AgentFailed {
-                            run_id,
-                            error: INTERRUPTED.to_string(),
-                        },
-                    );
-                }
+        if let Some(run) = core.last_run.as_mut() {
+            if run.status == RunStatus::Running {
+                run.status = RunStatus::Failed;
+                run.error = Some(INTERRUPTED.to_string());
+                run.finished_at = Some(model::now());
+                core.last_result = Some(RunResult::from(&*run));
+                let run_id = run.id;
+                batch.ops.push(WriteOp::UpsertRun(run.clone()));
+                batch.event(
+                    core,
+                    EventKind::AgentFailed {
+                        run_id,
+                        error: INTERRUPTED.to_string(),
+                    },
+                );
             }
         }
         batch.state(core, SessionState::Failed, Some(INTERRUPTED.to_string()));
@@ -207,6 +218,7 @@ impl SessionActor {
                 }
             }
             Command::Run { request, reply } => return self.start_run(request, reply, inbox).await,
+            Command::Compact { reply } => return self.compact(reply, inbox).await,
         }
         Ok(Flow::Continue)
     }
@@ -266,15 +278,24 @@ impl SessionActor {
         );
         core.record.last_run_id = Some(run_id);
         batch.state(core, SessionState::Running, None);
-        if let Some(input) = &request.input {
+        let mut input = request.input.clone();
+        if input.is_some() {
             // Earlier calls left without a result get one, so providers accept the history.
             for call in context::dangling_tool_calls(&core.history) {
                 batch.message(core, Message::tool_result(call.id, context::NOT_RUN_RESULT));
             }
-            let message = batch.message(core, Message::new(Role::User, input.clone()));
-            batch.event(core, EventKind::UserMessage { message });
+        } else if let Some(previous) = core.last_run.as_ref() {
+            // A run interrupted before its input was appended: the resume appends it.
+            let appended = core
+                .history
+                .iter()
+                .any(|m| m.role == Role::User && m.created_at >= previous.created_at);
+            if previous.kind == RunKind::Run && !appended {
+                input = previous.input.clone();
+            }
         }
         batch.ops.push(WriteOp::UpsertRun(run.clone()));
+        core.last_run = Some(run.clone());
         if let Err(error) = self.commit(batch).await {
             let _ = reply.send(Err(SessionError::Store(error)));
             return Err(StoreError::Poisoned);
@@ -284,7 +305,7 @@ impl SessionActor {
             run: run.clone(),
             result: result_rx,
         }));
-        self.drive(run, result_tx, inbox).await
+        self.drive(run, input, result_tx, inbox).await
     }
 
     /// Runs the loop while still answering the mailbox: cancel reaches the run, other runs are
@@ -292,6 +313,7 @@ impl SessionActor {
     async fn drive(
         &mut self,
         mut run: RunRecord,
+        input: Option<String>,
         result_tx: oneshot::Sender<RunResult>,
         inbox: &mut mpsc::Receiver<Command>,
     ) -> Result<Flow, StoreError> {
@@ -299,6 +321,12 @@ impl SessionActor {
         let Some(core) = self.core.as_mut() else {
             return Ok(Flow::Continue);
         };
+        // The current configuration wins (seed v0.22), except for a prompt the session was
+        // created with on purpose.
+        let mut settings = self.ctx.settings.clone();
+        if let Some(prompt) = &core.record.system_prompt {
+            settings.system_prompt = prompt.clone();
+        }
         let mut journal = RunJournal {
             id: self.id,
             run_id: run.id,
@@ -308,12 +336,12 @@ impl SessionActor {
             batch: Batch::new(self.id),
         };
         let outcome = {
-            let turn = run_turn(&mut journal, &self.ctx.deps, &self.ctx.settings, &cancel);
+            let turn = run_turn(&mut journal, &self.ctx.deps, &settings, input, &cancel);
             tokio::pin!(turn);
             loop {
                 tokio::select! {
                     outcome = &mut turn => break outcome,
-                    Some(command) = inbox.recv() => busy(command, &cancel, run.id, SessionState::Running),
+                    Some(command) = inbox.recv() => busy(command, &cancel, Activity::Run(run.id)),
                 }
             }
         };
@@ -421,9 +449,69 @@ impl SessionActor {
         batch.ops.push(WriteOp::UpsertRun(run.clone()));
         let result = RunResult::from(&run);
         core.last_result = Some(result.clone());
+        core.last_run = Some(run);
         let committed = commit(&self.ctx, &self.slot, batch).await;
         let _ = result_tx.send(result);
         committed.map(|()| Flow::Continue)
+    }
+
+    /// Manual compaction: summarises every turn since the last summary and appends the
+    /// summary at the end of the history. Cancel aborts it and nothing is written.
+    async fn compact(
+        &mut self,
+        reply: Reply<Option<Compacted>>,
+        inbox: &mut mpsc::Receiver<Command>,
+    ) -> Result<Flow, StoreError> {
+        let Some(core) = self.core.as_mut() else {
+            let _ = reply.send(Err(SessionError::NotFound));
+            return Ok(Flow::Continue);
+        };
+        if compaction::compactable_turns(&core.history) == 0 {
+            let _ = reply.send(Ok(None));
+            return Ok(Flow::Continue);
+        }
+        let cancel = self.ctx.shutdown.child_token();
+        let outcome = {
+            let summary = compaction::summarize(&self.ctx.deps, &core.history, &cancel);
+            tokio::pin!(summary);
+            loop {
+                tokio::select! {
+                    outcome = &mut summary => break outcome,
+                    Some(command) = inbox.recv() => busy(command, &cancel, Activity::Compaction),
+                }
+            }
+        };
+        let mut batch = Batch::new(self.id);
+        let answer = match outcome {
+            Ok(summary) => {
+                append_summary(&mut batch, core, &summary, false);
+                Ok(Some(Compacted {
+                    turns: summary.turns,
+                    chars: summary.chars,
+                }))
+            }
+            Err(CompactError::Cancelled) => Err(SessionError::Conflict {
+                kind: "compaction-cancelled",
+                detail: "the compaction was cancelled; nothing was written".to_string(),
+            }),
+            Err(CompactError::Model(error)) => {
+                let session_id = self.id;
+                batch.event(
+                    core,
+                    EventKind::ContextCompactFailed {
+                        session_id,
+                        error: error.to_string(),
+                    },
+                );
+                Err(SessionError::Upstream(error.to_string()))
+            }
+        };
+        let committed = commit(&self.ctx, &self.slot, batch).await;
+        let _ = reply.send(match committed {
+            Ok(()) => answer,
+            Err(error) => Err(SessionError::Store(error)),
+        });
+        Ok(Flow::Continue)
     }
 
     async fn commit(&self, batch: Batch) -> Result<(), StoreError> {
@@ -432,7 +520,22 @@ impl SessionActor {
 }
 
 /// Answers a command that arrives while a run is active.
-fn busy(command: Command, cancel: &CancellationToken, run_id: Uuid, state: SessionState) {
+/// Answers a command that arrives while a run or a compaction is active: cancel reaches it,
+/// everything that would change the session is refused.
+fn busy(command: Command, cancel: &CancellationToken, activity: Activity) {
+    let conflict = |what: &str| {
+        let (kind, detail) = match activity {
+            Activity::Run(run_id) => (
+                "run-active",
+                format!("run {run_id} is active; cancel it or wait for it to end before you {what}"),
+            ),
+            Activity::Compaction => (
+                "compaction-active",
+                format!("a compaction is in progress; wait for it or cancel it before you {what}"),
+            ),
+        };
+        SessionError::Conflict { kind, detail }
+    };
     match command {
         Command::Ping { reply } => {
             let _ = reply.send(Ok(()));
@@ -442,23 +545,23 @@ fn busy(command: Command, cancel: &CancellationToken, run_id: Uuid, state: Sessi
             cancel.cancel();
             let _ = reply.send(Ok(CancelOutcome {
                 cancelled: !already,
-                run_id: Some(run_id),
-                state,
+                run_id: match activity {
+                    Activity::Run(run_id) => Some(run_id),
+                    Activity::Compaction => None,
+                },
+                state: SessionState::Running,
             }));
         }
-        Command::Run { reply, .. } => {
-            let _ = reply.send(Err(SessionError::Conflict {
-                kind: "run-active",
-                detail: format!("run {run_id} is still active; cancel it or wait for it to end"),
-            }));
-        }
-        Command::Delete { reply } => {
-            let _ = reply.send(Err(SessionError::Conflict {
-                kind: "run-active",
-                detail: format!("run {run_id} is active; cancel it before deleting the session"),
-            }));
-        }
+        Command::Run { reply, .. } => drop(reply.send(Err(conflict("start another run")))),
+        Command::Delete { reply } => drop(reply.send(Err(conflict("delete the session")))),
+        Command::Compact { reply } => drop(reply.send(Err(conflict("compact")))),
     }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Activity {
+    Run(Uuid),
+    Compaction,
 }
 
 fn nothing_to_resume() -> SessionError {
@@ -480,6 +583,7 @@ impl Command {
             Command::Run { reply, .. } => drop(reply.send(Err(error))),
             Command::Cancel { reply } => drop(reply.send(Err(error))),
             Command::Delete { reply } => drop(reply.send(Err(error))),
+            Command::Compact { reply } => drop(reply.send(Err(error))),
         }
     }
 
@@ -557,6 +661,25 @@ impl Batch {
             created_at: model::now(),
         }));
     }
+}
+
+/// Appends a compaction summary to the history with its event; its usage counts for the
+/// session.
+fn append_summary(batch: &mut Batch, core: &mut Core, summary: &Summary, auto: bool) {
+    batch.message(core, Message::new(Role::System, summary.content.clone()));
+    core.record.usage.add(summary.usage);
+    core.record.updated_at = model::now();
+    batch.ops.push(WriteOp::UpdateSession(core.record.clone()));
+    let session_id = batch.session_id;
+    batch.event(
+        core,
+        EventKind::ContextCompacted {
+            session_id,
+            turns: summary.turns,
+            chars: summary.chars,
+            auto,
+        },
+    );
 }
 
 /// Commits a batch and waits until it is durable (its events are then published).
@@ -724,6 +847,24 @@ impl Journal for RunJournal<'_> {
             },
         );
         self.queue().await
+    }
+
+    async fn user_message(&mut self, input: String) -> Result<(), JournalError> {
+        let message = self.batch.message(self.core, Message::new(Role::User, input));
+        self.batch.event(self.core, EventKind::UserMessage { message });
+        self.flush().await
+    }
+
+    async fn summary_appended(&mut self, summary: Summary, auto: bool) -> Result<(), JournalError> {
+        append_summary(&mut self.batch, self.core, &summary, auto);
+        self.flush().await
+    }
+
+    async fn compact_failed(&mut self, error: String) -> Result<(), JournalError> {
+        let session_id = self.id;
+        self.batch
+            .event(self.core, EventKind::ContextCompactFailed { session_id, error });
+        self.flush().await
     }
 
     async fn tool_started(&mut self, call: &ToolCall) -> Result<Uuid, JournalError> {

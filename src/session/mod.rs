@@ -9,6 +9,7 @@ mod actor;
 mod registry;
 mod stream;
 
+pub use actor::Compacted;
 pub use registry::{CancelOutcome, NewSession, RunRequest, RunStarted, SessionContext, Sessions};
 pub use stream::EventStream;
 
@@ -23,6 +24,9 @@ pub enum SessionError {
     Conflict { kind: &'static str, detail: String },
     #[error("{0}")]
     BadInput(String),
+    /// The model provider failed (a compaction's summary request).
+    #[error("{0}")]
+    Upstream(String),
     /// The actor stopped before handling the request; the request goes to its successor.
     #[error("the session's actor stopped")]
     Retired,

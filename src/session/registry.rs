@@ -250,6 +250,11 @@ impl Sessions {
         self.send(id, |reply| Command::Cancel { reply }).await
     }
 
+    /// Manual compaction; `None` when there is nothing to compact.
+    pub async fn compact(&self, id: Uuid) -> Result<Option<super::Compacted>, SessionError> {
+        self.send(id, |reply| Command::Compact { reply }).await
+    }
+
     pub async fn delete(&self, id: Uuid) -> Result<(), SessionError> {
         self.send(id, |reply| Command::Delete { reply }).await
     }
