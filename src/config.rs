@@ -96,6 +96,30 @@ pub struct ServeConfig {
     #[arg(long, env = "TAH_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
     pub max_body_bytes: usize,
 
+    /// API token clients must send as `Authorization: Bearer <token>` on every /v1 route
+    /// (repeatable; the env var takes a comma-separated list). None: no authentication.
+    #[arg(long = "api-token", env = "TAH_API_TOKENS", value_delimiter = ',', hide_env_values = true)]
+    pub api_tokens: Vec<String>,
+
+    /// Allow listening on a non-loopback address without API tokens.
+    #[arg(long, env = "TAH_ALLOW_UNAUTHENTICATED")]
+    pub allow_unauthenticated: bool,
+
+    /// Origin allowed to call the API from a browser (repeatable; the env var takes a
+    /// comma-separated list). None: no cross-origin access.
+    #[arg(long = "cors-origin", env = "TAH_CORS_ORIGINS", value_delimiter = ',')]
+    pub cors_origins: Vec<String>,
+
+    /// Runs (turns, resumes, compactions excluded) in progress at once in this process;
+    /// further run requests get 429 with Retry-After.
+    #[arg(long, env = "TAH_MAX_CONCURRENT_RUNS", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_concurrent_runs: u32,
+
+    /// Time limit for ordinary requests, in seconds (never applied to SSE streams or
+    /// `?wait=true` runs).
+    #[arg(long, env = "TAH_REQUEST_TIMEOUT_SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    pub request_timeout_secs: u64,
+
     /// Log format.
     #[arg(long, env = "TAH_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,
@@ -115,6 +139,28 @@ impl ServeConfig {
         } else {
             Provider::Mock
         }
+    }
+
+    /// Checks what clap cannot: exposure without tokens, token and origin syntax.
+    pub fn validate(&self) -> Result<(), String> {
+        let tokens: Vec<&String> = self.api_tokens.iter().filter(|t| !t.is_empty()).collect();
+        if tokens.is_empty() && !self.listen.ip().is_loopback() && !self.allow_unauthenticated {
+            return Err(format!(
+                "refusing to listen on {} without API tokens: set --api-token (or TAH_API_TOKENS), \
+                 or pass --allow-unauthenticated if something else guards this address",
+                self.listen
+            ));
+        }
+        let weak = |t: &&&String| t.len() < 16 || t.chars().any(|c| c.is_whitespace() || c.is_control());
+        if tokens.iter().any(|t| weak(&t)) {
+            return Err("API tokens must be at least 16 characters without spaces".to_string());
+        }
+        for origin in &self.cors_origins {
+            if origin != "*" && !(origin.starts_with("http://") || origin.starts_with("https://")) {
+                return Err(format!("--cors-origin {origin:?} must look like https://example.com"));
+            }
+        }
+        Ok(())
     }
 
     /// `max_steps` as a limit (`None` = unlimited).

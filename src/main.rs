@@ -52,6 +52,7 @@ fn init_tracing(format: LogFormat) {
 
 async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     init_tracing(config.log_format);
+    config.validate().map_err(anyhow::Error::msg)?;
     let provider = config.provider();
     let runtime = Runtime::build(&config).await?;
     tracing::info!(
@@ -67,6 +68,9 @@ async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     let listener = TcpListener::bind(config.listen).await?;
     let address = listener.local_addr()?;
     tracing::info!("listening on http://{address}");
+    if config.api_tokens.iter().all(|t| t.is_empty()) {
+        tracing::info!("no API tokens configured: the API is open to anyone who can reach it");
+    }
 
     let shutdown = runtime.shutdown_token();
     let state = AppState {
@@ -77,6 +81,9 @@ async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         state,
         &HttpOptions {
             max_body_bytes: config.max_body_bytes,
+            api_tokens: config.api_tokens.clone(),
+            cors_origins: config.cors_origins.clone(),
+            request_timeout: Duration::from_secs(config.request_timeout_secs),
         },
     );
     let signal_token = shutdown.clone();

@@ -54,7 +54,7 @@ impl Runtime {
             max_steps: config.max_steps(),
             context_chars: config.context_chars.map(|c| c as usize),
         };
-        Runtime::assemble(store, model, tools, settings).await
+        Runtime::assemble(store, model, tools, settings, config.max_concurrent_runs as usize).await
     }
 
     /// Puts a runtime together from its parts, and records runs a dead process left behind.
@@ -63,6 +63,7 @@ impl Runtime {
         model: Arc<dyn ModelClient>,
         tools: ToolRegistry,
         settings: AgentSettings,
+        max_concurrent_runs: usize,
     ) -> Result<Runtime, RuntimeError> {
         let (writer, writer_task) = Writer::spawn(store.clone());
         let shutdown = CancellationToken::new();
@@ -77,6 +78,7 @@ impl Runtime {
             settings,
             shutdown: shutdown.clone(),
             tasks: tasks.clone(),
+            run_permits: Arc::new(tokio::sync::Semaphore::new(max_concurrent_runs)),
         });
         let interrupted = sessions.recover_interrupted().await?;
         if interrupted > 0 {

@@ -3,6 +3,7 @@
 //! Handlers are thin: they parse and validate input, call the session layer, and shape the
 //! answer. One module per resource; `router` merges them.
 
+mod auth;
 mod events;
 mod problem;
 mod runs;
@@ -10,15 +11,18 @@ mod sessions;
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::{middleware, Json, Router};
 use serde_json::json;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use tower_http::cors::{AllowOrigin, CorsLayer};
+use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
 pub use problem::{Problem, PROBLEM_JSON};
@@ -36,29 +40,74 @@ pub struct AppState {
 #[derive(Debug, Clone)]
 pub struct HttpOptions {
     pub max_body_bytes: usize,
+    /// Accepted API tokens; empty = no authentication.
+    pub api_tokens: Vec<String>,
+    /// Origins allowed by CORS; empty = no cross-origin access.
+    pub cors_origins: Vec<String>,
+    /// Time limit of ordinary requests (not SSE streams, not `?wait=true` runs).
+    pub request_timeout: Duration,
 }
 
 impl Default for HttpOptions {
     fn default() -> Self {
         HttpOptions {
             max_body_bytes: 1024 * 1024,
+            api_tokens: Vec::new(),
+            cors_origins: Vec::new(),
+            request_timeout: Duration::from_secs(30),
         }
     }
 }
 
 pub fn router(state: AppState, options: &HttpOptions) -> Router {
+    // Streaming and long-polling routes (SSE, runs, compaction) have no time limit.
+    let quick = sessions::routes().layer(TimeoutLayer::with_status_code(
+        StatusCode::REQUEST_TIMEOUT,
+        options.request_timeout,
+    ));
+    let tokens = auth::Tokens::new(&options.api_tokens);
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/openapi.yaml", get(openapi))
-        .merge(sessions::routes())
+        .merge(quick)
         .merge(runs::routes())
         .merge(events::routes())
         .fallback(not_found)
+        .layer(middleware::from_fn_with_state(tokens, auth::require_token))
         .layer(middleware::from_fn(problem::problem_responses))
+        .layer(cors(&options.cors_origins))
         .layer(DefaultBodyLimit::max(options.max_body_bytes))
-        .layer(TraceLayer::new_for_http())
+        .layer(
+            // Spans record the path only: a query may carry an access token.
+            TraceLayer::new_for_http().make_span_with(|request: &axum::http::Request<_>| {
+                tracing::info_span!("request", method = %request.method(), path = %request.uri().path())
+            }),
+        )
         .with_state(state)
+}
+
+/// CORS for the configured origins only; with none, browsers get no cross-origin access.
+fn cors(origins: &[String]) -> CorsLayer {
+    if origins.is_empty() {
+        return CorsLayer::new();
+    }
+    let allow_origin = if origins.iter().any(|o| o == "*") {
+        AllowOrigin::any()
+    } else {
+        AllowOrigin::list(origins.iter().filter_map(|o| HeaderValue::from_str(o).ok()))
+    };
+    CorsLayer::new()
+        .allow_origin(allow_origin)
+        .allow_methods([Method::GET, Method::POST, Method::DELETE])
+        .allow_headers([
+            header::AUTHORIZATION,
+            header::CONTENT_TYPE,
+            header::ACCEPT,
+            HeaderName::from_static("last-event-id"),
+        ])
+        .expose_headers([header::LOCATION])
+        .max_age(Duration::from_secs(600))
 }
 
 /// Serves `router` on `listener` until `shutdown` resolves, then lets open requests finish.

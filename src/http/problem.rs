@@ -67,6 +67,9 @@ impl From<SessionError> for Problem {
             SessionError::Upstream(detail) => {
                 Problem::new(StatusCode::BAD_GATEWAY, "model-failed", detail)
             }
+            SessionError::TooBusy(detail) => {
+                Problem::new(StatusCode::TOO_MANY_REQUESTS, "too-many-runs", detail)
+            }
             SessionError::ShuttingDown | SessionError::Retired => Problem::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "unavailable",

@@ -251,6 +251,12 @@ impl SessionActor {
             }
         }
 
+        let Ok(permit) = self.ctx.run_permits.clone().try_acquire_owned() else {
+            let _ = reply.send(Err(SessionError::TooBusy(
+                "the server is running as many runs as it is allowed to; retry shortly".to_string(),
+            )));
+            return Ok(Flow::Continue);
+        };
         let now = model::now();
         let run_id = model::new_id();
         let mut batch = Batch::new(self.id);
@@ -305,7 +311,9 @@ impl SessionActor {
             run: run.clone(),
             result: result_rx,
         }));
-        self.drive(run, input, result_tx, inbox).await
+        let flow = self.drive(run, input, result_tx, inbox).await;
+        drop(permit);
+        flow
     }
 
     /// Runs the loop while still answering the mailbox: cancel reaches the run, other runs are

@@ -30,6 +30,9 @@ pub enum SessionError {
     /// The actor stopped before handling the request; the request goes to its successor.
     #[error("the session's actor stopped")]
     Retired,
+    /// The process runs as many runs as it may; retry later.
+    #[error("{0}")]
+    TooBusy(String),
     #[error("the server is shutting down")]
     ShuttingDown,
     #[error(transparent)]

@@ -38,6 +38,8 @@ pub struct SessionContext {
     pub shutdown: CancellationToken,
     /// Actors, so that shutdown can wait for them to checkpoint and stop.
     pub tasks: TaskTracker,
+    /// Permits for runs in progress in this process (the concurrency cap).
+    pub run_permits: Arc<tokio::sync::Semaphore>,
 }
 
 pub(super) struct Slot {
