@@ -18,6 +18,13 @@ pub struct Cli {
 pub enum Command {
     /// Serve the HTTP API (sessions, runs, events over SSE) until SIGINT/SIGTERM.
     Serve(Box<ServeConfig>),
+    /// Serve a fake OpenAI-compatible model (streaming Chat Completions) for tests and
+    /// benchmarks.
+    #[command(hide = true)]
+    FakeModel(crate::bench::FakeModelArgs),
+    /// Drive a tah server with concurrent sessions and report throughput, latency, CPU and
+    /// memory, side by side with the same workload sent straight to the model.
+    Bench(Box<crate::bench::BenchArgs>),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -14,11 +14,13 @@
 //!   and the registry of live actors.
 //! - [`runtime`]: ties store, model, tools and settings together; usable without HTTP.
 //! - [`http`]: the axum router, problem+json errors and SSE streaming.
+//! - [`bench`]: a fake OpenAI-compatible model server and a load generator, for measuring.
 //!
 //! Imports point one way: `http → session → agent → {llm, tools}`, `session → store`, and every
 //! module may use `model`.
 
 pub mod agent;
+pub mod bench;
 pub mod config;
 pub mod http;
 pub mod llm;

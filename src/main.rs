@@ -28,6 +28,8 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Serve(config) => runtime.block_on(serve(*config)),
+        Command::FakeModel(args) => runtime.block_on(tah::bench::fake_model(args)),
+        Command::Bench(args) => runtime.block_on(tah::bench::bench(*args)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
