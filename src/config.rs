@@ -127,6 +127,12 @@ pub struct ServeConfig {
     #[arg(long, env = "TAH_REQUEST_TIMEOUT_SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     pub request_timeout_secs: u64,
 
+    /// Resume runs interrupted by a crash or a stop by itself, at start (and, with
+    /// PostgreSQL, when taking over a dead replica's sessions). Default: on with PostgreSQL,
+    /// off with SQLite (resume stays the client's call).
+    #[arg(long, env = "TAH_AUTO_RESUME", num_args = 0..=1, default_missing_value = "true")]
+    pub auto_resume: Option<bool>,
+
     /// Log format.
     #[arg(long, env = "TAH_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,
@@ -168,6 +174,12 @@ impl ServeConfig {
             }
         }
         Ok(())
+    }
+
+    /// Whether interrupted runs resume by themselves (see `--auto-resume`).
+    pub fn auto_resume(&self) -> bool {
+        self.auto_resume
+            .unwrap_or_else(|| self.database_url.starts_with("postgres"))
     }
 
     /// `max_steps` as a limit (`None` = unlimited).

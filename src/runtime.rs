@@ -38,6 +38,8 @@ pub struct Runtime {
     tasks: TaskTracker,
     writer_task: JoinHandle<()>,
     model: Arc<dyn ModelClient>,
+    /// Sessions whose run an earlier process left unfinished, recorded as interrupted at start.
+    interrupted: Vec<uuid::Uuid>,
 }
 
 impl Runtime {
@@ -54,7 +56,11 @@ impl Runtime {
             max_steps: config.max_steps(),
             context_chars: config.context_chars.map(|c| c as usize),
         };
-        Runtime::assemble(store, model, tools, settings, config.max_concurrent_runs as usize).await
+        let runtime = Runtime::assemble(store, model, tools, settings, config.max_concurrent_runs as usize).await?;
+        if config.auto_resume() {
+            runtime.sessions.resume_in_background(runtime.interrupted.clone());
+        }
+        Ok(runtime)
     }
 
     /// Puts a runtime together from its parts, and records runs a dead process left behind.
@@ -81,10 +87,11 @@ impl Runtime {
             run_permits: Arc::new(tokio::sync::Semaphore::new(max_concurrent_runs)),
         });
         let interrupted = sessions.recover_interrupted().await?;
-        if interrupted > 0 {
-            tracing::info!(interrupted, "recorded runs interrupted by an earlier stop");
+        if !interrupted.is_empty() {
+            tracing::info!(count = interrupted.len(), "recorded runs interrupted by an earlier stop");
         }
         Ok(Runtime {
+            interrupted,
             sessions,
             shutdown,
             tasks,

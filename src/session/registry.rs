@@ -302,13 +302,31 @@ impl Sessions {
     /// Marks runs that a dead process left in progress as interrupted: each such session's
     /// actor is started, and it records the interruption. Only sessions stored as active are
     /// read (an indexed query), never the whole table.
-    pub async fn recover_interrupted(&self) -> Result<usize, SessionError> {
+    pub async fn recover_interrupted(&self) -> Result<Vec<Uuid>, SessionError> {
         let ids = self.ctx.store.active_sessions().await?;
         for id in &ids {
             // A ping makes the actor load (and so recover) the session.
             self.send(*id, |reply| Command::Ping { reply }).await?;
         }
-        Ok(ids.len())
+        Ok(ids)
+    }
+
+    /// Resumes interrupted sessions in the background (auto-resume); each resume is an
+    /// ordinary run, so clients see it on the event stream.
+    pub fn resume_in_background(&self, ids: Vec<Uuid>) {
+        for id in ids {
+            let sessions = self.clone();
+            tokio::spawn(async move {
+                let request = RunRequest {
+                    kind: RunKind::Resume,
+                    input: None,
+                };
+                match sessions.run(id, request).await {
+                    Ok(_) => tracing::info!(session_id = %id, "resuming an interrupted run"),
+                    Err(error) => tracing::warn!(session_id = %id, %error, "could not resume"),
+                }
+            });
+        }
     }
 
     /// Sends a command to the session's actor, starting the actor if needed. An actor that
