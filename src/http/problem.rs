@@ -105,10 +105,26 @@ where
     type Rejection = Problem;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        match axum::Json::<T>::from_request(req, state).await {
-            Ok(axum::Json(value)) => Ok(ApiJson(value)),
-            Err(rejection) => Err(json_problem(rejection)),
+        // Read a JSON value first: serde would accept an array for a struct, which no client
+        // means.
+        let value = match axum::Json::<serde_json::Value>::from_request(req, state).await {
+            Ok(axum::Json(value)) => value,
+            Err(rejection) => return Err(json_problem(rejection)),
+        };
+        if !value.is_object() {
+            return Err(Problem::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid-body",
+                "the request body must be a JSON object",
+            ));
         }
+        serde_json::from_value(value).map(ApiJson).map_err(|error| {
+            Problem::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid-body",
+                format!("the request body is not valid: {error}"),
+            )
+        })
     }
 }
 
@@ -142,6 +158,7 @@ where
 fn json_problem(rejection: JsonRejection) -> Problem {
     let status = rejection.status();
     let kind = match rejection {
+        _ if status == StatusCode::PAYLOAD_TOO_LARGE => "payload-too-large",
         JsonRejection::MissingJsonContentType(_) => "unsupported-media-type",
         JsonRejection::JsonSyntaxError(_) => "malformed-json",
         JsonRejection::JsonDataError(_) => "invalid-body",

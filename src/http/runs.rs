@@ -75,8 +75,8 @@ fn parse_input(input: Value) -> Result<String, Problem> {
     }
     if text.chars().count() > MAX_INPUT_CHARS {
         return Err(Problem::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "input-too-large",
+            StatusCode::BAD_REQUEST,
+            "input-too-long",
             format!("input is longer than {MAX_INPUT_CHARS} characters"),
         ));
     }

@@ -194,9 +194,11 @@ async fn fork(
     let id = parse_id(&id, "session")?;
     let turns = match body.turns {
         None | Some(Value::Null) => None,
-        Some(Value::Number(n)) => match n.as_u64() {
-            Some(n) => Some(n),
-            None => return Err(Problem::bad_request("turns must be a non-negative integer")),
+        // 3.0 is an integer to JSON Schema; 3.5 and -1 are not turn counts.
+        Some(Value::Number(n)) => match (n.as_u64(), n.as_f64()) {
+            (Some(n), _) => Some(n),
+            (None, Some(f)) if f >= 0.0 && f.fract() == 0.0 && f <= u64::MAX as f64 => Some(f as u64),
+            _ => return Err(Problem::bad_request("turns must be a non-negative integer")),
         },
         Some(_) => return Err(Problem::bad_request("turns must be a non-negative integer")),
     };

@@ -154,6 +154,8 @@ impl SessionActor {
 
     async fn recover_interrupted(&self, core: &mut Core) -> Result<(), StoreError> {
         let mut batch = Batch::new(self.id);
+        // As at the end of any run: the state change, then the run's terminal event.
+        batch.state(core, SessionState::Failed, Some(INTERRUPTED.to_string()));
         if let Some(run) = core.last_run.as_mut() {
             if run.status == RunStatus::Running {
                 run.status = RunStatus::Failed;
@@ -171,7 +173,6 @@ impl SessionActor {
                 );
             }
         }
-        batch.state(core, SessionState::Failed, Some(INTERRUPTED.to_string()));
         tracing::info!(session_id = %self.id, "recorded an interrupted run");
         self.commit(batch).await
     }

@@ -4,6 +4,7 @@
 //! [`WriteOp`]s and applied by the [`writer::Writer`] task in batched transactions, so every
 //! session's changes and events commit together and many sessions share few fsyncs.
 
+pub mod postgres;
 pub mod sqlite;
 pub mod writer;
 
@@ -116,9 +117,11 @@ pub trait Store: Send + Sync + 'static {
 pub async fn open(url: &str) -> StoreResult<Arc<dyn Store>> {
     if url.starts_with("sqlite:") {
         Ok(Arc::new(sqlite::SqliteStore::open(url).await?))
+    } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(Arc::new(postgres::PostgresStore::open(url).await?))
     } else {
         Err(StoreError::Unsupported(format!(
-            "{url} (expected sqlite://PATH)"
+            "{url} (expected sqlite://PATH or postgres://USER@HOST/DB)"
         )))
     }
 }

@@ -1,0 +1,668 @@
+//! The PostgreSQL store, for scale-out: several replicas share one database. It owns the
+//! PostgreSQL side of the [`Store`] trait with exactly the semantics of the SQLite store
+//! (`sqlite.rs` is the reference): ids are `uuid`, JSON is `jsonb`, times `timestamptz`,
+//! counters `bigint` (see `migrations/postgres`). Every `commit` is one transaction; runs of
+//! consecutive `InsertEvent` ops go in as one multi-row `INSERT … SELECT FROM UNNEST(…)`.
+//!
+//! Two differences PostgreSQL forces, both invisible to well-formed data:
+//! - `jsonb` does not keep key order or formatting; a round trip gives an equal `Value`.
+//! - `text` and `jsonb` cannot hold U+0000. Rather than fail the commit (which would poison the
+//!   session), NUL characters in free text and in JSON strings/keys are stored as U+FFFD.
+//!
+//! The lease columns of `sessions` (`lease_owner`, `lease_epoch`, `lease_expires_at`) exist for
+//! scale-out ownership and are not touched here yet.
+
+use std::borrow::Cow;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::migrate::MigrateDatabase;
+use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions, PgRow};
+use sqlx::types::Json;
+use sqlx::{Postgres, Row};
+use uuid::Uuid;
+
+use super::{SessionQuery, Store, StoreError, StoreResult, WriteOp};
+use crate::model::{
+    Checkpoint, Event, Message, Role, RunKind, RunRecord, RunStatus, SessionRecord, SessionState,
+    StepKind, StepRecord, StepStatus, ToolCall, Usage,
+};
+
+/// Connections per replica; PostgreSQL's default `max_connections` (100) leaves room for a few.
+const MAX_CONNECTIONS: u32 = 16;
+
+pub struct PostgresStore {
+    pool: PgPool,
+}
+
+const SESSION_COLUMNS: &str = "s.id, s.parent_id, s.title, s.metadata, s.system_prompt, s.state, \
+     s.error, s.input_tokens, s.output_tokens, s.last_run_id, s.created_at, s.updated_at, \
+     (SELECT COALESCE(MAX(idx) + 1, 0) FROM messages m WHERE m.session_id = s.id) AS message_count, \
+     (SELECT COALESCE(MAX(seq), 0) FROM events e WHERE e.session_id = s.id) AS last_seq";
+
+const RUN_COLUMNS: &str = "id, session_id, kind, status, input, text, finish_reason, \
+     input_tokens, output_tokens, steps, error, start_seq, created_at, finished_at";
+
+const STEP_COLUMNS: &str = "id, session_id, run_id, kind, status, request, response, \
+     input_tokens, output_tokens, error, created_at, finished_at";
+
+const CHECKPOINT_COLUMNS: &str = "id, session_id, run_id, step_id, message_count, seq, created_at";
+
+/// The SQLSTATE of "database does not exist".
+const INVALID_CATALOG_NAME: &str = "3D000";
+/// The SQLSTATE of "database already exists".
+const DUPLICATE_DATABASE: &str = "42P04";
+
+impl PostgresStore {
+    /// Connects to the database at `url` (`postgres://…` or `postgresql://…`), creating the
+    /// database if it does not exist yet, and applies the migrations. Concurrent replicas may
+    /// call this at once: sqlx serialises migrations with an advisory lock.
+    pub async fn open(url: &str) -> StoreResult<PostgresStore> {
+        let pool = match connect(url).await {
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(INVALID_CATALOG_NAME) => {
+                match Postgres::create_database(url).await {
+                    Ok(()) => {}
+                    // Another replica created it first.
+                    Err(sqlx::Error::Database(e))
+                        if e.code().as_deref() == Some(DUPLICATE_DATABASE) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                connect(url).await?
+            }
+            other => other?,
+        };
+        sqlx::migrate!("./migrations/postgres").run(&pool).await?;
+        Ok(PostgresStore { pool })
+    }
+}
+
+async fn connect(url: &str) -> Result<PgPool, sqlx::Error> {
+    PgPoolOptions::new()
+        .max_connections(MAX_CONNECTIONS)
+        .min_connections(1)
+        .connect(url)
+        .await
+}
+
+/// SQLite treats a negative `LIMIT` as "no limit"; PostgreSQL rejects it but reads a NULL
+/// limit as `LIMIT ALL`.
+fn sql_limit(n: i64) -> Option<i64> {
+    (n >= 0).then_some(n)
+}
+
+/// Text without U+0000 (which PostgreSQL cannot store); borrowed when there is none.
+fn text(s: &str) -> Cow<'_, str> {
+    if s.contains('\0') {
+        Cow::Owned(s.replace('\0', "\u{FFFD}"))
+    } else {
+        Cow::Borrowed(s)
+    }
+}
+
+fn opt_text(s: &Option<String>) -> Option<Cow<'_, str>> {
+    s.as_deref().map(text)
+}
+
+/// JSON without U+0000 in any string or key (`jsonb` rejects `\u0000`); borrowed when clean.
+fn json(v: &Value) -> Json<Cow<'_, Value>> {
+    if has_nul(v) {
+        Json(Cow::Owned(strip_nul(v)))
+    } else {
+        Json(Cow::Borrowed(v))
+    }
+}
+
+fn has_nul(v: &Value) -> bool {
+    match v {
+        Value::String(s) => s.contains('\0'),
+        Value::Array(items) => items.iter().any(has_nul),
+        Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || has_nul(v)),
+        Value::Null | Value::Bool(_) | Value::Number(_) => false,
+    }
+}
+
+fn strip_nul(v: &Value) -> Value {
+    match v {
+        Value::String(s) => Value::String(text(s).into_owned()),
+        Value::Array(items) => Value::Array(items.iter().map(strip_nul).collect()),
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| (text(k).into_owned(), strip_nul(v)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+fn tool_calls_json(calls: &[ToolCall]) -> Result<Option<Json<Value>>, sqlx::Error> {
+    if calls.is_empty() {
+        return Ok(None);
+    }
+    let value = serde_json::to_value(calls).map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
+    Ok(Some(Json(if has_nul(&value) {
+        strip_nul(&value)
+    } else {
+        value
+    })))
+}
+
+fn tokens(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// Applies one op inside the caller's transaction.
+async fn apply(conn: &mut PgConnection, op: &WriteOp) -> Result<(), sqlx::Error> {
+    match op {
+        WriteOp::InsertSession(s) => {
+            sqlx::query(
+                "INSERT INTO sessions (id, parent_id, title, metadata, system_prompt, state, error, \
+                 input_tokens, output_tokens, last_run_id, created_at, updated_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+            )
+            .bind(s.id)
+            .bind(s.parent_id)
+            .bind(opt_text(&s.title))
+            .bind(json(&s.metadata))
+            .bind(opt_text(&s.system_prompt))
+            .bind(s.state.as_str())
+            .bind(opt_text(&s.error))
+            .bind(tokens(s.usage.input_tokens))
+            .bind(tokens(s.usage.output_tokens))
+            .bind(s.last_run_id)
+            .bind(s.created_at)
+            .bind(s.updated_at)
+            .execute(&mut *conn)
+            .await?;
+        }
+        WriteOp::UpdateSession(s) => {
+            sqlx::query(
+                "UPDATE sessions SET title = $1, metadata = $2, state = $3, error = $4, \
+                 input_tokens = $5, output_tokens = $6, last_run_id = $7, updated_at = $8 \
+                 WHERE id = $9",
+            )
+            .bind(opt_text(&s.title))
+            .bind(json(&s.metadata))
+            .bind(s.state.as_str())
+            .bind(opt_text(&s.error))
+            .bind(tokens(s.usage.input_tokens))
+            .bind(tokens(s.usage.output_tokens))
+            .bind(s.last_run_id)
+            .bind(s.updated_at)
+            .bind(s.id)
+            .execute(&mut *conn)
+            .await?;
+        }
+        WriteOp::DeleteSession(id) => {
+            for table in ["events", "messages", "steps", "runs", "checkpoints"] {
+                sqlx::query(&format!("DELETE FROM {table} WHERE session_id = $1"))
+                    .bind(id)
+                    .execute(&mut *conn)
+                    .await?;
+            }
+            sqlx::query("DELETE FROM sessions WHERE id = $1")
+                .bind(id)
+                .execute(&mut *conn)
+                .await?;
+        }
+        WriteOp::InsertMessage {
+            session_id,
+            message: m,
+        } => {
+            sqlx::query(
+                "INSERT INTO messages (session_id, idx, role, content, tool_calls, tool_call_id, created_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            )
+            .bind(session_id)
+            .bind(m.index)
+            .bind(m.role.as_str())
+            .bind(text(&m.content))
+            .bind(tool_calls_json(&m.tool_calls)?)
+            .bind(opt_text(&m.tool_call_id))
+            .bind(m.created_at)
+            .execute(&mut *conn)
+            .await?;
+        }
+        WriteOp::CopyMessages { from, to, upto } => {
+            sqlx::query(
+                "INSERT INTO messages (session_id, idx, role, content, tool_calls, tool_call_id, created_at) \
+                 SELECT $1, idx, role, content, tool_calls, tool_call_id, created_at FROM messages \
+                 WHERE session_id = $2 AND idx < $3",
+            )
+            .bind(to)
+            .bind(from)
+            .bind(upto.unwrap_or(i64::MAX))
+            .execute(&mut *conn)
+            .await?;
+        }
+        WriteOp::UpsertRun(r) => {
+            sqlx::query(
+                "INSERT INTO runs (id, session_id, kind, status, input, text, finish_reason, \
+                 input_tokens, output_tokens, steps, error, start_seq, created_at, finished_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
+                 ON CONFLICT (id) DO UPDATE SET status = excluded.status, text = excluded.text, \
+                 finish_reason = excluded.finish_reason, input_tokens = excluded.input_tokens, \
+                 output_tokens = excluded.output_tokens, steps = excluded.steps, \
+                 error = excluded.error, finished_at = excluded.finished_at",
+            )
+            .bind(r.id)
+            .bind(r.session_id)
+            .bind(r.kind.as_str())
+            .bind(r.status.as_str())
+            .bind(opt_text(&r.input))
+            .bind(opt_text(&r.text))
+            .bind(opt_text(&r.finish_reason))
+            .bind(tokens(r.usage.input_tokens))
+            .bind(tokens(r.usage.output_tokens))
+            .bind(r.steps)
+            .bind(opt_text(&r.error))
+            .bind(r.start_seq)
+            .bind(r.created_at)
+            .bind(r.finished_at)
+            .execute(&mut *conn)
+            .await?;
+        }
+        WriteOp::UpsertStep(s) => {
+            sqlx::query(
+                "INSERT INTO steps (id, session_id, run_id, kind, status, request, response, \
+                 input_tokens, output_tokens, error, created_at, finished_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+                 ON CONFLICT (id) DO UPDATE SET status = excluded.status, \
+                 response = excluded.response, input_tokens = excluded.input_tokens, \
+                 output_tokens = excluded.output_tokens, error = excluded.error, \
+                 finished_at = excluded.finished_at",
+            )
+            .bind(s.id)
+            .bind(s.session_id)
+            .bind(s.run_id)
+            .bind(s.kind.as_str())
+            .bind(s.status.as_str())
+            .bind(json(&s.request))
+            .bind(s.response.as_ref().map(json))
+            .bind(s.usage.map(|u| tokens(u.input_tokens)))
+            .bind(s.usage.map(|u| tokens(u.output_tokens)))
+            .bind(opt_text(&s.error))
+            .bind(s.created_at)
+            .bind(s.finished_at)
+            .execute(&mut *conn)
+            .await?;
+        }
+        WriteOp::InsertEvent(e) => {
+            sqlx::query(
+                "INSERT INTO events (session_id, seq, type, data, created_at) \
+                 VALUES ($1, $2, $3, $4, $5)",
+            )
+            .bind(e.session_id)
+            .bind(e.seq)
+            .bind(text(&e.kind))
+            .bind(json(&e.data))
+            .bind(e.created_at)
+            .execute(&mut *conn)
+            .await?;
+        }
+        WriteOp::InsertCheckpoint(c) => {
+            sqlx::query(
+                "INSERT INTO checkpoints (id, session_id, run_id, step_id, message_count, seq, created_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            )
+            .bind(c.id)
+            .bind(c.session_id)
+            .bind(c.run_id)
+            .bind(c.step_id)
+            .bind(c.message_count)
+            .bind(c.seq)
+            .bind(c.created_at)
+            .execute(&mut *conn)
+            .await?;
+        }
+    }
+    Ok(())
+}
+
+/// Inserts several events with one statement (one round trip): the columns go as five arrays
+/// and `UNNEST` zips them back into rows. A duplicate `(session_id, seq)` fails the statement.
+async fn insert_events(conn: &mut PgConnection, events: &[&Event]) -> Result<(), sqlx::Error> {
+    let mut session_ids = Vec::with_capacity(events.len());
+    let mut seqs = Vec::with_capacity(events.len());
+    let mut kinds = Vec::with_capacity(events.len());
+    let mut data = Vec::with_capacity(events.len());
+    let mut created = Vec::with_capacity(events.len());
+    for e in events {
+        session_ids.push(e.session_id);
+        seqs.push(e.seq);
+        kinds.push(text(&e.kind));
+        data.push(json(&e.data));
+        created.push(e.created_at);
+    }
+    sqlx::query(
+        "INSERT INTO events (session_id, seq, type, data, created_at) \
+         SELECT * FROM UNNEST($1::uuid[], $2::bigint[], $3::text[], $4::jsonb[], $5::timestamptz[])",
+    )
+    .bind(session_ids)
+    .bind(seqs)
+    .bind(kinds)
+    .bind(data)
+    .bind(created)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+fn corrupt(what: &str, value: &str) -> StoreError {
+    StoreError::Corrupt(format!("{what}: {value:?}"))
+}
+
+fn usage_cols(row: &PgRow) -> StoreResult<Usage> {
+    let input: i64 = row.try_get("input_tokens")?;
+    let output: i64 = row.try_get("output_tokens")?;
+    Ok(Usage {
+        input_tokens: input.max(0) as u64,
+        output_tokens: output.max(0) as u64,
+    })
+}
+
+fn session_from(row: &PgRow) -> StoreResult<SessionRecord> {
+    let state: String = row.try_get("state")?;
+    Ok(SessionRecord {
+        id: row.try_get("id")?,
+        parent_id: row.try_get("parent_id")?,
+        title: row.try_get("title")?,
+        metadata: row.try_get("metadata")?,
+        system_prompt: row.try_get("system_prompt")?,
+        state: SessionState::parse(&state).ok_or_else(|| corrupt("state", &state))?,
+        error: row.try_get("error")?,
+        message_count: row.try_get("message_count")?,
+        last_seq: row.try_get("last_seq")?,
+        usage: usage_cols(row)?,
+        last_run_id: row.try_get("last_run_id")?,
+        created_at: row.try_get("created_at")?,
+        updated_at: row.try_get("updated_at")?,
+    })
+}
+
+fn message_from(row: &PgRow) -> StoreResult<Message> {
+    let role: String = row.try_get("role")?;
+    let calls: Option<Value> = row.try_get("tool_calls")?;
+    let tool_calls = match calls {
+        Some(v) => serde_json::from_value(v)
+            .map_err(|e| StoreError::Corrupt(format!("tool_calls: {e}")))?,
+        None => Vec::new(),
+    };
+    Ok(Message {
+        index: row.try_get("idx")?,
+        role: Role::parse(&role).ok_or_else(|| corrupt("role", &role))?,
+        content: row.try_get("content")?,
+        tool_calls,
+        tool_call_id: row.try_get("tool_call_id")?,
+        created_at: row.try_get("created_at")?,
+    })
+}
+
+fn event_from(row: &PgRow) -> StoreResult<Event> {
+    Ok(Event {
+        session_id: row.try_get("session_id")?,
+        seq: row.try_get("seq")?,
+        kind: row.try_get("type")?,
+        data: row.try_get("data")?,
+        created_at: row.try_get("created_at")?,
+    })
+}
+
+fn run_from(row: &PgRow) -> StoreResult<RunRecord> {
+    let kind: String = row.try_get("kind")?;
+    let status: String = row.try_get("status")?;
+    Ok(RunRecord {
+        id: row.try_get("id")?,
+        session_id: row.try_get("session_id")?,
+        kind: match kind.as_str() {
+            "run" => RunKind::Run,
+            "resume" => RunKind::Resume,
+            _ => return Err(corrupt("kind", &kind)),
+        },
+        status: RunStatus::parse(&status).ok_or_else(|| corrupt("status", &status))?,
+        input: row.try_get("input")?,
+        text: row.try_get("text")?,
+        finish_reason: row.try_get("finish_reason")?,
+        usage: usage_cols(row)?,
+        steps: row.try_get("steps")?,
+        error: row.try_get("error")?,
+        start_seq: row.try_get("start_seq")?,
+        created_at: row.try_get("created_at")?,
+        finished_at: row.try_get("finished_at")?,
+    })
+}
+
+fn step_from(row: &PgRow) -> StoreResult<StepRecord> {
+    let kind: String = row.try_get("kind")?;
+    let status: String = row.try_get("status")?;
+    let input: Option<i64> = row.try_get("input_tokens")?;
+    let output: Option<i64> = row.try_get("output_tokens")?;
+    Ok(StepRecord {
+        id: row.try_get("id")?,
+        session_id: row.try_get("session_id")?,
+        run_id: row.try_get("run_id")?,
+        kind: StepKind::parse(&kind).ok_or_else(|| corrupt("kind", &kind))?,
+        status: StepStatus::parse(&status).ok_or_else(|| corrupt("status", &status))?,
+        request: row.try_get("request")?,
+        response: row.try_get("response")?,
+        usage: match (input, output) {
+            (Some(i), Some(o)) => Some(Usage {
+                input_tokens: i.max(0) as u64,
+                output_tokens: o.max(0) as u64,
+            }),
+            _ => None,
+        },
+        error: row.try_get("error")?,
+        created_at: row.try_get("created_at")?,
+        finished_at: row.try_get::<Option<DateTime<Utc>>, _>("finished_at")?,
+    })
+}
+
+fn checkpoint_from(row: &PgRow) -> StoreResult<Checkpoint> {
+    Ok(Checkpoint {
+        id: row.try_get("id")?,
+        session_id: row.try_get("session_id")?,
+        run_id: row.try_get("run_id")?,
+        step_id: row.try_get("step_id")?,
+        message_count: row.try_get("message_count")?,
+        seq: row.try_get("seq")?,
+        created_at: row.try_get("created_at")?,
+    })
+}
+
+#[async_trait]
+impl Store for PostgresStore {
+    async fn commit(&self, batch: &[&[WriteOp]]) -> StoreResult<()> {
+        let ops: Vec<&WriteOp> = batch.iter().flat_map(|ops| ops.iter()).collect();
+        let mut tx = self.pool.begin().await?;
+        let mut rest = ops.as_slice();
+        while let Some((first, tail)) = rest.split_first() {
+            // A run of consecutive event inserts (across groups) becomes one statement; order
+            // relative to the other ops is kept, so a later op still sees these rows.
+            let run = rest
+                .iter()
+                .take_while(|op| matches!(op, WriteOp::InsertEvent(_)))
+                .count();
+            if run > 1 {
+                let events: Vec<&Event> = rest[..run]
+                    .iter()
+                    .filter_map(|op| match op {
+                        WriteOp::InsertEvent(e) => Some(e.as_ref()),
+                        _ => None,
+                    })
+                    .collect();
+                insert_events(&mut tx, &events).await?;
+                rest = &rest[run..];
+            } else {
+                apply(&mut tx, first).await?;
+                rest = tail;
+            }
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn session(&self, id: Uuid) -> StoreResult<Option<SessionRecord>> {
+        let row = sqlx::query(&format!(
+            "SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(session_from).transpose()
+    }
+
+    async fn sessions(&self, query: &SessionQuery) -> StoreResult<Vec<SessionRecord>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {SESSION_COLUMNS} FROM sessions s \
+             WHERE ($1::uuid IS NULL OR s.id < $1) AND ($2::text IS NULL OR s.state = $2) \
+             ORDER BY s.id DESC LIMIT $3"
+        ))
+        .bind(query.before)
+        .bind(query.state.map(SessionState::as_str))
+        .bind(sql_limit(query.limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(session_from).collect()
+    }
+
+    async fn active_sessions(&self) -> StoreResult<Vec<Uuid>> {
+        let rows =
+            sqlx::query("SELECT id FROM sessions WHERE state IN ('running', 'waiting_tool')")
+                .fetch_all(&self.pool)
+                .await?;
+        Ok(rows
+            .iter()
+            .map(|r| r.try_get("id"))
+            .collect::<Result<_, _>>()?)
+    }
+
+    async fn messages(
+        &self,
+        session_id: Uuid,
+        after: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<Message>> {
+        let rows = sqlx::query(
+            "SELECT idx, role, content, tool_calls, tool_call_id, created_at FROM messages \
+             WHERE session_id = $1 AND idx > $2 ORDER BY idx LIMIT $3",
+        )
+        .bind(session_id)
+        .bind(after)
+        .bind(sql_limit(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(message_from).collect()
+    }
+
+    async fn nth_user_message(&self, session_id: Uuid, n: u64) -> StoreResult<Option<i64>> {
+        let row = sqlx::query(
+            "SELECT idx FROM messages WHERE session_id = $1 AND role = 'user' \
+             ORDER BY idx LIMIT 1 OFFSET $2",
+        )
+        .bind(session_id)
+        .bind(i64::try_from(n).unwrap_or(i64::MAX))
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.map(|r| r.try_get(0)).transpose()?)
+    }
+
+    async fn message_count(&self, session_id: Uuid) -> StoreResult<i64> {
+        let row =
+            sqlx::query("SELECT COALESCE(MAX(idx) + 1, 0) FROM messages WHERE session_id = $1")
+                .bind(session_id)
+                .fetch_one(&self.pool)
+                .await?;
+        Ok(row.try_get(0)?)
+    }
+
+    async fn events(&self, session_id: Uuid, after: i64, limit: i64) -> StoreResult<Vec<Event>> {
+        let rows = sqlx::query(
+            "SELECT session_id, seq, type, data, created_at FROM events \
+             WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+        )
+        .bind(session_id)
+        .bind(after)
+        .bind(sql_limit(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(event_from).collect()
+    }
+
+    async fn last_seq(&self, session_id: Uuid) -> StoreResult<i64> {
+        let row = sqlx::query("SELECT COALESCE(MAX(seq), 0) FROM events WHERE session_id = $1")
+            .bind(session_id)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(row.try_get(0)?)
+    }
+
+    async fn steps(
+        &self,
+        session_id: Uuid,
+        after: Option<Uuid>,
+        limit: i64,
+    ) -> StoreResult<Vec<StepRecord>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {STEP_COLUMNS} FROM steps \
+             WHERE session_id = $1 AND ($2::uuid IS NULL OR id > $2) ORDER BY id LIMIT $3"
+        ))
+        .bind(session_id)
+        .bind(after)
+        .bind(sql_limit(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(step_from).collect()
+    }
+
+    async fn step(&self, session_id: Uuid, step_id: Uuid) -> StoreResult<Option<StepRecord>> {
+        let row = sqlx::query(&format!(
+            "SELECT {STEP_COLUMNS} FROM steps WHERE session_id = $1 AND id = $2"
+        ))
+        .bind(session_id)
+        .bind(step_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(step_from).transpose()
+    }
+
+    async fn runs(
+        &self,
+        session_id: Uuid,
+        after: Option<Uuid>,
+        limit: i64,
+    ) -> StoreResult<Vec<RunRecord>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs \
+             WHERE session_id = $1 AND ($2::uuid IS NULL OR id > $2) ORDER BY id LIMIT $3"
+        ))
+        .bind(session_id)
+        .bind(after)
+        .bind(sql_limit(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(run_from).collect()
+    }
+
+    async fn run(&self, session_id: Uuid, run_id: Uuid) -> StoreResult<Option<RunRecord>> {
+        let row = sqlx::query(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE session_id = $1 AND id = $2"
+        ))
+        .bind(session_id)
+        .bind(run_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(run_from).transpose()
+    }
+
+    async fn latest_checkpoint(&self, session_id: Uuid) -> StoreResult<Option<Checkpoint>> {
+        let row = sqlx::query(&format!(
+            "SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE session_id = $1 \
+             ORDER BY id DESC LIMIT 1"
+        ))
+        .bind(session_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(checkpoint_from).transpose()
+    }
+}
