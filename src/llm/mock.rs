@@ -145,8 +145,10 @@ fn next_move(request: &ModelRequest) -> (String, Vec<ToolCall>) {
         })
     };
     let calls_so_far = turn.iter().map(|m| m.tool_calls.len()).sum::<usize>();
+    let next_index = request.messages.last().map_or(0, |m| m.index + 1);
     let call = |name: &str, arguments: serde_json::Value| ToolCall {
-        id: format!("call_{}_{}", turn.len(), calls_so_far),
+        // The history index the reply will get: unique within the session.
+        id: format!("call_{}_{}", next_index, calls_so_far),
         name: name.to_string(),
         arguments,
     };
