@@ -133,6 +133,11 @@ pub struct ServeConfig {
     #[arg(long, env = "TAH_AUTO_RESUME", num_args = 0..=1, default_missing_value = "true")]
     pub auto_resume: Option<bool>,
 
+    /// Seconds a replica's lease on a session lasts without renewal (PostgreSQL): a dead
+    /// replica's runs are taken over after at most this long.
+    #[arg(long, env = "TAH_LEASE_TTL_SECS", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub lease_ttl_secs: u64,
+
     /// Log format.
     #[arg(long, env = "TAH_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,

@@ -8,13 +8,14 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use uuid::Uuid;
 
 use crate::agent::{AgentDeps, AgentSettings};
 use crate::config::{Provider, ServeConfig};
 use crate::llm::wire::HttpModelConfig;
 use crate::llm::{anthropic, mock::MockModel, openai, ModelClient};
 use crate::session::{SessionContext, Sessions};
-use crate::store::{self, writer::Writer, Store};
+use crate::store::{self, writer::Writer, Cluster, Store};
 use crate::tools::ToolRegistry;
 
 #[derive(Debug, thiserror::Error)]
@@ -32,71 +33,103 @@ pub enum RuntimeError {
     Session(#[from] crate::session::SessionError),
 }
 
+/// Everything a runtime is made of.
+pub struct RuntimeParts {
+    pub store: Arc<dyn Store>,
+    /// Lease coordination when replicas share the database.
+    pub cluster: Option<Arc<dyn Cluster>>,
+    pub model: Arc<dyn ModelClient>,
+    pub tools: ToolRegistry,
+    pub settings: AgentSettings,
+    pub max_concurrent_runs: usize,
+    pub auto_resume: bool,
+    pub lease_ttl: Duration,
+    /// This process's id among replicas.
+    pub replica: Uuid,
+}
+
 pub struct Runtime {
     sessions: Sessions,
     shutdown: CancellationToken,
     tasks: TaskTracker,
     writer_task: JoinHandle<()>,
     model: Arc<dyn ModelClient>,
+    cluster: Option<Arc<dyn Cluster>>,
+    replica: Uuid,
     /// Sessions whose run an earlier process left unfinished, recorded as interrupted at start.
-    interrupted: Vec<uuid::Uuid>,
+    interrupted: Vec<Uuid>,
 }
 
 impl Runtime {
     pub async fn build(config: &ServeConfig) -> Result<Runtime, RuntimeError> {
         let model = model_client(config)?;
-        let store = store::open(&config.database_url).await?;
-        let tools =
-            ToolRegistry::builtin(&config.workspace).map_err(|source| RuntimeError::Workspace {
+        let replica = crate::model::new_id();
+        let opened = store::open(&config.database_url, replica).await?;
+        let tools = ToolRegistry::builtin(&config.workspace).map_err(|source| {
+            RuntimeError::Workspace {
                 path: config.workspace.display().to_string(),
                 source,
-            })?;
+            }
+        })?;
         let settings = AgentSettings {
             system_prompt: config.system_prompt.clone(),
             max_steps: config.max_steps(),
             context_chars: config.context_chars.map(|c| c as usize),
         };
-        let runtime = Runtime::assemble(store, model, tools, settings, config.max_concurrent_runs as usize).await?;
-        if config.auto_resume() {
-            runtime.sessions.resume_in_background(runtime.interrupted.clone());
-        }
-        Ok(runtime)
+        Runtime::assemble(RuntimeParts {
+            store: opened.store,
+            cluster: opened.cluster,
+            model,
+            tools,
+            settings,
+            max_concurrent_runs: config.max_concurrent_runs as usize,
+            auto_resume: config.auto_resume(),
+            lease_ttl: Duration::from_secs(config.lease_ttl_secs),
+            replica,
+        })
+        .await
     }
 
-    /// Puts a runtime together from its parts, and records runs a dead process left behind.
-    pub async fn assemble(
-        store: Arc<dyn Store>,
-        model: Arc<dyn ModelClient>,
-        tools: ToolRegistry,
-        settings: AgentSettings,
-        max_concurrent_runs: usize,
-    ) -> Result<Runtime, RuntimeError> {
-        let (writer, writer_task) = Writer::spawn(store.clone());
+    /// Puts a runtime together from its parts, starts the scale-out tasks when replicas share
+    /// the database, and takes over runs a dead process left behind.
+    pub async fn assemble(parts: RuntimeParts) -> Result<Runtime, RuntimeError> {
+        let (writer, writer_task) = Writer::spawn(parts.store.clone());
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();
         let sessions = Sessions::new(SessionContext {
-            store,
+            store: parts.store,
             writer,
             deps: AgentDeps {
-                model: model.clone(),
-                tools,
+                model: parts.model.clone(),
+                tools: parts.tools,
             },
-            settings,
+            settings: parts.settings,
             shutdown: shutdown.clone(),
             tasks: tasks.clone(),
-            run_permits: Arc::new(tokio::sync::Semaphore::new(max_concurrent_runs)),
+            run_permits: Arc::new(tokio::sync::Semaphore::new(parts.max_concurrent_runs)),
+            cluster: parts.cluster.clone(),
+            replica: parts.replica,
+            lease_ttl: parts.lease_ttl,
+            auto_resume: parts.auto_resume,
         });
+        sessions.start_coordination();
         let interrupted = sessions.recover_interrupted().await?;
         if !interrupted.is_empty() {
-            tracing::info!(count = interrupted.len(), "recorded runs interrupted by an earlier stop");
+            tracing::info!(
+                count = interrupted.len(),
+                resume = parts.auto_resume,
+                "recorded runs interrupted by an earlier stop"
+            );
         }
         Ok(Runtime {
-            interrupted,
             sessions,
             shutdown,
             tasks,
             writer_task,
-            model,
+            model: parts.model,
+            cluster: parts.cluster,
+            replica: parts.replica,
+            interrupted,
         })
     }
 
@@ -108,30 +141,40 @@ impl Runtime {
         &self.model
     }
 
+    /// Sessions found interrupted at start.
+    pub fn interrupted(&self) -> &[Uuid] {
+        &self.interrupted
+    }
+
     /// Cancelled when the runtime begins to shut down.
     pub fn shutdown_token(&self) -> CancellationToken {
         self.shutdown.clone()
     }
 
-    /// Stops every actor (active runs are checkpointed as interrupted, so they can be resumed)
-    /// and flushes the writer.
+    /// Stops every actor (a single node records active runs as interrupted; a replica leaves
+    /// them to be taken over), releases this replica's leases, and flushes the writer.
     pub async fn shutdown(self, grace: Duration) {
         self.shutdown.cancel();
         self.tasks.close();
-        if tokio::time::timeout(grace, self.tasks.wait())
-            .await
-            .is_err()
-        {
+        if tokio::time::timeout(grace, self.tasks.wait()).await.is_err() {
             tracing::warn!("some sessions did not stop in time");
         }
-        // Dropping the last handles to the writer lets it drain its queue and end.
         let Runtime {
             sessions,
             writer_task,
+            cluster,
+            replica,
             ..
         } = self;
+        // Dropping the last handles to the writer lets it drain its queue and end.
         drop(sessions);
         let _ = tokio::time::timeout(grace, writer_task).await;
+        if let Some(cluster) = cluster {
+            // Released leases let another replica take the sessions over at once.
+            if let Err(error) = cluster.release_all(replica).await {
+                tracing::warn!(%error, "could not release leases; they will expire");
+            }
+        }
     }
 }
 

@@ -32,6 +32,9 @@ const HEARTBEAT: Duration = Duration::from_secs(10);
 struct EventsQuery {
     after: Option<i64>,
     limit: Option<i64>,
+    /// Checked by the auth layer (EventSource cannot send headers); never used here.
+    #[serde(default, rename = "access_token")]
+    _access_token: Option<String>,
 }
 
 pub fn wants_event_stream(headers: &HeaderMap) -> bool {

@@ -29,10 +29,6 @@ use crate::tools::ToolOutput;
 pub(super) type Reply<T> = oneshot::Sender<Result<T, SessionError>>;
 
 pub(super) enum Command {
-    /// Loads the session (recovering an interrupted run) and answers.
-    Ping {
-        reply: Reply<()>,
-    },
     Run {
         request: RunRequest,
         reply: Reply<RunStarted>,
@@ -43,6 +39,15 @@ pub(super) enum Command {
     Delete {
         reply: Reply<()>,
     },
+    /// Records a run left in progress by a dead process or replica as interrupted (taking
+    /// the session's lease first when replicas share the database); answers whether it was.
+    TakeOver {
+        reply: Reply<bool>,
+    },
+    /// Another replica asks to cancel this session's run (only acts while one is active).
+    RemoteCancel,
+    /// The heartbeat found this replica no longer holds the session's lease.
+    LeaseLost,
     /// Summarises all turns so far; `None` when there is nothing to compact.
     Compact {
         reply: Reply<Option<Compacted>>,
@@ -67,6 +72,8 @@ pub(super) struct SessionActor {
     slot: Arc<Slot>,
     sessions: Sessions,
     core: Option<Core>,
+    /// The epoch of the session's lease while this replica holds it (scale-out only).
+    lease: Option<i64>,
 }
 
 /// The session's state while its actor lives.
@@ -87,6 +94,7 @@ impl SessionActor {
             slot,
             sessions,
             core: None,
+            lease: None,
         }
     }
 
@@ -144,7 +152,9 @@ impl SessionActor {
                 last_result: last_run.as_ref().map(RunResult::from),
                 last_run,
             };
-            if core.record.state.is_active() {
+            // With replicas, an active session may be running elsewhere: only the holder of its
+            // lease may call it interrupted (see `claim`).
+            if core.record.state.is_active() && self.ctx.cluster.is_none() {
                 self.recover_interrupted(&mut core).await?;
             }
             self.core = Some(core);
@@ -182,32 +192,49 @@ impl SessionActor {
         command: Command,
         inbox: &mut mpsc::Receiver<Command>,
     ) -> Result<Flow, StoreError> {
-        let loaded = self.load().await;
-        let found = match loaded {
-            Ok(core) => core.is_some(),
+        // Writers claim the session first (its lease, with replicas); readers only load it.
+        let writes = matches!(
+            command,
+            Command::Run { .. } | Command::Compact { .. } | Command::Delete { .. } | Command::TakeOver { .. }
+        );
+        let ready = if writes { self.claim().await } else { self.load_or_missing().await };
+        match ready {
+            Ok(Ok(())) => {}
+            Ok(Err(SessionError::NotFound)) => {
+                command.fail(SessionError::NotFound);
+                return Ok(Flow::Deleted);
+            }
+            Ok(Err(error)) => {
+                match command {
+                    // Running on another replica: not ours to take over.
+                    Command::TakeOver { reply } => drop(reply.send(Ok(false))),
+                    command => command.fail(error),
+                }
+                return Ok(Flow::Continue);
+            }
             Err(error) => {
                 command.fail(SessionError::Store(error));
                 return Ok(Flow::Continue);
             }
-        };
-        if !found {
-            command.fail(SessionError::NotFound);
-            return Ok(Flow::Deleted);
         }
-        match command {
-            Command::Ping { reply } => {
-                let _ = reply.send(Ok(()));
+        let flow = match command {
+            Command::RemoteCancel => Flow::Continue,
+            Command::LeaseLost => {
+                self.forget_lease();
+                self.core = None;
+                Flow::Continue
+            }
+            Command::TakeOver { reply } => {
+                let interrupted = self.core.as_ref().is_some_and(|c| {
+                    c.record.state == SessionState::Failed
+                        && c.record.error.as_deref() == Some(INTERRUPTED)
+                });
+                let _ = reply.send(Ok(interrupted));
+                Flow::Continue
             }
             Command::Cancel { reply } => {
-                let state = self
-                    .core
-                    .as_ref()
-                    .map_or(SessionState::Idle, |c| c.record.state);
-                let _ = reply.send(Ok(CancelOutcome {
-                    cancelled: false,
-                    run_id: None,
-                    state,
-                }));
+                let _ = reply.send(self.cancel_elsewhere().await);
+                Flow::Continue
             }
             Command::Delete { reply } => {
                 let batch = Batch::new(self.id).with(WriteOp::DeleteSession(self.id));
@@ -215,13 +242,111 @@ impl SessionActor {
                 let deleted = result.is_ok();
                 let _ = reply.send(result.map_err(SessionError::from));
                 if deleted {
+                    self.forget_lease();
                     return Ok(Flow::Deleted);
                 }
+                Flow::Continue
             }
-            Command::Run { request, reply } => return self.start_run(request, reply, inbox).await,
-            Command::Compact { reply } => return self.compact(reply, inbox).await,
+            Command::Run { request, reply } => self.start_run(request, reply, inbox).await?,
+            Command::Compact { reply } => self.compact(reply, inbox).await?,
+        };
+        self.release().await;
+        Ok(flow)
+    }
+
+    /// Loads the session for reading.
+    async fn load_or_missing(&mut self) -> Result<Result<(), SessionError>, StoreError> {
+        Ok(match self.load().await? {
+            Some(_) => Ok(()),
+            None => Err(SessionError::NotFound),
+        })
+    }
+
+    /// Makes this process the session's writer. On a single node it always is. With replicas
+    /// it takes the session's lease (refused while another live replica holds it); a new
+    /// epoch means another replica may have written since, so the session is reloaded, and a
+    /// run it finds in progress was left by a dead replica: it is recorded as interrupted.
+    async fn claim(&mut self) -> Result<Result<(), SessionError>, StoreError> {
+        let Some(cluster) = self.ctx.cluster.clone() else {
+            return self.load_or_missing().await;
+        };
+        let Some(epoch) = cluster
+            .acquire(self.id, self.ctx.replica, self.ctx.lease_ttl)
+            .await?
+        else {
+            if self.ctx.store.session(self.id).await?.is_none() {
+                return Ok(Err(SessionError::NotFound));
+            }
+            return Ok(Err(SessionError::Conflict {
+                kind: "session-leased",
+                detail: "the session is running on another replica; cancel it or wait for it to end"
+                    .to_string(),
+            }));
+        };
+        if self.lease != Some(epoch) {
+            self.core = None;
         }
-        Ok(Flow::Continue)
+        self.lease = Some(epoch);
+        *self.slot.fence.lock().unwrap_or_else(|e| e.into_inner()) = Some((self.ctx.replica, epoch));
+        self.sessions.note_lease(self.id, Some(epoch));
+        if self.load().await?.is_none() {
+            self.release().await;
+            return Ok(Err(SessionError::NotFound));
+        }
+        if let Some(mut core) = self.core.take() {
+            let recovered = if core.record.state.is_active() {
+                self.recover_interrupted(&mut core).await
+            } else {
+                Ok(())
+            };
+            self.core = Some(core);
+            recovered?;
+        }
+        Ok(Ok(()))
+    }
+
+    /// Gives the lease back (scale-out) once the session is idle here.
+    async fn release(&mut self) {
+        let Some(cluster) = self.ctx.cluster.clone() else {
+            return;
+        };
+        if self.lease.is_some() {
+            if let Err(error) = cluster.release(self.id, self.ctx.replica).await {
+                tracing::warn!(session_id = %self.id, %error, "could not release a lease; it will expire");
+            }
+            self.forget_lease();
+        }
+    }
+
+    fn forget_lease(&mut self) {
+        self.lease = None;
+        *self.slot.fence.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        self.sessions.note_lease(self.id, None);
+    }
+
+    /// Cancel with no run active here: with replicas the run may be active on another one,
+    /// which is asked to cancel it.
+    async fn cancel_elsewhere(&mut self) -> Result<CancelOutcome, SessionError> {
+        let record = match &self.ctx.cluster {
+            Some(_) => self.ctx.store.session(self.id).await?,
+            None => self.core.as_ref().map(|c| c.record.clone()),
+        };
+        let Some(record) = record else {
+            return Err(SessionError::NotFound);
+        };
+        if let (Some(cluster), true) = (&self.ctx.cluster, record.state.is_active()) {
+            cluster.send_cancel(self.id).await?;
+            return Ok(CancelOutcome {
+                cancelled: true,
+                run_id: record.last_run_id,
+                state: record.state,
+            });
+        }
+        Ok(CancelOutcome {
+            cancelled: false,
+            run_id: None,
+            state: record.state,
+        })
     }
 
     async fn start_run(
@@ -344,16 +469,31 @@ impl SessionActor {
             slot: &self.slot,
             batch: Batch::new(self.id),
         };
+        let mut lease_lost = false;
         let outcome = {
             let turn = run_turn(&mut journal, &self.ctx.deps, &settings, input, &cancel);
             tokio::pin!(turn);
             loop {
                 tokio::select! {
                     outcome = &mut turn => break outcome,
-                    Some(command) = inbox.recv() => busy(command, &cancel, Activity::Run(run.id)),
+                    Some(command) = inbox.recv() => {
+                        lease_lost |= busy(command, &cancel, Activity::Run(run.id));
+                    }
                 }
             }
         };
+        if lease_lost {
+            // Another replica owns the session now; every write would be refused.
+            drop(result_tx);
+            return Err(StoreError::Fenced);
+        }
+        if self.ctx.cluster.is_some() && self.ctx.shutdown.is_cancelled() {
+            // Leave the run as it is: its lease is released at shutdown and another replica
+            // takes it over from the last checkpoint at once.
+            let batch = std::mem::replace(&mut journal.batch, Batch::new(self.id));
+            let _ = commit(&self.ctx, &self.slot, batch).await;
+            return Ok(Flow::Continue);
+        }
         let mut batch = std::mem::replace(&mut journal.batch, Batch::new(self.id));
         let core = journal.core;
         let shutting_down = self.ctx.shutdown.is_cancelled();
@@ -480,16 +620,26 @@ impl SessionActor {
             return Ok(Flow::Continue);
         }
         let cancel = self.ctx.shutdown.child_token();
+        let mut lease_lost = false;
         let outcome = {
             let summary = compaction::summarize(&self.ctx.deps, &core.history, &cancel);
             tokio::pin!(summary);
             loop {
                 tokio::select! {
                     outcome = &mut summary => break outcome,
-                    Some(command) = inbox.recv() => busy(command, &cancel, Activity::Compaction),
+                    Some(command) = inbox.recv() => {
+                        lease_lost |= busy(command, &cancel, Activity::Compaction);
+                    }
                 }
             }
         };
+        if lease_lost {
+            let _ = reply.send(Err(SessionError::Conflict {
+                kind: "session-leased",
+                detail: "another replica took the session over".to_string(),
+            }));
+            return Err(StoreError::Fenced);
+        }
         let mut batch = Batch::new(self.id);
         let answer = match outcome {
             Ok(summary) => {
@@ -531,7 +681,9 @@ impl SessionActor {
 /// Answers a command that arrives while a run is active.
 /// Answers a command that arrives while a run or a compaction is active: cancel reaches it,
 /// everything that would change the session is refused.
-fn busy(command: Command, cancel: &CancellationToken, activity: Activity) {
+/// Answers a command that arrives while a run or a compaction is active: cancel reaches it,
+/// everything that would change the session is refused. Returns true when the lease is lost.
+fn busy(command: Command, cancel: &CancellationToken, activity: Activity) -> bool {
     let conflict = |what: &str| {
         let (kind, detail) = match activity {
             Activity::Run(run_id) => (
@@ -546,9 +698,7 @@ fn busy(command: Command, cancel: &CancellationToken, activity: Activity) {
         SessionError::Conflict { kind, detail }
     };
     match command {
-        Command::Ping { reply } => {
-            let _ = reply.send(Ok(()));
-        }
+        Command::TakeOver { reply } => drop(reply.send(Ok(false))),
         Command::Cancel { reply } => {
             let already = cancel.is_cancelled();
             cancel.cancel();
@@ -561,10 +711,16 @@ fn busy(command: Command, cancel: &CancellationToken, activity: Activity) {
                 state: SessionState::Running,
             }));
         }
+        Command::RemoteCancel => cancel.cancel(),
+        Command::LeaseLost => {
+            cancel.cancel();
+            return true;
+        }
         Command::Run { reply, .. } => drop(reply.send(Err(conflict("start another run")))),
         Command::Delete { reply } => drop(reply.send(Err(conflict("delete the session")))),
         Command::Compact { reply } => drop(reply.send(Err(conflict("compact")))),
     }
+    false
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -588,11 +744,12 @@ enum Flow {
 impl Command {
     fn fail(self, error: SessionError) {
         match self {
-            Command::Ping { reply } => drop(reply.send(Err(error))),
             Command::Run { reply, .. } => drop(reply.send(Err(error))),
             Command::Cancel { reply } => drop(reply.send(Err(error))),
             Command::Delete { reply } => drop(reply.send(Err(error))),
             Command::Compact { reply } => drop(reply.send(Err(error))),
+            Command::TakeOver { reply } => drop(reply.send(Err(error))),
+            Command::RemoteCancel | Command::LeaseLost => {}
         }
     }
 
@@ -699,7 +856,7 @@ async fn commit(ctx: &SessionContext, slot: &Slot, batch: Batch) -> Result<(), S
     ctx.writer
         .commit(
             (batch.session_id, slot.generation),
-            batch.ops,
+            slot.fenced(batch.session_id, batch.ops),
             Some(slot.events.clone()),
         )
         .await
@@ -732,7 +889,7 @@ impl RunJournal<'_> {
             .writer
             .submit(Commit {
                 origin: (self.id, self.slot.generation),
-                ops: batch.ops,
+                ops: self.slot.fenced(self.id, batch.ops),
                 publish: Some(self.slot.events.clone()),
                 ack: None,
             })

@@ -6,11 +6,14 @@
 //! the store.
 
 mod actor;
+mod coordination;
 mod registry;
 mod stream;
 
 pub use actor::Compacted;
-pub use registry::{CancelOutcome, NewSession, RunRequest, RunStarted, SessionContext, Sessions};
+pub use registry::{
+    CancelOutcome, NewSession, RunRequest, RunStarted, SessionContext, Sessions, Subscription,
+};
 pub use stream::EventStream;
 
 use crate::store::StoreError;

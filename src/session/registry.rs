@@ -6,7 +6,9 @@ use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 use serde_json::Value;
-use tokio::sync::{broadcast, mpsc, oneshot};
+use std::time::Duration;
+
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
@@ -20,7 +22,13 @@ use crate::model::{
     SessionState, StepKind, Usage,
 };
 use crate::store::writer::Writer;
-use crate::store::{Store, WriteOp};
+use crate::store::{Cluster, Store, WriteOp};
+
+/// A session's live channels, taken before its backlog is read.
+pub struct Subscription {
+    pub(super) live: broadcast::Receiver<Arc<Event>>,
+    pub(super) wake: watch::Receiver<u64>,
+}
 
 /// Events kept in memory per session for live subscribers; one that falls further behind is
 /// served from the database.
@@ -40,12 +48,44 @@ pub struct SessionContext {
     pub tasks: TaskTracker,
     /// Permits for runs in progress in this process (the concurrency cap).
     pub run_permits: Arc<tokio::sync::Semaphore>,
+    /// Lease coordination with other replicas (PostgreSQL); `None` on a single node.
+    pub cluster: Option<Arc<dyn Cluster>>,
+    /// This process's id as a lease owner.
+    pub replica: Uuid,
+    /// How long a lease lasts without renewal.
+    pub lease_ttl: Duration,
+    /// Resume interrupted runs by themselves (at start, and after taking a session over).
+    pub auto_resume: bool,
 }
 
 pub(super) struct Slot {
     pub mailbox: mpsc::Sender<Command>,
     pub events: broadcast::Sender<Arc<Event>>,
+    /// Bumped when another replica committed events of this session (or notifications may
+    /// have been lost): subscribers then read what they miss from the store.
+    pub wake: Arc<watch::Sender<u64>>,
     pub generation: u64,
+    /// The lease this actor holds (`owner`, `epoch`), which every write carries so that a
+    /// replica that lost the session cannot write to it (scale-out only).
+    pub fence: Mutex<Option<(Uuid, i64)>>,
+}
+
+impl Slot {
+    /// `ops` behind the fence of the lease held, if any.
+    pub fn fenced(&self, session_id: Uuid, mut ops: Vec<WriteOp>) -> Vec<WriteOp> {
+        let fence = *self.fence.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((owner, epoch)) = fence {
+            ops.insert(
+                0,
+                WriteOp::Fence {
+                    session_id,
+                    owner,
+                    epoch,
+                },
+            );
+        }
+        ops
+    }
 }
 
 /// The live sessions of this process. Cheap to clone.
@@ -54,6 +94,8 @@ pub struct Sessions {
     ctx: Arc<SessionContext>,
     slots: Arc<Mutex<HashMap<Uuid, Arc<Slot>>>>,
     generations: Arc<AtomicU64>,
+    /// Leases this process holds, by session, with their epoch (scale-out only).
+    leases: Arc<Mutex<HashMap<Uuid, i64>>>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -95,6 +137,7 @@ impl Sessions {
             ctx: Arc::new(ctx),
             slots: Arc::default(),
             generations: Arc::new(AtomicU64::new(1)),
+            leases: Arc::default(),
         }
     }
 
@@ -270,33 +313,31 @@ impl Sessions {
         run: Option<Uuid>,
     ) -> Result<EventStream, SessionError> {
         // Subscribe before reading the backlog so nothing committed in between is missed.
-        let live = self.slot(id)?.events.subscribe();
+        let live = self.subscribe(id)?;
         if self.ctx.store.session(id).await?.is_none() {
             return Err(SessionError::NotFound);
         }
-        Ok(EventStream::new(
-            self.ctx.store.clone(),
-            id,
-            after,
-            live,
-            run,
-        ))
+        Ok(self.stream_from(id, after, live, run))
     }
 
     /// Subscribes to a session's live events (for a run started right after).
-    pub fn subscribe(&self, id: Uuid) -> Result<broadcast::Receiver<Arc<Event>>, SessionError> {
-        Ok(self.slot(id)?.events.subscribe())
+    pub fn subscribe(&self, id: Uuid) -> Result<Subscription, SessionError> {
+        let slot = self.slot(id)?;
+        Ok(Subscription {
+            live: slot.events.subscribe(),
+            wake: slot.wake.subscribe(),
+        })
     }
 
-    /// Wraps a receiver obtained with [`Sessions::subscribe`] into a stream from `after`.
+    /// Wraps a subscription obtained with [`Sessions::subscribe`] into a stream from `after`.
     pub fn stream_from(
         &self,
         id: Uuid,
         after: i64,
-        live: broadcast::Receiver<Arc<Event>>,
+        subscription: Subscription,
         run: Option<Uuid>,
     ) -> EventStream {
-        EventStream::new(self.ctx.store.clone(), id, after, live, run)
+        EventStream::new(self.ctx.store.clone(), id, after, subscription, run)
     }
 
     /// Marks runs that a dead process left in progress as interrupted: each such session's
@@ -304,11 +345,13 @@ impl Sessions {
     /// read (an indexed query), never the whole table.
     pub async fn recover_interrupted(&self) -> Result<Vec<Uuid>, SessionError> {
         let ids = self.ctx.store.active_sessions().await?;
-        for id in &ids {
-            // A ping makes the actor load (and so recover) the session.
-            self.send(*id, |reply| Command::Ping { reply }).await?;
+        let mut interrupted = Vec::new();
+        for id in ids {
+            if self.take_over(id).await? {
+                interrupted.push(id);
+            }
         }
-        Ok(ids)
+        Ok(interrupted)
     }
 
     /// Resumes interrupted sessions in the background (auto-resume); each resume is an
@@ -363,16 +406,21 @@ impl Sessions {
             return Err(SessionError::ShuttingDown);
         }
         let (mailbox, inbox) = mpsc::channel(MAILBOX);
-        // Keep the live channel of an earlier incarnation so its subscribers stay connected.
-        let events = match slots.get(&id) {
-            Some(old) => old.events.clone(),
-            None => broadcast::channel(LIVE_BUFFER).0,
+        // Keep the live channels of an earlier incarnation so its subscribers stay connected.
+        let (events, wake) = match slots.get(&id) {
+            Some(old) => (old.events.clone(), old.wake.clone()),
+            None => (
+                broadcast::channel(LIVE_BUFFER).0,
+                Arc::new(watch::channel(0).0),
+            ),
         };
         let generation = self.generations.fetch_add(1, Ordering::Relaxed);
         let slot = Arc::new(Slot {
             mailbox,
             events,
+            wake,
             generation,
+            fence: Mutex::new(None),
         });
         slots.insert(id, slot.clone());
         let actor = SessionActor::new(id, self.ctx.clone(), slot.clone(), self.clone());
@@ -455,6 +503,57 @@ impl Sessions {
             });
         }
         Ok(Some(view))
+    }
+
+    /// Wakes the subscribers of one session (`Some`) or of every session (`None`) so they read
+    /// what they miss from the store.
+    pub(super) fn wake(&self, id: Option<Uuid>) {
+        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let bump = |slot: &Arc<Slot>| slot.wake.send_modify(|n| *n = n.wrapping_add(1));
+        match id {
+            Some(id) => slots.get(&id).into_iter().for_each(bump),
+            None => slots.values().for_each(bump),
+        }
+    }
+
+    /// Delivers a command to a session's actor if it lives here, without waiting.
+    pub(super) fn notify_actor(&self, id: Uuid, command: Command) {
+        let slot = {
+            let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+            slots.get(&id).cloned()
+        };
+        if let Some(slot) = slot {
+            let _ = slot.mailbox.try_send(command);
+        }
+    }
+
+    pub(super) fn note_lease(&self, id: Uuid, epoch: Option<i64>) {
+        let mut leases = self.leases.lock().unwrap_or_else(|e| e.into_inner());
+        match epoch {
+            Some(epoch) => leases.insert(id, epoch),
+            None => leases.remove(&id),
+        };
+    }
+
+    pub(super) fn held_leases(&self) -> HashMap<Uuid, i64> {
+        self.leases.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Takes over a session whose run was interrupted (a dead process or replica left it
+    /// running): it is recorded as interrupted, then resumed if auto-resume is on.
+    pub async fn take_over(&self, id: Uuid) -> Result<bool, SessionError> {
+        let interrupted = self.send(id, |reply| Command::TakeOver { reply }).await?;
+        if interrupted && self.ctx.auto_resume {
+            self.resume_in_background(vec![id]);
+        }
+        Ok(interrupted)
+    }
+
+    /// Starts the scale-out background tasks (heartbeat, takeover sweep, notifications).
+    pub fn start_coordination(&self) {
+        if let Some(cluster) = self.ctx.cluster.clone() {
+            super::coordination::spawn(self.clone(), cluster);
+        }
     }
 
     /// Live actors (for metrics and tests).

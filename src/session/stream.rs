@@ -9,6 +9,9 @@ use std::sync::Arc;
 
 use futures::Stream;
 use tokio::sync::broadcast::{self, error::RecvError};
+use tokio::sync::watch;
+
+use super::Subscription;
 use uuid::Uuid;
 
 use crate::model::Event;
@@ -22,6 +25,8 @@ pub struct EventStream {
     session_id: Uuid,
     last_sent: i64,
     live: broadcast::Receiver<Arc<Event>>,
+    /// Bumped when events committed elsewhere (another replica) are to be read from the store.
+    wake: Option<watch::Receiver<u64>>,
     backlog: VecDeque<Arc<Event>>,
     catching_up: bool,
     /// End after this run's terminal event.
@@ -34,14 +39,17 @@ impl EventStream {
         store: Arc<dyn Store>,
         session_id: Uuid,
         after: i64,
-        live: broadcast::Receiver<Arc<Event>>,
+        subscription: Subscription,
         run: Option<Uuid>,
     ) -> EventStream {
+        let Subscription { live, mut wake } = subscription;
+        wake.mark_unchanged();
         EventStream {
             store,
             session_id,
             last_sent: after.max(0),
             live,
+            wake: Some(wake),
             backlog: VecDeque::new(),
             catching_up: true,
             run,
@@ -81,7 +89,23 @@ impl EventStream {
                     }
                 }
             }
-            match self.live.recv().await {
+            let received = tokio::select! {
+                received = self.live.recv() => received,
+                woken = async {
+                    match &mut self.wake {
+                        Some(wake) => wake.changed().await.is_ok(),
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    if !woken {
+                        // The slot is gone (the session was deleted); the live channel tells.
+                        self.wake = None;
+                    }
+                    self.catching_up = true;
+                    continue;
+                }
+            };
+            match received {
                 Ok(event) if event.seq <= self.last_sent => continue,
                 Ok(event) if event.seq == self.last_sent + 1 => return Some(Ok(self.sent(event))),
                 // A gap (events committed before we subscribed) or lag: read them back.

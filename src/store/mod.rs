@@ -1,4 +1,6 @@
-//! Persistence: the `Store` trait, its SQLite implementation, and the group-commit writer.
+//! Persistence: the `Store` trait, its SQLite and PostgreSQL implementations, the group-commit
+//! writer, and (PostgreSQL only) the `Cluster` coordination of several replicas: session
+//! leases with fencing, and notifications of committed events and commands.
 //!
 //! The store owns the tables; it knows nothing of actors or HTTP. All writes are expressed as
 //! [`WriteOp`]s and applied by the [`writer::Writer`] task in batched transactions, so every
@@ -9,6 +11,7 @@ pub mod sqlite;
 pub mod writer;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use uuid::Uuid;
@@ -33,6 +36,10 @@ pub enum StoreError {
     WriterGone,
     #[error("an earlier write of this session failed")]
     Poisoned,
+    /// The write carried a lease epoch that is no longer the session's: another replica took
+    /// the session over.
+    #[error("the session's lease is held by another replica")]
+    Fenced,
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;
@@ -59,6 +66,20 @@ pub enum WriteOp {
     UpsertStep(StepRecord),
     InsertEvent(Arc<Event>),
     InsertCheckpoint(Checkpoint),
+    /// Refuses the whole commit unless `owner` still holds the session's lease at `epoch`
+    /// (scale-out fencing; a no-op on a single-node store).
+    Fence {
+        session_id: Uuid,
+        owner: Uuid,
+        epoch: i64,
+    },
+    /// Marks the steps of `run_id` that never finished as failed (an interrupted run).
+    FailOpenSteps {
+        session_id: Uuid,
+        run_id: Uuid,
+        error: String,
+        at: chrono::DateTime<chrono::Utc>,
+    },
 }
 
 /// Filters and paging for the session list (newest first; the cursor is the last id seen).
@@ -113,12 +134,60 @@ pub trait Store: Send + Sync + 'static {
     async fn latest_checkpoint(&self, session_id: Uuid) -> StoreResult<Option<Checkpoint>>;
 }
 
-/// Opens the store a database URL names, creating and migrating it as needed.
-pub async fn open(url: &str) -> StoreResult<Arc<dyn Store>> {
+/// Coordination of several replicas on one database (PostgreSQL). Times come from the
+/// database's clock, never a replica's.
+#[async_trait]
+pub trait Cluster: Send + Sync + 'static {
+    /// Takes or keeps the lease of a session for `owner`; the epoch grows whenever the owner
+    /// changes. `None` when another live owner holds it.
+    async fn acquire(&self, session_id: Uuid, owner: Uuid, ttl: Duration) -> StoreResult<Option<i64>>;
+    /// Renews every lease `owner` still holds (one statement for all); returns them.
+    async fn renew(&self, owner: Uuid, ttl: Duration) -> StoreResult<Vec<(Uuid, i64)>>;
+    async fn release(&self, session_id: Uuid, owner: Uuid) -> StoreResult<()>;
+    async fn release_all(&self, owner: Uuid) -> StoreResult<()>;
+    /// Sessions stored as running whose lease expired or was released: to be taken over.
+    async fn orphaned(&self, limit: i64) -> StoreResult<Vec<Uuid>>;
+    /// Asks the replica that runs `session_id` to cancel it.
+    async fn send_cancel(&self, session_id: Uuid) -> StoreResult<()>;
+    /// A connection that receives notifications (committed events, commands).
+    async fn listen(&self) -> StoreResult<Box<dyn ClusterListener>>;
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClusterNotice {
+    /// Events up to `seq` of a session were committed by replica `origin`.
+    Events { origin: Uuid, session_id: Uuid, seq: i64 },
+    /// Cancel the session's run, if it runs here.
+    Cancel { session_id: Uuid },
+    /// The connection was lost and re-established: notifications may have been missed.
+    Reconnected,
+}
+
+#[async_trait]
+pub trait ClusterListener: Send {
+    async fn next(&mut self) -> StoreResult<ClusterNotice>;
+}
+
+/// An opened database: the store, and the cluster coordination when the database offers it.
+pub struct Opened {
+    pub store: Arc<dyn Store>,
+    pub cluster: Option<Arc<dyn Cluster>>,
+}
+
+/// Opens the store a database URL names, creating and migrating it as needed. `replica`
+/// names this process in notifications.
+pub async fn open(url: &str, replica: Uuid) -> StoreResult<Opened> {
     if url.starts_with("sqlite:") {
-        Ok(Arc::new(sqlite::SqliteStore::open(url).await?))
+        Ok(Opened {
+            store: Arc::new(sqlite::SqliteStore::open(url).await?),
+            cluster: None,
+        })
     } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        Ok(Arc::new(postgres::PostgresStore::open(url).await?))
+        let store = Arc::new(postgres::PostgresStore::open(url).await?.with_replica(replica));
+        Ok(Opened {
+            store: store.clone(),
+            cluster: Some(store),
+        })
     } else {
         Err(StoreError::Unsupported(format!(
             "{url} (expected sqlite://PATH or postgres://USER@HOST/DB)"

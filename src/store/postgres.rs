@@ -23,7 +23,13 @@ use sqlx::types::Json;
 use sqlx::{Postgres, Row};
 use uuid::Uuid;
 
-use super::{SessionQuery, Store, StoreError, StoreResult, WriteOp};
+use std::time::Duration;
+
+use sqlx::postgres::PgListener;
+
+use super::{
+    Cluster, ClusterListener, ClusterNotice, SessionQuery, Store, StoreError, StoreResult, WriteOp,
+};
 use crate::model::{
     Checkpoint, Event, Message, Role, RunKind, RunRecord, RunStatus, SessionRecord, SessionState,
     StepKind, StepRecord, StepStatus, ToolCall, Usage,
@@ -34,7 +40,14 @@ const MAX_CONNECTIONS: u32 = 16;
 
 pub struct PostgresStore {
     pool: PgPool,
+    /// This replica, named in the notifications of its commits so it can skip its own.
+    replica: Uuid,
 }
+
+/// The channel on which commits announce `replica:session:seq`.
+const EVENTS_CHANNEL: &str = "tah_events";
+/// The channel on which replicas ask each other to act on a session (`cancel:session`).
+const COMMANDS_CHANNEL: &str = "tah_commands";
 
 const SESSION_COLUMNS: &str = "s.id, s.parent_id, s.title, s.metadata, s.system_prompt, s.state, \
      s.error, s.input_tokens, s.output_tokens, s.last_run_id, s.created_at, s.updated_at, \
@@ -73,7 +86,16 @@ impl PostgresStore {
             other => other?,
         };
         sqlx::migrate!("./migrations/postgres").run(&pool).await?;
-        Ok(PostgresStore { pool })
+        Ok(PostgresStore {
+            pool,
+            replica: Uuid::nil(),
+        })
+    }
+
+    /// Names the replica in the notifications of its commits.
+    pub fn with_replica(mut self, replica: Uuid) -> PostgresStore {
+        self.replica = replica;
+        self
     }
 }
 
@@ -300,6 +322,25 @@ async fn apply(conn: &mut PgConnection, op: &WriteOp) -> Result<(), sqlx::Error>
             .execute(&mut *conn)
             .await?;
         }
+        // Checked by `commit` before any op is applied.
+        WriteOp::Fence { .. } => {}
+        WriteOp::FailOpenSteps {
+            session_id,
+            run_id,
+            error,
+            at,
+        } => {
+            sqlx::query(
+                "UPDATE steps SET status = 'failed', error = $1, finished_at = $2 \
+                 WHERE session_id = $3 AND run_id = $4 AND status IN ('pending', 'streaming', 'running')",
+            )
+            .bind(text(error).as_ref())
+            .bind(at)
+            .bind(session_id)
+            .bind(run_id)
+            .execute(&mut *conn)
+            .await?;
+        }
         WriteOp::InsertCheckpoint(c) => {
             sqlx::query(
                 "INSERT INTO checkpoints (id, session_id, run_id, step_id, message_count, seq, created_at) \
@@ -477,6 +518,29 @@ impl Store for PostgresStore {
         let mut tx = self.pool.begin().await?;
         let mut rest = ops.as_slice();
         while let Some((first, tail)) = rest.split_first() {
+            if let WriteOp::Fence {
+                session_id,
+                owner,
+                epoch,
+            } = first
+            {
+                // FOR SHARE orders this check against a takeover's UPDATE of the lease.
+                let held: Option<bool> = sqlx::query_scalar(
+                    "SELECT lease_owner = $2 AND lease_epoch = $3 FROM sessions WHERE id = $1 FOR SHARE",
+                )
+                .bind(session_id)
+                .bind(owner)
+                .bind(epoch)
+                .fetch_optional(&mut *tx)
+                .await?
+                .flatten();
+                // A session deleted in the meantime has nothing left to protect.
+                if held == Some(false) {
+                    return Err(StoreError::Fenced);
+                }
+                rest = tail;
+                continue;
+            }
             // A run of consecutive event inserts (across groups) becomes one statement; order
             // relative to the other ops is kept, so a later op still sees these rows.
             let run = rest
@@ -497,6 +561,27 @@ impl Store for PostgresStore {
                 apply(&mut tx, first).await?;
                 rest = tail;
             }
+        }
+        // Announce the newest seq of each session; delivered only if the transaction commits.
+        let mut newest: Vec<(Uuid, i64)> = Vec::new();
+        for op in &ops {
+            if let WriteOp::InsertEvent(e) = op {
+                match newest.iter_mut().find(|(id, _)| *id == e.session_id) {
+                    Some(entry) => entry.1 = entry.1.max(e.seq),
+                    None => newest.push((e.session_id, e.seq)),
+                }
+            }
+        }
+        if !newest.is_empty() {
+            let payloads: Vec<String> = newest
+                .iter()
+                .map(|(id, seq)| format!("{}:{id}:{seq}", self.replica))
+                .collect();
+            sqlx::query("SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p")
+                .bind(EVENTS_CHANNEL)
+                .bind(&payloads)
+                .execute(&mut *tx)
+                .await?;
         }
         tx.commit().await?;
         Ok(())
@@ -664,5 +749,135 @@ impl Store for PostgresStore {
         .fetch_optional(&self.pool)
         .await?;
         row.as_ref().map(checkpoint_from).transpose()
+    }
+}
+
+fn millis(ttl: Duration) -> i64 {
+    i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)
+}
+
+#[async_trait]
+impl Cluster for PostgresStore {
+    async fn acquire(&self, session_id: Uuid, owner: Uuid, ttl: Duration) -> StoreResult<Option<i64>> {
+        let epoch: Option<i64> = sqlx::query_scalar(
+            "UPDATE sessions SET \
+               lease_epoch = CASE WHEN lease_owner = $2 AND lease_expires_at > now() \
+                             THEN lease_epoch ELSE lease_epoch + 1 END, \
+               lease_owner = $2, \
+               lease_expires_at = now() + make_interval(secs => $3::double precision / 1000) \
+             WHERE id = $1 AND (lease_owner IS NULL OR lease_owner = $2 OR lease_expires_at <= now()) \
+             RETURNING lease_epoch",
+        )
+        .bind(session_id)
+        .bind(owner)
+        .bind(millis(ttl))
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(epoch)
+    }
+
+    async fn renew(&self, owner: Uuid, ttl: Duration) -> StoreResult<Vec<(Uuid, i64)>> {
+        let rows = sqlx::query(
+            "UPDATE sessions SET lease_expires_at = now() + make_interval(secs => $2::double precision / 1000) \
+             WHERE lease_owner = $1 AND lease_expires_at > now() RETURNING id, lease_epoch",
+        )
+        .bind(owner)
+        .bind(millis(ttl))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| Ok((r.try_get("id")?, r.try_get("lease_epoch")?)))
+            .collect()
+    }
+
+    async fn release(&self, session_id: Uuid, owner: Uuid) -> StoreResult<()> {
+        sqlx::query(
+            "UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL \
+             WHERE id = $1 AND lease_owner = $2",
+        )
+        .bind(session_id)
+        .bind(owner)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn release_all(&self, owner: Uuid) -> StoreResult<()> {
+        sqlx::query("UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL WHERE lease_owner = $1")
+            .bind(owner)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn orphaned(&self, limit: i64) -> StoreResult<Vec<Uuid>> {
+        let ids: Vec<Uuid> = sqlx::query_scalar(
+            "SELECT id FROM sessions WHERE state IN ('running', 'waiting_tool') \
+             AND (lease_owner IS NULL OR lease_expires_at <= now()) \
+             LIMIT $1 FOR UPDATE SKIP LOCKED",
+        )
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(ids)
+    }
+
+    async fn send_cancel(&self, session_id: Uuid) -> StoreResult<()> {
+        sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(COMMANDS_CHANNEL)
+            .bind(format!("cancel:{session_id}"))
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn listen(&self) -> StoreResult<Box<dyn ClusterListener>> {
+        let mut listener = PgListener::connect_with(&self.pool).await?;
+        listener.listen_all([EVENTS_CHANNEL, COMMANDS_CHANNEL]).await?;
+        Ok(Box::new(PgNotices { listener }))
+    }
+}
+
+/// Notifications from a dedicated connection; sqlx reconnects it after a loss, which is
+/// reported as [`ClusterNotice::Reconnected`] so subscribers catch up from the table.
+struct PgNotices {
+    listener: PgListener,
+}
+
+#[async_trait]
+impl ClusterListener for PgNotices {
+    async fn next(&mut self) -> StoreResult<ClusterNotice> {
+        loop {
+            let Some(notification) = self.listener.try_recv().await? else {
+                return Ok(ClusterNotice::Reconnected);
+            };
+            let payload = notification.payload();
+            let notice = match notification.channel() {
+                EVENTS_CHANNEL => {
+                    let mut parts = payload.splitn(3, ':');
+                    match (
+                        parts.next().and_then(|s| Uuid::parse_str(s).ok()),
+                        parts.next().and_then(|s| Uuid::parse_str(s).ok()),
+                        parts.next().and_then(|s| s.parse().ok()),
+                    ) {
+                        (Some(origin), Some(session_id), Some(seq)) => Some(ClusterNotice::Events {
+                            origin,
+                            session_id,
+                            seq,
+                        }),
+                        _ => None,
+                    }
+                }
+                COMMANDS_CHANNEL => payload
+                    .strip_prefix("cancel:")
+                    .and_then(|s| Uuid::parse_str(s).ok())
+                    .map(|session_id| ClusterNotice::Cancel { session_id }),
+                _ => None,
+            };
+            match notice {
+                Some(notice) => return Ok(notice),
+                None => tracing::warn!(payload, "ignored a malformed notification"),
+            }
+        }
     }
 }

@@ -215,6 +215,25 @@ async fn apply(conn: &mut sqlx::SqliteConnection, op: &WriteOp) -> Result<(), sq
             .execute(&mut *conn)
             .await?;
         }
+        // One process owns a SQLite database: there is nothing to fence.
+        WriteOp::Fence { .. } => {}
+        WriteOp::FailOpenSteps {
+            session_id,
+            run_id,
+            error,
+            at,
+        } => {
+            sqlx::query(
+                "UPDATE steps SET status = 'failed', error = ?, finished_at = ? \
+                 WHERE session_id = ? AND run_id = ? AND status IN ('pending', 'streaming', 'running')",
+            )
+            .bind(error)
+            .bind(at.to_rfc3339())
+            .bind(session_id.to_string())
+            .bind(run_id.to_string())
+            .execute(&mut *conn)
+            .await?;
+        }
         WriteOp::InsertCheckpoint(c) => {
             sqlx::query(
                 "INSERT INTO checkpoints (id, session_id, run_id, step_id, message_count, seq, created_at) \
