@@ -105,7 +105,12 @@ pub struct ServeConfig {
 
     /// API token clients must send as `Authorization: Bearer <token>` on every /v1 route
     /// (repeatable; the env var takes a comma-separated list). None: no authentication.
-    #[arg(long = "api-token", env = "TAH_API_TOKENS", value_delimiter = ',', hide_env_values = true)]
+    #[arg(
+        long = "api-token",
+        env = "TAH_API_TOKENS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
     pub api_tokens: Vec<String>,
 
     /// Allow listening on a non-loopback address without API tokens.
@@ -169,13 +174,16 @@ impl ServeConfig {
                 self.listen
             ));
         }
-        let weak = |t: &&&String| t.len() < 16 || t.chars().any(|c| c.is_whitespace() || c.is_control());
+        let weak =
+            |t: &&&String| t.len() < 16 || t.chars().any(|c| c.is_whitespace() || c.is_control());
         if tokens.iter().any(|t| weak(&t)) {
             return Err("API tokens must be at least 16 characters without spaces".to_string());
         }
         for origin in &self.cors_origins {
             if origin != "*" && !(origin.starts_with("http://") || origin.starts_with("https://")) {
-                return Err(format!("--cors-origin {origin:?} must look like https://example.com"));
+                return Err(format!(
+                    "--cors-origin {origin:?} must look like https://example.com"
+                ));
             }
         }
         Ok(())

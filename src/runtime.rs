@@ -65,12 +65,11 @@ impl Runtime {
         let model = model_client(config)?;
         let replica = crate::model::new_id();
         let opened = store::open(&config.database_url, replica).await?;
-        let tools = ToolRegistry::builtin(&config.workspace).map_err(|source| {
-            RuntimeError::Workspace {
+        let tools =
+            ToolRegistry::builtin(&config.workspace).map_err(|source| RuntimeError::Workspace {
                 path: config.workspace.display().to_string(),
                 source,
-            }
-        })?;
+            })?;
         let settings = AgentSettings {
             system_prompt: config.system_prompt.clone(),
             max_steps: config.max_steps(),
@@ -156,7 +155,10 @@ impl Runtime {
     pub async fn shutdown(self, grace: Duration) {
         self.shutdown.cancel();
         self.tasks.close();
-        if tokio::time::timeout(grace, self.tasks.wait()).await.is_err() {
+        if tokio::time::timeout(grace, self.tasks.wait())
+            .await
+            .is_err()
+        {
             tracing::warn!("some sessions did not stop in time");
         }
         let Runtime {

@@ -77,7 +77,10 @@ where
 {
     let dir = tempfile::tempdir().expect("tempdir");
     let url = format!("sqlite://{}", dir.path().join("tah.db").display());
-    let store = store::open(&url).await.expect("open sqlite store");
+    let store = store::open(&url, Uuid::nil())
+        .await
+        .expect("open sqlite store")
+        .store;
     case(store).await;
 }
 
@@ -112,9 +115,10 @@ where
         .execute(format!("CREATE DATABASE {db}").as_str())
         .await
         .expect("create test database");
-    let store = store::open(&with_database(&base, &db))
+    let store = store::open(&with_database(&base, &db), Uuid::nil())
         .await
-        .expect("open postgres store");
+        .expect("open postgres store")
+        .store;
     // Run the case as a task so a failing assertion still lets us drop the database.
     let outcome = tokio::spawn(case(store)).await;
     admin
@@ -1229,7 +1233,7 @@ async fn postgres_open_creates_the_database_and_replicas_start_together() {
     let url = with_database(&base, &db);
     let opens = (0..3).map(|_| {
         let url = url.clone();
-        tokio::spawn(async move { store::open(&url).await })
+        tokio::spawn(async move { store::open(&url, Uuid::nil()).await.map(|o| o.store) })
     });
     let mut stores = Vec::new();
     for open in opens {

@@ -259,7 +259,12 @@ async fn auto_compact(
             usage.add(summary.usage);
             journal.summary_appended(summary, true).await?;
         }
-        Err(CompactError::Cancelled) => return Err(AgentError::Cancelled { usage: *usage, steps: 0 }),
+        Err(CompactError::Cancelled) => {
+            return Err(AgentError::Cancelled {
+                usage: *usage,
+                steps: 0,
+            })
+        }
         Err(CompactError::Model(error)) => journal.compact_failed(error.to_string()).await?,
     }
     Ok(())

@@ -50,13 +50,18 @@ pub async fn require_token(State(tokens): State<Tokens>, request: Request, next:
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
         .map(|t| t.trim().as_bytes().to_vec());
     let candidate = bearer.or_else(|| sse_query_token(&request));
     match candidate {
         Some(token) if tokens.accepts(&token) => next.run(request).await,
         Some(_) => unauthorized("the API token is not valid"),
-        None => unauthorized("this server requires an API token: send Authorization: Bearer <token>"),
+        None => {
+            unauthorized("this server requires an API token: send Authorization: Bearer <token>")
+        }
     }
 }
 
@@ -72,7 +77,8 @@ fn sse_query_token(request: &Request) -> Option<Vec<u8>> {
 }
 
 fn unauthorized(detail: &str) -> Response {
-    let mut response = Problem::new(StatusCode::UNAUTHORIZED, "unauthorized", detail).into_response();
+    let mut response =
+        Problem::new(StatusCode::UNAUTHORIZED, "unauthorized", detail).into_response();
     response.headers_mut().insert(
         header::WWW_AUTHENTICATE,
         header::HeaderValue::from_static("Bearer"),
@@ -86,7 +92,10 @@ mod tests {
 
     #[test]
     fn tokens_match_exactly() {
-        let tokens = Tokens::new(&["0123456789abcdef".to_string(), "fedcba9876543210".to_string()]);
+        let tokens = Tokens::new(&[
+            "0123456789abcdef".to_string(),
+            "fedcba9876543210".to_string(),
+        ]);
         assert!(tokens.accepts(b"0123456789abcdef"));
         assert!(tokens.accepts(b"fedcba9876543210"));
         assert!(!tokens.accepts(b"0123456789abcde"));

@@ -197,7 +197,9 @@ async fn fork(
         // 3.0 is an integer to JSON Schema; 3.5 and -1 are not turn counts.
         Some(Value::Number(n)) => match (n.as_u64(), n.as_f64()) {
             (Some(n), _) => Some(n),
-            (None, Some(f)) if f >= 0.0 && f.fract() == 0.0 && f <= u64::MAX as f64 => Some(f as u64),
+            (None, Some(f)) if f >= 0.0 && f.fract() == 0.0 && f <= u64::MAX as f64 => {
+                Some(f as u64)
+            }
             _ => return Err(Problem::bad_request("turns must be a non-negative integer")),
         },
         Some(_) => return Err(Problem::bad_request("turns must be a non-negative integer")),

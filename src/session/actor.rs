@@ -195,9 +195,16 @@ impl SessionActor {
         // Writers claim the session first (its lease, with replicas); readers only load it.
         let writes = matches!(
             command,
-            Command::Run { .. } | Command::Compact { .. } | Command::Delete { .. } | Command::TakeOver { .. }
+            Command::Run { .. }
+                | Command::Compact { .. }
+                | Command::Delete { .. }
+                | Command::TakeOver { .. }
         );
-        let ready = if writes { self.claim().await } else { self.load_or_missing().await };
+        let ready = if writes {
+            self.claim().await
+        } else {
+            self.load_or_missing().await
+        };
         match ready {
             Ok(Ok(())) => {}
             Ok(Err(SessionError::NotFound)) => {
@@ -279,15 +286,17 @@ impl SessionActor {
             }
             return Ok(Err(SessionError::Conflict {
                 kind: "session-leased",
-                detail: "the session is running on another replica; cancel it or wait for it to end"
-                    .to_string(),
+                detail:
+                    "the session is running on another replica; cancel it or wait for it to end"
+                        .to_string(),
             }));
         };
         if self.lease != Some(epoch) {
             self.core = None;
         }
         self.lease = Some(epoch);
-        *self.slot.fence.lock().unwrap_or_else(|e| e.into_inner()) = Some((self.ctx.replica, epoch));
+        *self.slot.fence.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some((self.ctx.replica, epoch));
         self.sessions.note_lease(self.id, Some(epoch));
         if self.load().await?.is_none() {
             self.release().await;
@@ -688,7 +697,9 @@ fn busy(command: Command, cancel: &CancellationToken, activity: Activity) -> boo
         let (kind, detail) = match activity {
             Activity::Run(run_id) => (
                 "run-active",
-                format!("run {run_id} is active; cancel it or wait for it to end before you {what}"),
+                format!(
+                    "run {run_id} is active; cancel it or wait for it to end before you {what}"
+                ),
             ),
             Activity::Compaction => (
                 "compaction-active",
@@ -1016,8 +1027,11 @@ impl Journal for RunJournal<'_> {
     }
 
     async fn user_message(&mut self, input: String) -> Result<(), JournalError> {
-        let message = self.batch.message(self.core, Message::new(Role::User, input));
-        self.batch.event(self.core, EventKind::UserMessage { message });
+        let message = self
+            .batch
+            .message(self.core, Message::new(Role::User, input));
+        self.batch
+            .event(self.core, EventKind::UserMessage { message });
         self.flush().await
     }
 
@@ -1028,8 +1042,10 @@ impl Journal for RunJournal<'_> {
 
     async fn compact_failed(&mut self, error: String) -> Result<(), JournalError> {
         let session_id = self.id;
-        self.batch
-            .event(self.core, EventKind::ContextCompactFailed { session_id, error });
+        self.batch.event(
+            self.core,
+            EventKind::ContextCompactFailed { session_id, error },
+        );
         self.flush().await
     }
 

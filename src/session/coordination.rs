@@ -41,7 +41,9 @@ async fn heartbeat(sessions: Sessions, cluster: Arc<dyn Cluster>, ttl: Duration)
         match cluster.renew(ctx.replica, ttl).await {
             Ok(renewed) => {
                 for (id, epoch) in before {
-                    if !renewed.contains(&(id, epoch)) && sessions.held_leases().get(&id) == Some(&epoch) {
+                    if !renewed.contains(&(id, epoch))
+                        && sessions.held_leases().get(&id) == Some(&epoch)
+                    {
                         tracing::warn!(session_id = %id, "lost the lease of a session");
                         sessions.notify_actor(id, Command::LeaseLost);
                     }
@@ -71,7 +73,9 @@ async fn sweeper(sessions: Sessions, cluster: Arc<dyn Cluster>, ttl: Duration) {
             let sessions = sessions.clone();
             ctx.tasks.spawn(async move {
                 match sessions.take_over(id).await {
-                    Ok(true) => tracing::info!(session_id = %id, "took over an interrupted session"),
+                    Ok(true) => {
+                        tracing::info!(session_id = %id, "took over an interrupted session")
+                    }
                     Ok(false) => {}
                     Err(error) => tracing::warn!(session_id = %id, %error, "takeover failed"),
                 }
@@ -101,7 +105,9 @@ async fn listener(sessions: Sessions, cluster: Arc<dyn Cluster>) {
                 _ = ctx.shutdown.cancelled() => return,
             };
             match notice {
-                Ok(ClusterNotice::Events { origin, session_id, .. }) => {
+                Ok(ClusterNotice::Events {
+                    origin, session_id, ..
+                }) => {
                     // Local commits reach local subscribers directly.
                     if origin != ctx.replica {
                         sessions.wake(Some(session_id));

@@ -536,7 +536,10 @@ impl Sessions {
     }
 
     pub(super) fn held_leases(&self) -> HashMap<Uuid, i64> {
-        self.leases.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.leases
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Takes over a session whose run was interrupted (a dead process or replica left it

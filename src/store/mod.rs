@@ -140,7 +140,12 @@ pub trait Store: Send + Sync + 'static {
 pub trait Cluster: Send + Sync + 'static {
     /// Takes or keeps the lease of a session for `owner`; the epoch grows whenever the owner
     /// changes. `None` when another live owner holds it.
-    async fn acquire(&self, session_id: Uuid, owner: Uuid, ttl: Duration) -> StoreResult<Option<i64>>;
+    async fn acquire(
+        &self,
+        session_id: Uuid,
+        owner: Uuid,
+        ttl: Duration,
+    ) -> StoreResult<Option<i64>>;
     /// Renews every lease `owner` still holds (one statement for all); returns them.
     async fn renew(&self, owner: Uuid, ttl: Duration) -> StoreResult<Vec<(Uuid, i64)>>;
     async fn release(&self, session_id: Uuid, owner: Uuid) -> StoreResult<()>;
@@ -156,7 +161,11 @@ pub trait Cluster: Send + Sync + 'static {
 #[derive(Debug, Clone, PartialEq)]
 pub enum ClusterNotice {
     /// Events up to `seq` of a session were committed by replica `origin`.
-    Events { origin: Uuid, session_id: Uuid, seq: i64 },
+    Events {
+        origin: Uuid,
+        session_id: Uuid,
+        seq: i64,
+    },
     /// Cancel the session's run, if it runs here.
     Cancel { session_id: Uuid },
     /// The connection was lost and re-established: notifications may have been missed.
@@ -183,7 +192,11 @@ pub async fn open(url: &str, replica: Uuid) -> StoreResult<Opened> {
             cluster: None,
         })
     } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        let store = Arc::new(postgres::PostgresStore::open(url).await?.with_replica(replica));
+        let store = Arc::new(
+            postgres::PostgresStore::open(url)
+                .await?
+                .with_replica(replica),
+        );
         Ok(Opened {
             store: store.clone(),
             cluster: Some(store),

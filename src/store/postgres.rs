@@ -758,7 +758,12 @@ fn millis(ttl: Duration) -> i64 {
 
 #[async_trait]
 impl Cluster for PostgresStore {
-    async fn acquire(&self, session_id: Uuid, owner: Uuid, ttl: Duration) -> StoreResult<Option<i64>> {
+    async fn acquire(
+        &self,
+        session_id: Uuid,
+        owner: Uuid,
+        ttl: Duration,
+    ) -> StoreResult<Option<i64>> {
         let epoch: Option<i64> = sqlx::query_scalar(
             "UPDATE sessions SET \
                lease_epoch = CASE WHEN lease_owner = $2 AND lease_expires_at > now() \
@@ -833,7 +838,9 @@ impl Cluster for PostgresStore {
 
     async fn listen(&self) -> StoreResult<Box<dyn ClusterListener>> {
         let mut listener = PgListener::connect_with(&self.pool).await?;
-        listener.listen_all([EVENTS_CHANNEL, COMMANDS_CHANNEL]).await?;
+        listener
+            .listen_all([EVENTS_CHANNEL, COMMANDS_CHANNEL])
+            .await?;
         Ok(Box::new(PgNotices { listener }))
     }
 }
@@ -860,11 +867,13 @@ impl ClusterListener for PgNotices {
                         parts.next().and_then(|s| Uuid::parse_str(s).ok()),
                         parts.next().and_then(|s| s.parse().ok()),
                     ) {
-                        (Some(origin), Some(session_id), Some(seq)) => Some(ClusterNotice::Events {
-                            origin,
-                            session_id,
-                            seq,
-                        }),
+                        (Some(origin), Some(session_id), Some(seq)) => {
+                            Some(ClusterNotice::Events {
+                                origin,
+                                session_id,
+                                seq,
+                            })
+                        }
                         _ => None,
                     }
                 }
