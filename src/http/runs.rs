@@ -14,7 +14,7 @@ use super::events::{sse_response, wants_event_stream};
 use super::problem::{parse_id, ApiJson, ApiQuery, OptionalJson, Problem};
 use super::sessions::{page_limit, Page};
 use super::AppState;
-use crate::model::{RunKind, RunRecord, RunResult};
+use crate::model::{RunKind, RunRecord, RunResult, RunStatus};
 use crate::session::{RunRequest, RunStarted};
 
 pub fn routes() -> Router<AppState> {
@@ -154,8 +154,21 @@ async fn begin(
                     Ok(result) => result,
                     // The actor stopped (shutdown, storage failure): report what is stored.
                     Err(_) => match state.sessions.store().run(id, run.id).await? {
-                        Some(stored) => RunResult::from(&stored),
-                        None => RunResult::from(&run),
+                        Some(stored) if stored.status != RunStatus::Running => {
+                            RunResult::from(&stored)
+                        }
+                        // Left to be taken over by another replica: it has no result yet.
+                        _ => {
+                            return Err(Problem::new(
+                                StatusCode::SERVICE_UNAVAILABLE,
+                                "unavailable",
+                                format!(
+                                    "this server stopped before run {} ended; it continues \
+                                     elsewhere — follow GET /v1/sessions/{id}/runs/{}",
+                                    run.id, run.id
+                                ),
+                            ))
+                        }
                     },
                 };
                 Ok(Json(result).into_response())

@@ -214,10 +214,19 @@ impl Sessions {
             return Err(SessionError::ShuttingDown);
         }
         let parent = self.get(source).await?;
-        let upto = match turns {
+        let mut upto = match turns {
             Some(n) => self.ctx.store.nth_user_message(source, n).await?,
             None => None,
         };
+        // An automatic summary written just before turn N+1 belongs to that turn, not to the
+        // first N: a fork taken there predates it.
+        while let Some(cut) = upto.filter(|&cut| cut > 1) {
+            let before = self.ctx.store.messages(source, cut - 2, 1).await?;
+            if !before.first().is_some_and(Message::is_summary) {
+                break;
+            }
+            upto = Some(cut - 1);
+        }
         let now = model::now();
         let id = model::new_id();
         let record = SessionRecord {

@@ -1,17 +1,21 @@
-//! The test harness: starts the real `tah` binary (`tah serve`) on port 0 with a fresh SQLite
+//! The test harness: starts the real `tah` binary (`tah serve`) on port 0 with a fresh
 //! database and a small workspace, and talks to it over HTTP only — JSON requests, paged
 //! reads, and Server-Sent Events parsed with `eventsource-stream`.
 //!
-//! A `TestServer` owns its child process (killed on drop), its data directory and its
-//! workspace, so it can be stopped (SIGTERM), killed (SIGKILL) and started again on the same
-//! database — which is what the durability and lifecycle tests need.
+//! A `TestServer` owns its child process (killed on drop), its database, its data directory
+//! and its workspace, so it can be stopped (SIGTERM), killed (SIGKILL) and started again on the
+//! same database — which is what the durability and lifecycle tests need.
+//!
+//! The backend is chosen by the environment (see [`Backend`]): SQLite by default (a file in the
+//! data directory), or PostgreSQL with `TAH_TEST_BACKEND=postgres` and `TAH_TEST_PG_URL` (a
+//! fresh `tah_api_<hex>` database per `TestServer`, dropped with it unless the test failed).
 
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::process::{ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -33,6 +37,80 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 pub const FRAME_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long `stop()` waits for the process to exit after SIGTERM.
 const STOP_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// How long an interruption left by kill -9 may take to be recorded after the restart. With
+/// PostgreSQL the dead process's lease must expire first (`--lease-ttl-secs 1` plus a sweep
+/// interval of 250 ms); SQLite records it at start.
+const INTERRUPTION_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long dropping a test's PostgreSQL database may take.
+const DROP_DATABASE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The database the tests run against, chosen by the environment:
+/// `TAH_TEST_BACKEND` unset or `sqlite` → SQLite; `postgres` → PostgreSQL at
+/// `TAH_TEST_PG_URL` (e.g. `postgres://postgres@127.0.0.1:5432/tah_test`, as
+/// `scripts/pg-test-cluster.sh start` exports it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    /// The URL given; every `TestServer` uses its own database on that server.
+    Postgres {
+        url: String,
+    },
+}
+
+impl Backend {
+    /// The backend of this test run (read once).
+    pub fn current() -> &'static Backend {
+        static BACKEND: OnceLock<Backend> = OnceLock::new();
+        BACKEND.get_or_init(|| {
+            let kind = std::env::var("TAH_TEST_BACKEND").unwrap_or_default();
+            match kind.trim().to_ascii_lowercase().as_str() {
+                "" | "sqlite" => Backend::Sqlite,
+                "postgres" | "postgresql" | "pg" => {
+                    let url = std::env::var("TAH_TEST_PG_URL").unwrap_or_default();
+                    assert!(
+                        url.starts_with("postgres://") || url.starts_with("postgresql://"),
+                        "TAH_TEST_BACKEND={kind} needs TAH_TEST_PG_URL=postgres://…, got {url:?} \
+                         (eval \"$(scripts/pg-test-cluster.sh start)\")"
+                    );
+                    Backend::Postgres { url }
+                }
+                other => panic!("TAH_TEST_BACKEND={other:?}: expected sqlite or postgres"),
+            }
+        })
+    }
+
+    pub fn is_postgres(&self) -> bool {
+        matches!(self, Backend::Postgres { .. })
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres { .. } => "postgres",
+        }
+    }
+}
+
+/// True when this run tests the PostgreSQL backend.
+pub fn is_postgres() -> bool {
+    Backend::current().is_postgres()
+}
+
+/// `url` with its database (the last path segment) replaced by `database`; a query string is
+/// kept.
+pub fn with_database(url: &str, database: &str) -> String {
+    let (base, query) = match url.find('?') {
+        Some(q) => url.split_at(q),
+        None => (url, ""),
+    };
+    let authority_start = base.find("://").map_or(0, |i| i + 3);
+    let base = match base[authority_start..].rfind('/') {
+        Some(slash) => &base[..authority_start + slash],
+        None => base,
+    };
+    format!("{base}/{database}{query}")
+}
 
 /// The README the mock model reads; its first sentence shows up in every answer.
 pub const README: &str = "# Demo\n\nDemo is a small sample project. It exists for tests.\n";
@@ -66,6 +144,10 @@ pub struct TestServer {
     pub client: reqwest::Client,
     child: Option<Child>,
     options: ServerOptions,
+    /// The `--database-url` of every start (the same database across restarts).
+    database_url: String,
+    /// With PostgreSQL: the test's own database, dropped with the server.
+    pg_database: Option<String>,
     data_dir: TempDir,
     workspace: TempDir,
     /// Every stderr line the server printed, across restarts (shown when a test fails).
@@ -102,11 +184,23 @@ impl TestServer {
             .connect_timeout(Duration::from_secs(5))
             .build()
             .expect("build the HTTP client");
+        let (database_url, pg_database) = match Backend::current() {
+            Backend::Sqlite => (
+                format!("sqlite://{}", data_dir.path().join("data.db").display()),
+                None,
+            ),
+            Backend::Postgres { url } => {
+                let name = format!("tah_api_{:016x}", rand::random::<u64>());
+                (with_database(url, &name), Some(name))
+            }
+        };
         let mut server = TestServer {
             base_url: String::new(),
             client,
             child: None,
             options,
+            database_url,
+            pg_database,
             data_dir,
             workspace: workspace_fixture(),
             log: Arc::default(),
@@ -115,8 +209,18 @@ impl TestServer {
         server
     }
 
+    /// The SQLite database file (with PostgreSQL, a file that does not exist).
     pub fn database_path(&self) -> PathBuf {
         self.data_dir.path().join("data.db")
+    }
+
+    /// The `--database-url` the server runs with.
+    pub fn database_url(&self) -> &str {
+        &self.database_url
+    }
+
+    pub fn backend(&self) -> &'static Backend {
+        Backend::current()
     }
 
     pub fn workspace(&self) -> &Path {
@@ -143,9 +247,18 @@ impl TestServer {
             .arg("--listen")
             .arg("127.0.0.1:0")
             .arg("--database-url")
-            .arg(format!("sqlite://{}", self.database_path().display()))
+            .arg(&self.database_url)
             .arg("--workspace")
-            .arg(self.workspace.path())
+            .arg(self.workspace.path());
+        if self.pg_database.is_some() {
+            // Auto-resume is on by default with PostgreSQL; the tests resume by themselves. A
+            // short lease lets a killed process's sessions be taken over within a second.
+            command
+                .arg("--auto-resume=false")
+                .arg("--lease-ttl-secs")
+                .arg("1");
+        }
+        command
             .args(&self.options.args)
             .current_dir(self.data_dir.path())
             .env("RUST_LOG", "info")
@@ -329,6 +442,38 @@ impl TestServer {
             .expect_json(StatusCode::OK, &path)
     }
 
+    /// Waits until an interrupted run is recorded: the session `failed` with error
+    /// `interrupted`. SQLite records it at start, so it must already be there; PostgreSQL
+    /// records it once the dead process's lease expired (within [`INTERRUPTION_TIMEOUT`]).
+    /// Returns the session.
+    pub async fn wait_interrupted(&self, id: &str) -> Value {
+        let patience = if self.pg_database.is_some() {
+            INTERRUPTION_TIMEOUT
+        } else {
+            Duration::ZERO
+        };
+        let started = tokio::time::Instant::now();
+        let deadline = started + patience;
+        loop {
+            let session = self.session(id).await;
+            if session["state"] == "failed" && session["error"] == "interrupted" {
+                eprintln!(
+                    "interruption of session {id} recorded {:?} after the first check",
+                    started.elapsed()
+                );
+                return session;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "session {id} is not recorded as interrupted ({} backend, waited {patience:?}): \
+                 {session}\nserver log:\n{}",
+                Backend::current().name(),
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Polls a run until it is no longer `running`.
     pub async fn wait_run(&self, id: &str, run_id: &str) -> Value {
         let path = format!("/v1/sessions/{id}/runs/{run_id}");
@@ -453,6 +598,40 @@ impl Drop for TestServer {
     fn drop(&mut self) {
         if let Some(child) = self.child.as_mut() {
             let _ = child.start_kill();
+        }
+        let Some(name) = self.pg_database.take() else {
+            return;
+        };
+        if std::thread::panicking() {
+            eprintln!(
+                "the failed test's PostgreSQL database is kept: {}",
+                self.database_url
+            );
+            return;
+        }
+        // A thread with its own runtime: drop() may run inside the test's runtime.
+        let url = self.database_url.clone();
+        let dropped = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())?;
+            runtime.block_on(async {
+                use sqlx::migrate::MigrateDatabase;
+                tokio::time::timeout(
+                    DROP_DATABASE_TIMEOUT,
+                    sqlx::Postgres::force_drop_database(&url),
+                )
+                .await
+                .map_err(|_| format!("timed out after {DROP_DATABASE_TIMEOUT:?}"))?
+                .map_err(|e| e.to_string())
+            })
+        })
+        .join();
+        match dropped {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => eprintln!("could not drop the test database {name}: {e}"),
+            Err(_) => eprintln!("could not drop the test database {name}: the thread panicked"),
         }
     }
 }
@@ -826,4 +1005,18 @@ fn strip_ansi(line: &str) -> String {
         out.push(c);
     }
     out
+}
+
+#[test]
+fn with_database_replaces_the_last_path_segment() {
+    assert_eq!(
+        with_database("postgres://postgres@127.0.0.1:5432/tah_test", "x"),
+        "postgres://postgres@127.0.0.1:5432/x"
+    );
+    assert_eq!(
+        with_database("postgresql://u:p@h/db?sslmode=disable", "x"),
+        "postgresql://u:p@h/x?sslmode=disable"
+    );
+    assert_eq!(with_database("postgres://h:1", "x"), "postgres://h:1/x");
+    assert_eq!(with_database("postgres://h:1/", "x"), "postgres://h:1/x");
 }

@@ -1,5 +1,14 @@
-//! Black-box tests of `tah serve`: the real binary, started on port 0 with a fresh SQLite
-//! database and a small workspace, driven through HTTP and SSE only (the mock model).
+//! Black-box tests of `tah serve`: the real binary, started on port 0 with a fresh database
+//! and a small workspace, driven through HTTP and SSE only (the mock model).
+//!
+//! The backend is SQLite by default; `TAH_TEST_BACKEND=postgres` with `TAH_TEST_PG_URL` runs
+//! the same tests against PostgreSQL (a fresh database per server):
+//!
+//! ```text
+//! eval "$(scripts/pg-test-cluster.sh start)"
+//! TAH_TEST_BACKEND=postgres cargo test --test api
+//! scripts/pg-test-cluster.sh stop
+//! ```
 //!
 //! - `harness`: starting, stopping and killing the server; requests, pages and SSE frames.
 //! - `turns`: one turn and its messages, steps and events; run modes; session lists.
@@ -7,9 +16,12 @@
 //! - `durability`: restarts (SIGTERM and kill -9) keep everything, byte for byte.
 //! - `bad_input`: every kind of bad request is a 4xx problem and changes nothing.
 //! - `lifecycle`: cancel, resume after a crash, fork, conflicts, max_steps, configuration
-//!   changes and graceful shutdown.
+//!   changes, graceful shutdown, and the storage of a long session's steps.
+//! - `compaction`: `--context-chars`: automatic and manual compaction, trimming, every
+//!   rebuilt request within the budget, forks before a summary.
 
 mod bad_input;
+mod compaction;
 mod durability;
 mod harness;
 mod lifecycle;
