@@ -29,6 +29,8 @@ pub struct EventStream {
     wake: Option<watch::Receiver<u64>>,
     backlog: VecDeque<Arc<Event>>,
     catching_up: bool,
+    /// The live channel closed: what is left comes from the store, then the stream ends.
+    closed: bool,
     /// End after this run's terminal event.
     run: Option<Uuid>,
     done: bool,
@@ -52,6 +54,7 @@ impl EventStream {
             wake: Some(wake),
             backlog: VecDeque::new(),
             catching_up: true,
+            closed: false,
             run,
             done: false,
         }
@@ -70,7 +73,7 @@ impl EventStream {
                 }
                 return Some(Ok(self.sent(event)));
             }
-            if self.catching_up {
+            if self.catching_up || self.closed {
                 match self
                     .store
                     .events(self.session_id, self.last_sent, PAGE)
@@ -79,6 +82,10 @@ impl EventStream {
                     Ok(page) => {
                         if (page.len() as i64) < PAGE {
                             self.catching_up = false;
+                            if self.closed && page.is_empty() {
+                                self.done = true;
+                                return None;
+                            }
                         }
                         self.backlog.extend(page.into_iter().map(Arc::new));
                         continue;
@@ -112,17 +119,8 @@ impl EventStream {
                 Ok(_) | Err(RecvError::Lagged(_)) => self.catching_up = true,
                 Err(RecvError::Closed) => {
                     // The session is gone (deleted): send what is left in the store, then end.
+                    self.closed = true;
                     self.catching_up = true;
-                    self.done = true;
-                    return match self.store.events(self.session_id, self.last_sent, 1).await {
-                        Ok(mut page) if !page.is_empty() => {
-                            self.done = false;
-                            self.live = broadcast::channel(1).1;
-                            Some(Ok(self.sent(Arc::new(page.remove(0)))))
-                        }
-                        Ok(_) => None,
-                        Err(error) => Some(Err(error)),
-                    };
                 }
             }
         }
