@@ -45,9 +45,16 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     }
     let load_before = load_average();
     let env = Environment::start(&args).await?;
-    let result = match args.idle_sessions {
-        Some(n) => idle(&args, &env, n).await,
-        None => turns(&args, &env).await,
+    let workload = async {
+        match args.idle_sessions {
+            Some(n) => idle(&args, &env, n).await,
+            None => turns(&args, &env).await,
+        }
+    };
+    // On Ctrl-C, still stop the server and remove the temporary directory.
+    let result = tokio::select! {
+        result = workload => result,
+        _ = tokio::signal::ctrl_c() => Err(anyhow!("interrupted")),
     };
     let log = env.stop().await;
     let mut report = result?;
@@ -854,6 +861,7 @@ async fn turns(args: &BenchArgs, env: &Environment) -> anyhow::Result<Report> {
         events_persisted: events,
         events_per_s: events as f64 / wall,
         loadgen_cpu_s: self_after - self_before,
+        fake_model_in_process: env.fake_task.is_some(),
         subscribers: subscriber_report,
         ..Report::default()
     };
@@ -1175,6 +1183,7 @@ struct Report {
     server_peak_rss_kb: Option<u64>,
     /// CPU of this process (load generator, and the in-process fake model) during the run.
     loadgen_cpu_s: f64,
+    fake_model_in_process: bool,
     floor: Option<Floor>,
     /// Server turn latency p50 − floor turn latency p50.
     overhead_p50_ms: Option<f64>,
@@ -1208,6 +1217,13 @@ impl Report {
             "tah bench — {} ({} provider)",
             self.server, self.provider
         );
+        if let Some(load) = self.load_average_1m {
+            let _ = writeln!(
+                out,
+                "machine:          {} CPUs, 1-min load average {load:.2} before the run",
+                self.cpus
+            );
+        }
         let model = if self.provider == "mock" {
             format!("mock model, piece delay {} ms", self.piece_delay_ms)
         } else {
@@ -1293,8 +1309,13 @@ impl Report {
         if self.idle.is_none() {
             let _ = writeln!(
                 out,
-                "load generator:   {:.2} s CPU (this process, with the in-process fake model)",
-                self.loadgen_cpu_s
+                "load generator:   {:.2} s CPU (this process{})",
+                self.loadgen_cpu_s,
+                if self.fake_model_in_process {
+                    ", with the in-process fake model"
+                } else {
+                    ""
+                }
             );
         }
         if let Some(s) = &self.subscribers {

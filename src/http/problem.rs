@@ -23,6 +23,9 @@ pub struct Problem {
     pub title: String,
     pub status: u16,
     pub detail: String,
+    /// Seconds after which a retry may succeed (sent as `Retry-After`).
+    #[serde(skip)]
+    pub retry_after: Option<u64>,
 }
 
 impl Problem {
@@ -32,6 +35,7 @@ impl Problem {
             title: status.canonical_reason().unwrap_or("Error").to_string(),
             status: status.as_u16(),
             detail: detail.into(),
+            retry_after: None,
         }
     }
 
@@ -52,6 +56,11 @@ impl IntoResponse for Problem {
         response
             .headers_mut()
             .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+        if let Some(seconds) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
         response
     }
 }
@@ -67,9 +76,10 @@ impl From<SessionError> for Problem {
             SessionError::Upstream(detail) => {
                 Problem::new(StatusCode::BAD_GATEWAY, "model-failed", detail)
             }
-            SessionError::TooBusy(detail) => {
-                Problem::new(StatusCode::TOO_MANY_REQUESTS, "too-many-runs", detail)
-            }
+            SessionError::TooBusy(detail) => Problem {
+                retry_after: Some(1),
+                ..Problem::new(StatusCode::TOO_MANY_REQUESTS, "too-many-runs", detail)
+            },
             SessionError::ShuttingDown | SessionError::Retired => Problem::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "unavailable",

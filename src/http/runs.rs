@@ -163,9 +163,10 @@ async fn begin(
                                 StatusCode::SERVICE_UNAVAILABLE,
                                 "unavailable",
                                 format!(
-                                    "this server stopped before run {} ended; it continues \
-                                     elsewhere — follow GET /v1/sessions/{id}/runs/{}",
-                                    run.id, run.id
+                                    "this server stopped before run {} ended; another replica \
+                                     continues it as a resume run: follow the session's events \
+                                     (GET /v1/sessions/{id}/events) or its last_run_id",
+                                    run.id
                                 ),
                             ))
                         }

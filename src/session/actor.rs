@@ -629,6 +629,7 @@ impl SessionActor {
             return Ok(Flow::Continue);
         }
         let cancel = self.ctx.shutdown.child_token();
+        let state = core.record.state;
         let mut lease_lost = false;
         let outcome = {
             let summary = compaction::summarize(&self.ctx.deps, &core.history, &cancel);
@@ -637,7 +638,7 @@ impl SessionActor {
                 tokio::select! {
                     outcome = &mut summary => break outcome,
                     Some(command) = inbox.recv() => {
-                        lease_lost |= busy(command, &cancel, Activity::Compaction);
+                        lease_lost |= busy(command, &cancel, Activity::Compaction(state));
                     }
                 }
             }
@@ -701,7 +702,7 @@ fn busy(command: Command, cancel: &CancellationToken, activity: Activity) -> boo
                     "run {run_id} is active; cancel it or wait for it to end before you {what}"
                 ),
             ),
-            Activity::Compaction => (
+            Activity::Compaction(_) => (
                 "compaction-active",
                 format!("a compaction is in progress; wait for it or cancel it before you {what}"),
             ),
@@ -717,9 +718,13 @@ fn busy(command: Command, cancel: &CancellationToken, activity: Activity) -> boo
                 cancelled: !already,
                 run_id: match activity {
                     Activity::Run(run_id) => Some(run_id),
-                    Activity::Compaction => None,
+                    Activity::Compaction(_) => None,
                 },
-                state: SessionState::Running,
+                state: match activity {
+                    Activity::Run(_) => SessionState::Running,
+                    // A compaction does not change the session's state.
+                    Activity::Compaction(state) => state,
+                },
             }));
         }
         Command::RemoteCancel => cancel.cancel(),
@@ -737,7 +742,8 @@ fn busy(command: Command, cancel: &CancellationToken, activity: Activity) -> boo
 #[derive(Debug, Clone, Copy)]
 enum Activity {
     Run(Uuid),
-    Compaction,
+    /// A compaction of a session in this state.
+    Compaction(SessionState),
 }
 
 fn nothing_to_resume() -> SessionError {

@@ -66,6 +66,8 @@ const CHECKPOINT_COLUMNS: &str = "id, session_id, run_id, step_id, message_count
 const INVALID_CATALOG_NAME: &str = "3D000";
 /// The SQLSTATE of "database already exists".
 const DUPLICATE_DATABASE: &str = "42P04";
+/// What PostgreSQL may report instead when two `CREATE DATABASE` of one name race.
+const UNIQUE_VIOLATION: &str = "23505";
 
 impl PostgresStore {
     /// Connects to the database at `url` (`postgres://…` or `postgresql://…`), creating the
@@ -78,7 +80,10 @@ impl PostgresStore {
                     Ok(()) => {}
                     // Another replica created it first.
                     Err(sqlx::Error::Database(e))
-                        if e.code().as_deref() == Some(DUPLICATE_DATABASE) => {}
+                        if matches!(
+                            e.code().as_deref(),
+                            Some(DUPLICATE_DATABASE | UNIQUE_VIOLATION)
+                        ) => {}
                     Err(e) => return Err(e.into()),
                 }
                 connect(url).await?
