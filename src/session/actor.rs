@@ -23,7 +23,7 @@ use crate::model::{
     SessionRecord, SessionState, StepKind, StepRecord, StepStatus, ToolCall, Usage,
 };
 use crate::store::writer::Commit;
-use crate::store::{StoreError, WriteOp};
+use crate::store::{Cluster, StoreError, WriteOp};
 use crate::tools::ToolOutput;
 
 pub(super) type Reply<T> = oneshot::Sender<Result<T, SessionError>>;
@@ -119,6 +119,8 @@ impl SessionActor {
                 }
                 Err(error) => {
                     tracing::error!(session_id = %self.id, %error, "session actor stops after a storage failure");
+                    // A lease it held is void (or was taken): nobody is to renew it.
+                    self.forget_lease();
                     self.sessions.retire(self.id, self.slot.generation, false);
                     break true;
                 }
@@ -277,10 +279,7 @@ impl SessionActor {
         let Some(cluster) = self.ctx.cluster.clone() else {
             return self.load_or_missing().await;
         };
-        let Some(epoch) = cluster
-            .acquire(self.id, self.ctx.replica, self.ctx.lease_ttl)
-            .await?
-        else {
+        let Some(epoch) = self.acquire(cluster.as_ref()).await? else {
             if self.ctx.store.session(self.id).await?.is_none() {
                 return Ok(Err(SessionError::NotFound));
             }
@@ -312,6 +311,30 @@ impl SessionActor {
             recovered?;
         }
         Ok(Ok(()))
+    }
+
+    /// Takes the session's lease. A replica gives a lease back right after the commit that
+    /// ends its run, so a refusal while the session is stored as idle is retried briefly.
+    async fn acquire(&self, cluster: &dyn Cluster) -> Result<Option<i64>, StoreError> {
+        for attempt in 0..10 {
+            let epoch = cluster
+                .acquire(self.id, self.ctx.replica, self.ctx.lease_ttl)
+                .await?;
+            if epoch.is_some() || attempt == 9 {
+                return Ok(epoch);
+            }
+            let active = self
+                .ctx
+                .store
+                .session(self.id)
+                .await?
+                .is_none_or(|s| s.state.is_active());
+            if active {
+                return Ok(None);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(None)
     }
 
     /// Gives the lease back (scale-out) once the session is idle here.

@@ -25,7 +25,9 @@ use uuid::Uuid;
 
 use std::time::Duration;
 
-use sqlx::postgres::PgListener;
+use std::str::FromStr;
+
+use sqlx::postgres::{PgConnectOptions, PgListener};
 
 use super::{
     Cluster, ClusterListener, ClusterNotice, SessionQuery, Store, StoreError, StoreResult, WriteOp,
@@ -105,12 +107,22 @@ impl PostgresStore {
 }
 
 async fn connect(url: &str) -> Result<PgPool, sqlx::Error> {
+    // A replica frozen in the middle of a commit (SIGSTOP, a VM pause) must not hold the
+    // session rows it locked for longer than a lease lasts, or no other replica could take its
+    // sessions over: PostgreSQL ends such a transaction, and its writes are void.
+    let options = PgConnectOptions::from_str(url)?.options([(
+        "idle_in_transaction_session_timeout",
+        IDLE_IN_TRANSACTION_MS,
+    )]);
     PgPoolOptions::new()
         .max_connections(MAX_CONNECTIONS)
         .min_connections(1)
-        .connect(url)
+        .connect_with(options)
         .await
 }
+
+/// A writer's transaction never waits on anything but the database between its statements.
+const IDLE_IN_TRANSACTION_MS: &str = "2000";
 
 /// SQLite treats a negative `LIMIT` as "no limit"; PostgreSQL rejects it but reads a NULL
 /// limit as `LIMIT ALL`.

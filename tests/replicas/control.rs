@@ -1,0 +1,353 @@
+//! Control across replicas: cancel on B reaches a run on A; B refuses what would race with
+//! A's run and takes the session once A is done.
+
+use std::time::{Duration, Instant};
+
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+
+use crate::checks::{assert_contiguous, assert_runs, describe, words};
+use crate::client::{deltas, has_terminal, Subscriber};
+use crate::replica::Replica;
+use crate::TestDb;
+
+const RUN_LIMIT: Duration = Duration::from_secs(20);
+
+pub async fn cancel_via_b(db: TestDb) {
+    let a = Replica::start("A", &db.url, 50).await;
+    let b = Replica::start("B", &db.url, 50).await;
+    let id = a.api.create_session().await;
+    let mut on_a = Subscriber::open(&a.api, &id, "subscriber on A").await;
+    let run = a.api.start_run(&id, &words(60)).await;
+    let run_id = run["id"].as_str().expect("run id").to_string();
+    on_a.wait_for("3 deltas", RUN_LIMIT, |seen| deltas(seen) >= 3)
+        .await;
+
+    let asked = Instant::now();
+    let reply = b
+        .api
+        .expect(
+            Method::POST,
+            &format!("/v1/sessions/{id}/cancel"),
+            None,
+            StatusCode::OK,
+        )
+        .await;
+    assert_eq!(
+        reply["cancelled"],
+        json!(true),
+        "POST /cancel on B while the run is active on A: {reply}"
+    );
+    let seen = on_a
+        .wait_for(
+            "the run's terminal event after the cancel",
+            Duration::from_secs(5),
+            |seen| has_terminal(seen, Some(&run_id)),
+        )
+        .await;
+    let terminal = seen
+        .iter()
+        .find(|s| crate::checks::is_terminal(&s.event))
+        .expect("a terminal event");
+    let took = terminal.at.saturating_duration_since(asked);
+    eprintln!(
+        "[cancel_via_b] cancel on B -> {} on A's stream in {:.0} ms",
+        terminal.kind(),
+        took.as_secs_f64() * 1e3
+    );
+    assert_eq!(
+        terminal.kind(),
+        "agent.cancelled",
+        "the run must end cancelled, not {}",
+        terminal.event
+    );
+    assert!(
+        took < Duration::from_secs(2),
+        "the run ended {took:?} after the cancel on B (want < 2 s)"
+    );
+
+    // Nothing follows; the log (read on B) has exactly one agent.cancelled.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let log = b.api.events(&id).await;
+    assert_contiguous("the log", &log);
+    let runs = assert_runs("the log", &log);
+    assert_eq!(runs.len(), 1);
+    let cancelled = log
+        .iter()
+        .filter(|e| e["type"] == "agent.cancelled")
+        .count();
+    assert_eq!(
+        cancelled,
+        1,
+        "exactly one agent.cancelled:\n{}",
+        describe(&log)
+    );
+    assert_eq!(
+        log.last().and_then(|e| e["type"].as_str()),
+        Some("agent.cancelled"),
+        "the log must end with agent.cancelled:\n{}",
+        describe(&log)
+    );
+    for api in [&a.api, &b.api] {
+        let session = api.session(&id).await;
+        assert_eq!(session["state"], "cancelled", "{}: {session}", api.name);
+    }
+    let runs = b.api.runs(&id).await;
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0]["status"], "cancelled", "{}", runs[0]);
+    // Cancel again (idempotent): nothing to cancel now.
+    let again = b
+        .api
+        .expect(
+            Method::POST,
+            &format!("/v1/sessions/{id}/cancel"),
+            None,
+            StatusCode::OK,
+        )
+        .await;
+    assert_eq!(again["cancelled"], json!(false), "a second cancel: {again}");
+}
+
+/// A 409 answer with a problem+json body.
+fn assert_conflict(what: &str, reply: &crate::client::Reply) {
+    assert_eq!(
+        reply.status,
+        StatusCode::CONFLICT,
+        "{what}: expected 409, got {} {}",
+        reply.status,
+        reply.body
+    );
+    assert!(
+        reply.content_type.starts_with("application/problem+json"),
+        "{what}: content type {:?}",
+        reply.content_type
+    );
+    assert_eq!(reply.body["status"], json!(409), "{what}: {}", reply.body);
+    assert!(
+        reply.body["type"].as_str().is_some_and(|t| !t.is_empty())
+            && reply.body["detail"].as_str().is_some_and(|d| !d.is_empty()),
+        "{what}: the problem needs a type and a detail: {}",
+        reply.body
+    );
+}
+
+pub async fn conflicts_across_replicas(db: TestDb) {
+    let a = Replica::start("A", &db.url, 30).await;
+    let b = Replica::start("B", &db.url, 30).await;
+    let id = a.api.create_session().await;
+    let mut on_b = Subscriber::open(&b.api, &id, "subscriber on B").await;
+    let run = a.api.start_run(&id, &words(50)).await;
+    let run_id = run["id"].as_str().expect("run id").to_string();
+    on_b.wait_for("2 deltas", RUN_LIMIT, |seen| deltas(seen) >= 2)
+        .await;
+
+    let conflict = b
+        .api
+        .call(
+            Method::POST,
+            &format!("/v1/sessions/{id}/runs"),
+            Some(&json!({"input": "a second run"})),
+        )
+        .await
+        .expect("POST /runs on B");
+    assert_conflict("POST /runs on B while A runs the session", &conflict);
+    let compact = b
+        .api
+        .call(Method::POST, &format!("/v1/sessions/{id}/compact"), None)
+        .await
+        .expect("POST /compact on B");
+    assert_conflict("POST /compact on B while A runs the session", &compact);
+    // A refuses too (the run is its own).
+    let on_a = a
+        .api
+        .call(
+            Method::POST,
+            &format!("/v1/sessions/{id}/runs"),
+            Some(&json!({"input": "a second run"})),
+        )
+        .await
+        .expect("POST /runs on A");
+    assert_conflict("POST /runs on A while A runs the session", &on_a);
+    eprintln!(
+        "[conflicts_across_replicas] B answered {} / {} (run / compact)",
+        conflict.body["type"], compact.body["type"]
+    );
+    // Refusals write nothing: the run still streams.
+    assert_eq!(b.api.session(&id).await["state"], "running");
+
+    // As a user would: once the run's end is seen (on B's stream), run on B at once.
+    let seen = on_b
+        .wait_for("the end of A's run", RUN_LIMIT, |seen| {
+            has_terminal(seen, Some(&run_id))
+        })
+        .await;
+    let first_last_seq = seen.last().map(|s| s.seq()).unwrap_or(0);
+    let result = b
+        .api
+        .call(
+            Method::POST,
+            &format!("/v1/sessions/{id}/runs?wait=true"),
+            Some(&json!({"input": "now on B"})),
+        )
+        .await
+        .expect("POST /runs?wait=true on B");
+    assert_eq!(
+        result.status,
+        StatusCode::OK,
+        "a run on B right after A's run ended (terminal event seen at seq {first_last_seq}) must start: got {} {}",
+        result.status,
+        result.body
+    );
+    assert_eq!(result.body["status"], "completed", "{}", result.body);
+
+    let log = b.api.events(&id).await;
+    assert_contiguous("the log after two runs", &log);
+    let runs = assert_runs("the log after two runs", &log);
+    assert_eq!(runs.len(), 2, "two runs:\n{}", describe(&log));
+    assert_eq!(runs[0].run_id, run_id);
+    assert!(runs.iter().all(|r| r.ended_with() == "agent.finished"));
+    assert_eq!(
+        runs[1].started_seq,
+        first_last_seq + 1,
+        "B's run continues the seq right after A's run:\n{}",
+        describe(&log)
+    );
+    assert_eq!(
+        result.body["run_id"].as_str(),
+        Some(runs[1].run_id.as_str())
+    );
+    // Both replicas agree.
+    let log_a: Vec<Value> = a.api.events(&id).await;
+    assert_eq!(log_a, log, "A and B read different logs");
+    assert_eq!(a.api.session(&id).await["state"], "completed");
+    let messages = b.api.messages(&id).await;
+    crate::checks::assert_tool_calls_answered("the history", &messages);
+    assert_eq!(
+        messages.iter().filter(|m| m["role"] == "user").count(),
+        2,
+        "two user messages"
+    );
+
+    // Turn after turn behind a load balancer, as a web client does it: it sees the run end on
+    // its stream (from one replica) and sends the next turn at once (to the other one). Each
+    // must start: the session is not running any more.
+    let mut on_a = Subscriber::open(&a.api, &id, "subscriber on A").await;
+    let mut outcomes = Vec::new();
+    let mut refused = 0;
+    for round in 0..6 {
+        let (api, watcher) = if round % 2 == 0 {
+            (&a.api, &mut on_b)
+        } else {
+            (&b.api, &mut on_a)
+        };
+        let path = format!("/v1/sessions/{id}/runs");
+        let body = json!({"input": format!("turn {round}")});
+        let mut reply = api
+            .call(Method::POST, &path, Some(&body))
+            .await
+            .expect("POST /runs");
+        outcomes.push(format!(
+            "round {round} on {} (right after the previous run's end was streamed): {} {}",
+            api.name,
+            reply.status,
+            if reply.status == StatusCode::ACCEPTED {
+                String::new()
+            } else {
+                reply.body.to_string()
+            }
+        ));
+        if reply.status != StatusCode::ACCEPTED {
+            refused += 1;
+            // Once the previous holder has released the lease the run starts.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            reply = api
+                .call(Method::POST, &path, Some(&body))
+                .await
+                .expect("POST /runs");
+            assert_eq!(
+                reply.status,
+                StatusCode::ACCEPTED,
+                "round {round} on {}: still refused 300 ms later: {}",
+                api.name,
+                reply.body
+            );
+        }
+        let run_id = reply.body["id"].as_str().expect("run id").to_string();
+        watcher
+            .wait_for(&format!("the end of round {round}"), RUN_LIMIT, |seen| {
+                has_terminal(seen, Some(&run_id))
+            })
+            .await;
+    }
+    eprintln!(
+        "[conflicts_across_replicas] alternating turns:\n  {}",
+        outcomes.join("\n  ")
+    );
+    let log = b.api.events(&id).await;
+    assert_contiguous("the log after alternating turns", &log);
+    assert_runs("the log after alternating turns", &log);
+    assert_eq!(
+        refused,
+        0,
+        "a run on one replica right after the previous run's end was streamed by the other was \
+         refused {refused} time(s) of 6 (the session was completed, not running):\n  {}",
+        outcomes.join("\n  ")
+    );
+
+    // The same with A's lease release slowed down (300 ms, as on a loaded replica or a slow
+    // link): its end is streamed, yet a run on B is refused as long as A still holds the lease.
+    // A trigger on the test's database delays only the UPDATE that clears a lease.
+    let mut pg = db.connect().await;
+    for sql in [
+        "CREATE FUNCTION replicas_test_slow_release() RETURNS trigger LANGUAGE plpgsql AS \
+         $$ BEGIN PERFORM pg_sleep(0.3); RETURN NEW; END $$",
+        "CREATE TRIGGER replicas_test_slow_release BEFORE UPDATE ON sessions FOR EACH ROW \
+         WHEN (OLD.lease_owner IS NOT NULL AND NEW.lease_owner IS NULL) \
+         EXECUTE FUNCTION replicas_test_slow_release()",
+    ] {
+        sqlx::query(sql)
+            .execute(&mut pg)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    let run = a.api.start_run(&id, "slow release").await;
+    let run_id = run["id"].as_str().expect("run id").to_string();
+    let seen = on_b
+        .wait_for("the end of the run on A", RUN_LIMIT, |seen| {
+            has_terminal(seen, Some(&run_id))
+        })
+        .await;
+    let ended = seen.last().map(|s| s.at).expect("events");
+    let reply = b
+        .api
+        .call(
+            Method::POST,
+            &format!("/v1/sessions/{id}/runs?wait=true"),
+            Some(&json!({"input": "right after"})),
+        )
+        .await
+        .expect("POST /runs on B");
+    let asked_after = ended.elapsed();
+    let session = b.api.session(&id).await;
+    sqlx::query("DROP TRIGGER replicas_test_slow_release ON sessions")
+        .execute(&mut pg)
+        .await
+        .expect("DROP TRIGGER");
+    eprintln!(
+        "[conflicts_across_replicas] with a 300 ms lease release on A: run on B answered {:.0} ms \
+         after the end was streamed -> {} {}",
+        asked_after.as_secs_f64() * 1e3,
+        reply.status,
+        reply.body["type"]
+    );
+    assert_eq!(
+        reply.status,
+        StatusCode::OK,
+        "the run on A had ended (its terminal event was streamed by B, the session reads {}), \
+         yet POST /runs on B was refused: {} {} — A releases the session's lease only after the \
+         run's final commit, so for as long as that takes the session is 'completed' but leased",
+        session["state"],
+        reply.status,
+        reply.body
+    );
+}
