@@ -1,7 +1,6 @@
 //! RFC 9457 problem details: every error the API returns, and the extractors that turn bad
 //! input (malformed JSON, wrong types, bad ids, bad query strings) into clear 4xx problems.
 
-use axum::body::Body;
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::{header, HeaderValue, StatusCode};
@@ -103,8 +102,8 @@ impl From<crate::store::StoreError> for Problem {
     }
 }
 
-/// A JSON body whose rejections are problems. An empty body is read as `{}` when
-/// `T: Default`-like optional bodies are wanted: see [`OptionalJson`].
+/// A JSON object body whose rejections are problems (see [`OptionalJson`] for bodies that
+/// may be absent).
 pub struct ApiJson<T>(pub T);
 
 impl<S, T> FromRequest<S> for ApiJson<T>
@@ -262,6 +261,5 @@ pub async fn problem_responses(request: Request, next: Next) -> Response {
             problem.headers_mut().insert(name.clone(), value.clone());
         }
     }
-    let _ = Body::empty();
     problem
 }
