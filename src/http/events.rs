@@ -14,8 +14,8 @@ use futures::StreamExt;
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
+use super::paging::{page_limit, Page};
 use super::problem::{parse_id, ApiQuery, Problem};
-use super::sessions::{page_limit, Page};
 use super::AppState;
 use crate::model::Event;
 use crate::session::EventStream;
@@ -84,10 +84,7 @@ async fn events(
         .store()
         .events(id, q.after.unwrap_or(0), limit)
         .await?;
-    let next_cursor = (data.len() as i64 == limit)
-        .then(|| data.last().map(|e| e.seq.to_string()))
-        .flatten();
-    Ok(Json(Page { data, next_cursor }).into_response())
+    Ok(Json(Page::new(data, limit, |e| e.seq.to_string())).into_response())
 }
 
 fn frame(event: &Event) -> SseEvent {

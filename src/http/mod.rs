@@ -5,6 +5,7 @@
 
 mod auth;
 mod events;
+mod paging;
 mod problem;
 mod runs;
 mod sessions;

@@ -11,8 +11,8 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::events::{sse_response, wants_event_stream};
+use super::paging::{CursorQuery, Page};
 use super::problem::{parse_id, ApiJson, ApiQuery, OptionalJson, Problem};
-use super::sessions::{page_limit, Page};
 use super::AppState;
 use crate::model::{RunKind, RunRecord, RunResult, RunStatus};
 use crate::session::{RunRequest, RunStarted};
@@ -209,32 +209,16 @@ async fn compact(
     }
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CursorQuery {
-    cursor: Option<String>,
-    limit: Option<i64>,
-}
-
 async fn list(
     State(state): State<AppState>,
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<CursorQuery>,
 ) -> Result<Json<Page<RunRecord>>, Problem> {
     let id = parse_id(&id, "session")?;
-    let limit = page_limit(q.limit)?;
-    let after = match q.cursor.as_deref() {
-        None | Some("") => None,
-        Some(c) => {
-            Some(Uuid::parse_str(c).map_err(|_| Problem::bad_request("cursor is not valid"))?)
-        }
-    };
+    let (limit, after) = (q.limit()?, q.cursor()?);
     state.sessions.get(id).await?;
     let data = state.sessions.store().runs(id, after, limit).await?;
-    let next_cursor = (data.len() as i64 == limit)
-        .then(|| data.last().map(|r| r.id.to_string()))
-        .flatten();
-    Ok(Json(Page { data, next_cursor }))
+    Ok(Json(Page::new(data, limit, |r| r.id.to_string())))
 }
 
 async fn show(

@@ -8,8 +8,8 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use uuid::Uuid;
 
+use super::paging::{page_limit, parse_cursor, CursorQuery, Page};
 use super::problem::{parse_id, ApiQuery, OptionalJson, Problem};
 use super::AppState;
 use crate::model::{Message, RunRecord, SessionRecord, SessionState, StepRecord};
@@ -26,8 +26,6 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/sessions/{id}/steps/{step_id}", get(step))
 }
 
-pub const MAX_PAGE: i64 = 500;
-const DEFAULT_PAGE: i64 = 100;
 const MAX_TITLE_CHARS: usize = 1_000;
 const MAX_SYSTEM_PROMPT_CHARS: usize = 100_000;
 
@@ -107,34 +105,12 @@ struct ListQuery {
     state: Option<String>,
 }
 
-/// A page of a list; `next_cursor` is absent on the last page.
-#[derive(Debug, Serialize)]
-pub struct Page<T: Serialize> {
-    pub data: Vec<T>,
-    pub next_cursor: Option<String>,
-}
-
-pub fn page_limit(limit: Option<i64>) -> Result<i64, Problem> {
-    match limit {
-        None => Ok(DEFAULT_PAGE),
-        Some(n) if (1..=MAX_PAGE).contains(&n) => Ok(n),
-        Some(_) => Err(Problem::bad_request(format!(
-            "limit must be between 1 and {MAX_PAGE}"
-        ))),
-    }
-}
-
 async fn list(
     State(state): State<AppState>,
     ApiQuery(q): ApiQuery<ListQuery>,
 ) -> Result<Json<Page<SessionRecord>>, Problem> {
     let limit = page_limit(q.limit)?;
-    let before = match q.cursor.as_deref() {
-        None | Some("") => None,
-        Some(c) => {
-            Some(Uuid::parse_str(c).map_err(|_| Problem::bad_request("cursor is not valid"))?)
-        }
-    };
+    let before = parse_cursor(q.cursor.as_deref())?;
     let state_filter = match q.state.as_deref() {
         None | Some("") => None,
         Some(s) => Some(SessionState::parse(s).ok_or_else(|| {
@@ -152,10 +128,7 @@ async fn list(
             state: state_filter,
         })
         .await?;
-    let next_cursor = (data.len() as i64 == limit)
-        .then(|| data.last().map(|s| s.id.to_string()))
-        .flatten();
-    Ok(Json(Page { data, next_cursor }))
+    Ok(Json(Page::new(data, limit, |s| s.id.to_string())))
 }
 
 async fn show(
@@ -231,17 +204,7 @@ async fn messages(
     state.sessions.get(id).await?;
     let after = q.after.unwrap_or(-1).max(-1);
     let data = state.sessions.store().messages(id, after, limit).await?;
-    let next_cursor = (data.len() as i64 == limit)
-        .then(|| data.last().map(|m| m.index.to_string()))
-        .flatten();
-    Ok(Json(Page { data, next_cursor }))
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CursorQuery {
-    cursor: Option<String>,
-    limit: Option<i64>,
+    Ok(Json(Page::new(data, limit, |m| m.index.to_string())))
 }
 
 async fn steps(
@@ -250,19 +213,10 @@ async fn steps(
     ApiQuery(q): ApiQuery<CursorQuery>,
 ) -> Result<Json<Page<StepRecord>>, Problem> {
     let id = parse_id(&id, "session")?;
-    let limit = page_limit(q.limit)?;
-    let after = match q.cursor.as_deref() {
-        None | Some("") => None,
-        Some(c) => {
-            Some(Uuid::parse_str(c).map_err(|_| Problem::bad_request("cursor is not valid"))?)
-        }
-    };
+    let (limit, after) = (q.limit()?, q.cursor()?);
     state.sessions.get(id).await?;
     let data = state.sessions.store().steps(id, after, limit).await?;
-    let next_cursor = (data.len() as i64 == limit)
-        .then(|| data.last().map(|s| s.id.to_string()))
-        .flatten();
-    Ok(Json(Page { data, next_cursor }))
+    Ok(Json(Page::new(data, limit, |s| s.id.to_string())))
 }
 
 async fn step(

@@ -1,0 +1,66 @@
+//! Pages of lists: the `limit` rule, cursors, and the `{data, next_cursor}` envelope shared by
+//! every list route.
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use super::problem::Problem;
+
+pub const MAX_PAGE: i64 = 500;
+const DEFAULT_PAGE: i64 = 100;
+
+/// A page of a list; `next_cursor` is absent on the last page.
+#[derive(Debug, Serialize)]
+pub struct Page<T: Serialize> {
+    pub data: Vec<T>,
+    pub next_cursor: Option<String>,
+}
+
+impl<T: Serialize> Page<T> {
+    /// A page of at most `limit` items; a full page names its last item as the next cursor.
+    pub fn new(data: Vec<T>, limit: i64, cursor_of: impl Fn(&T) -> String) -> Page<T> {
+        let next_cursor = if data.len() as i64 == limit {
+            data.last().map(cursor_of)
+        } else {
+            None
+        };
+        Page { data, next_cursor }
+    }
+}
+
+/// `?cursor&limit` for lists paged by id.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CursorQuery {
+    pub cursor: Option<String>,
+    pub limit: Option<i64>,
+}
+
+impl CursorQuery {
+    pub fn cursor(&self) -> Result<Option<Uuid>, Problem> {
+        parse_cursor(self.cursor.as_deref())
+    }
+
+    pub fn limit(&self) -> Result<i64, Problem> {
+        page_limit(self.limit)
+    }
+}
+
+pub fn page_limit(limit: Option<i64>) -> Result<i64, Problem> {
+    match limit {
+        None => Ok(DEFAULT_PAGE),
+        Some(n) if (1..=MAX_PAGE).contains(&n) => Ok(n),
+        Some(_) => Err(Problem::bad_request(format!(
+            "limit must be between 1 and {MAX_PAGE}"
+        ))),
+    }
+}
+
+pub fn parse_cursor(cursor: Option<&str>) -> Result<Option<Uuid>, Problem> {
+    match cursor {
+        None | Some("") => Ok(None),
+        Some(c) => Uuid::parse_str(c)
+            .map(Some)
+            .map_err(|_| Problem::bad_request("cursor is not valid")),
+    }
+}
