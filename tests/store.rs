@@ -197,6 +197,7 @@ fn event(session_id: Uuid, seq: i64) -> Event {
         kind: "agent.assistant-stream".into(),
         data: json!({ "step_id": Uuid::nil(), "text": format!("piece {seq}") }),
         created_at: now(),
+        rendered: Default::default(),
     }
 }
 
@@ -571,6 +572,7 @@ async fn event_data_json_round_trips(store: Arc<dyn Store>) {
         kind: "llm.completed".into(),
         data: data.clone(),
         created_at: now(),
+        rendered: Default::default(),
     };
     let scalar = Event {
         seq: 2,
@@ -1174,6 +1176,7 @@ async fn nul_characters_do_not_fail_a_commit(store: Arc<dyn Store>) {
         kind: "tool.finished".into(),
         data: json!({ "output": "x\0y", "nested": ["\0"] }),
         created_at: now(),
+        rendered: Default::default(),
     };
     commit(
         &store,

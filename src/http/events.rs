@@ -91,7 +91,7 @@ fn frame(event: &Event) -> SseEvent {
     SseEvent::default()
         .id(event.seq.to_string())
         .event(event.kind.as_str())
-        .data(serde_json::to_string(event).unwrap_or_default())
+        .data(&*event.json())
 }
 
 /// Streams events as SSE frames until the stream ends or the server shuts down.

@@ -1,5 +1,7 @@
 //! Events: the append-only, per-session log that clients replay and watch live.
 
+use std::sync::{Arc, OnceLock};
+
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -16,9 +18,50 @@ pub struct Event {
     pub kind: String,
     pub data: Value,
     pub created_at: DateTime<Utc>,
+    /// The event's JSON, rendered once however many subscribers are sent it.
+    #[serde(skip)]
+    pub rendered: RenderedJson,
+}
+
+/// A lazily rendered JSON text; not part of an event's identity.
+#[derive(Debug, Clone, Default)]
+pub struct RenderedJson(OnceLock<Arc<str>>);
+
+impl PartialEq for RenderedJson {
+    fn eq(&self, _: &RenderedJson) -> bool {
+        true
+    }
 }
 
 impl Event {
+    pub fn new(
+        session_id: Uuid,
+        seq: i64,
+        kind: String,
+        data: Value,
+        created_at: DateTime<Utc>,
+    ) -> Event {
+        Event {
+            session_id,
+            seq,
+            kind,
+            data,
+            created_at,
+            rendered: RenderedJson::default(),
+        }
+    }
+
+    /// The event as JSON (what SSE `data:` lines carry), rendered on first use.
+    pub fn json(&self) -> Arc<str> {
+        self.rendered
+            .0
+            .get_or_init(|| {
+                // Plain data with string keys: serialising it cannot fail.
+                serde_json::to_string(self).unwrap_or_default().into()
+            })
+            .clone()
+    }
+
     /// True for the events that end a run: exactly one of them closes every run.
     pub fn is_terminal(&self) -> bool {
         matches!(

@@ -32,7 +32,7 @@ pub struct Subscription {
 
 /// Events kept in memory per session for live subscribers; one that falls further behind is
 /// served from the database.
-const LIVE_BUFFER: usize = 256;
+const LIVE_BUFFER: usize = 128;
 /// Commands queued per actor.
 const MAILBOX: usize = 64;
 
@@ -576,11 +576,5 @@ impl Sessions {
 
 pub(super) fn new_event(session_id: Uuid, seq: i64, kind: EventKind) -> Arc<Event> {
     let (kind, data) = kind.into_parts();
-    Arc::new(Event {
-        session_id,
-        seq,
-        kind,
-        data,
-        created_at: model::now(),
-    })
+    Arc::new(Event::new(session_id, seq, kind, data, model::now()))
 }

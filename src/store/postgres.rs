@@ -463,6 +463,7 @@ fn event_from(row: &PgRow) -> StoreResult<Event> {
         kind: row.try_get("type")?,
         data: row.try_get("data")?,
         created_at: row.try_get("created_at")?,
+        rendered: Default::default(),
     })
 }
 

@@ -253,6 +253,41 @@ async fn apply(conn: &mut sqlx::SqliteConnection, op: &WriteOp) -> Result<(), sq
     Ok(())
 }
 
+/// Rows per multi-row event insert: a few fixed sizes, so the statement cache holds few
+/// statements.
+const EVENT_ROWS: [usize; 4] = [64, 16, 4, 1];
+
+async fn insert_events(
+    conn: &mut sqlx::SqliteConnection,
+    mut events: &[&Event],
+) -> Result<(), sqlx::Error> {
+    while !events.is_empty() {
+        let rows = EVENT_ROWS
+            .iter()
+            .copied()
+            .find(|&n| n <= events.len())
+            .unwrap_or(1);
+        let (chunk, tail) = events.split_at(rows);
+        let mut sql =
+            String::from("INSERT INTO events (session_id, seq, type, data, created_at) VALUES ");
+        for i in 0..rows {
+            sql.push_str(if i == 0 { "(?, ?, ?, ?, ?)" } else { ", (?, ?, ?, ?, ?)" });
+        }
+        let mut query = sqlx::query(&sql);
+        for e in chunk {
+            query = query
+                .bind(e.session_id.to_string())
+                .bind(e.seq)
+                .bind(&e.kind)
+                .bind(e.data.to_string())
+                .bind(e.created_at.to_rfc3339());
+        }
+        query.execute(&mut *conn).await?;
+        events = tail;
+    }
+    Ok(())
+}
+
 fn tool_calls_json(calls: &[ToolCall]) -> Option<String> {
     if calls.is_empty() {
         None
@@ -350,6 +385,7 @@ fn event_from(row: &SqliteRow) -> StoreResult<Event> {
         kind: row.try_get("type")?,
         data: json_col(row, "data")?,
         created_at: time_col(row, "created_at")?,
+        rendered: Default::default(),
     })
 }
 
@@ -421,10 +457,29 @@ fn checkpoint_from(row: &SqliteRow) -> StoreResult<Checkpoint> {
 #[async_trait]
 impl Store for SqliteStore {
     async fn commit(&self, batch: &[&[WriteOp]]) -> StoreResult<()> {
+        let ops: Vec<&WriteOp> = batch.iter().flat_map(|ops| ops.iter()).collect();
         let mut conn = self.pool.acquire().await?;
         let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
-        for op in batch.iter().flat_map(|ops| ops.iter()) {
-            apply(&mut tx, op).await?;
+        let mut rest = ops.as_slice();
+        while !rest.is_empty() {
+            // Every statement is a round trip to sqlx's SQLite thread: consecutive event
+            // inserts (most of a streaming batch) go in as multi-row statements. Order relative
+            // to the other ops is kept.
+            let events: Vec<&Event> = rest
+                .iter()
+                .map_while(|op| match op {
+                    WriteOp::InsertEvent(e) => Some(e.as_ref()),
+                    _ => None,
+                })
+                .take(EVENT_ROWS[0])
+                .collect();
+            if events.len() > 1 {
+                insert_events(&mut tx, &events).await?;
+                rest = &rest[events.len()..];
+            } else {
+                apply(&mut tx, rest[0]).await?;
+                rest = &rest[1..];
+            }
         }
         tx.commit().await?;
         Ok(())
