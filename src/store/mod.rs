@@ -8,6 +8,7 @@
 
 pub mod postgres;
 pub mod sqlite;
+mod sqlite_write;
 pub mod writer;
 
 use std::sync::Arc;
@@ -32,6 +33,8 @@ pub enum StoreError {
     Unsupported(String),
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    #[error("database write failed: {0}")]
+    Write(String),
     #[error("the writer has stopped")]
     WriterGone,
     #[error("an earlier write of this session failed")]

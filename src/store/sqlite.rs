@@ -11,17 +11,21 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
     SqliteSynchronous,
 };
-use sqlx::{Connection, Row};
+use sqlx::Row;
 use uuid::Uuid;
 
+use super::sqlite_write::SqliteWriter;
 use super::{SessionQuery, Store, StoreError, StoreResult, WriteOp};
 use crate::model::{
     Checkpoint, Event, Message, Role, RunKind, RunRecord, RunStatus, SessionRecord, SessionState,
-    StepKind, StepRecord, StepStatus, ToolCall, Usage,
+    StepKind, StepRecord, StepStatus, Usage,
 };
 
 pub struct SqliteStore {
+    /// Reads (and migrations) go through the sqlx pool.
     pool: SqlitePool,
+    /// Writes go through one dedicated connection, a batch per hop.
+    writer: SqliteWriter,
 }
 
 const SESSION_COLUMNS: &str = "s.id, s.parent_id, s.title, s.metadata, s.system_prompt, s.state, \
@@ -36,11 +40,16 @@ impl SqliteStore {
             .trim_start_matches("sqlite://")
             .trim_start_matches("sqlite:");
         let path = path.split('?').next().unwrap_or("");
-        if !path.is_empty() && !path.starts_with(":memory:") {
-            if let Some(parent) = std::path::Path::new(path).parent() {
-                if !parent.as_os_str().is_empty() {
-                    std::fs::create_dir_all(parent)?;
-                }
+        if path.is_empty() || path.starts_with(":memory:") || url.contains("mode=memory") {
+            // Every connection would see its own empty database.
+            return Err(StoreError::Unsupported(format!(
+                "{url}: an in-memory SQLite database cannot be shared by the server's connections; \
+                 give a file path"
+            )));
+        }
+        if let Some(parent) = std::path::Path::new(path).parent() {
+            if !parent.as_os_str().is_empty() {
+                std::fs::create_dir_all(parent)?;
             }
         }
         let options = SqliteConnectOptions::from_str(url)?
@@ -56,7 +65,8 @@ impl SqliteStore {
             .connect_with(options)
             .await?;
         sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
-        Ok(SqliteStore { pool })
+        let writer = SqliteWriter::open(std::path::Path::new(path))?;
+        Ok(SqliteStore { pool, writer })
     }
 
     /// The integrity check result (`ok` when the database is sound).
@@ -65,234 +75,6 @@ impl SqliteStore {
             .fetch_one(&self.pool)
             .await?;
         Ok(row.try_get::<String, _>(0)?)
-    }
-}
-
-async fn apply(conn: &mut sqlx::SqliteConnection, op: &WriteOp) -> Result<(), sqlx::Error> {
-    match op {
-        WriteOp::InsertSession(s) => {
-            sqlx::query(
-                "INSERT INTO sessions (id, parent_id, title, metadata, system_prompt, state, error, \
-                 input_tokens, output_tokens, last_run_id, created_at, updated_at) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            )
-            .bind(s.id.to_string())
-            .bind(s.parent_id.map(|id| id.to_string()))
-            .bind(&s.title)
-            .bind(s.metadata.to_string())
-            .bind(&s.system_prompt)
-            .bind(s.state.as_str())
-            .bind(&s.error)
-            .bind(s.usage.input_tokens as i64)
-            .bind(s.usage.output_tokens as i64)
-            .bind(s.last_run_id.map(|id| id.to_string()))
-            .bind(s.created_at.to_rfc3339())
-            .bind(s.updated_at.to_rfc3339())
-            .execute(&mut *conn)
-            .await?;
-        }
-        WriteOp::UpdateSession(s) => {
-            sqlx::query(
-                "UPDATE sessions SET title = ?, metadata = ?, state = ?, error = ?, \
-                 input_tokens = ?, output_tokens = ?, last_run_id = ?, updated_at = ? WHERE id = ?",
-            )
-            .bind(&s.title)
-            .bind(s.metadata.to_string())
-            .bind(s.state.as_str())
-            .bind(&s.error)
-            .bind(s.usage.input_tokens as i64)
-            .bind(s.usage.output_tokens as i64)
-            .bind(s.last_run_id.map(|id| id.to_string()))
-            .bind(s.updated_at.to_rfc3339())
-            .bind(s.id.to_string())
-            .execute(&mut *conn)
-            .await?;
-        }
-        WriteOp::DeleteSession(id) => {
-            let id = id.to_string();
-            for table in ["events", "messages", "steps", "runs", "checkpoints"] {
-                sqlx::query(&format!("DELETE FROM {table} WHERE session_id = ?"))
-                    .bind(&id)
-                    .execute(&mut *conn)
-                    .await?;
-            }
-            sqlx::query("DELETE FROM sessions WHERE id = ?")
-                .bind(&id)
-                .execute(&mut *conn)
-                .await?;
-        }
-        WriteOp::InsertMessage {
-            session_id,
-            message: m,
-        } => {
-            sqlx::query(
-                "INSERT INTO messages (session_id, idx, role, content, tool_calls, tool_call_id, created_at) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?)",
-            )
-            .bind(session_id.to_string())
-            .bind(m.index)
-            .bind(m.role.as_str())
-            .bind(&m.content)
-            .bind(tool_calls_json(&m.tool_calls))
-            .bind(&m.tool_call_id)
-            .bind(m.created_at.to_rfc3339())
-            .execute(&mut *conn)
-            .await?;
-        }
-        WriteOp::CopyMessages { from, to, upto } => {
-            sqlx::query(
-                "INSERT INTO messages (session_id, idx, role, content, tool_calls, tool_call_id, created_at) \
-                 SELECT ?, idx, role, content, tool_calls, tool_call_id, created_at FROM messages \
-                 WHERE session_id = ? AND idx < ?",
-            )
-            .bind(to.to_string())
-            .bind(from.to_string())
-            .bind(upto.unwrap_or(i64::MAX))
-            .execute(&mut *conn)
-            .await?;
-        }
-        WriteOp::UpsertRun(r) => {
-            sqlx::query(
-                "INSERT INTO runs (id, session_id, kind, status, input, text, finish_reason, \
-                 input_tokens, output_tokens, steps, error, start_seq, created_at, finished_at) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
-                 ON CONFLICT (id) DO UPDATE SET status = excluded.status, text = excluded.text, \
-                 finish_reason = excluded.finish_reason, input_tokens = excluded.input_tokens, \
-                 output_tokens = excluded.output_tokens, steps = excluded.steps, \
-                 error = excluded.error, finished_at = excluded.finished_at",
-            )
-            .bind(r.id.to_string())
-            .bind(r.session_id.to_string())
-            .bind(r.kind.as_str())
-            .bind(r.status.as_str())
-            .bind(&r.input)
-            .bind(&r.text)
-            .bind(&r.finish_reason)
-            .bind(r.usage.input_tokens as i64)
-            .bind(r.usage.output_tokens as i64)
-            .bind(r.steps)
-            .bind(&r.error)
-            .bind(r.start_seq)
-            .bind(r.created_at.to_rfc3339())
-            .bind(r.finished_at.map(|t| t.to_rfc3339()))
-            .execute(&mut *conn)
-            .await?;
-        }
-        WriteOp::UpsertStep(s) => {
-            sqlx::query(
-                "INSERT INTO steps (id, session_id, run_id, kind, status, request, response, \
-                 input_tokens, output_tokens, error, created_at, finished_at) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
-                 ON CONFLICT (id) DO UPDATE SET status = excluded.status, \
-                 response = excluded.response, input_tokens = excluded.input_tokens, \
-                 output_tokens = excluded.output_tokens, error = excluded.error, \
-                 finished_at = excluded.finished_at",
-            )
-            .bind(s.id.to_string())
-            .bind(s.session_id.to_string())
-            .bind(s.run_id.to_string())
-            .bind(s.kind.as_str())
-            .bind(s.status.as_str())
-            .bind(s.request.to_string())
-            .bind(s.response.as_ref().map(Value::to_string))
-            .bind(s.usage.map(|u| u.input_tokens as i64))
-            .bind(s.usage.map(|u| u.output_tokens as i64))
-            .bind(&s.error)
-            .bind(s.created_at.to_rfc3339())
-            .bind(s.finished_at.map(|t| t.to_rfc3339()))
-            .execute(&mut *conn)
-            .await?;
-        }
-        WriteOp::InsertEvent(e) => {
-            sqlx::query(
-                "INSERT INTO events (session_id, seq, type, data, created_at) VALUES (?, ?, ?, ?, ?)",
-            )
-            .bind(e.session_id.to_string())
-            .bind(e.seq)
-            .bind(&e.kind)
-            .bind(e.data.to_string())
-            .bind(e.created_at.to_rfc3339())
-            .execute(&mut *conn)
-            .await?;
-        }
-        // One process owns a SQLite database: there is nothing to fence.
-        WriteOp::Fence { .. } => {}
-        WriteOp::FailOpenSteps {
-            session_id,
-            run_id,
-            error,
-            at,
-        } => {
-            sqlx::query(
-                "UPDATE steps SET status = 'failed', error = ?, finished_at = ? \
-                 WHERE session_id = ? AND run_id = ? AND status IN ('pending', 'streaming', 'running')",
-            )
-            .bind(error)
-            .bind(at.to_rfc3339())
-            .bind(session_id.to_string())
-            .bind(run_id.to_string())
-            .execute(&mut *conn)
-            .await?;
-        }
-        WriteOp::InsertCheckpoint(c) => {
-            sqlx::query(
-                "INSERT INTO checkpoints (id, session_id, run_id, step_id, message_count, seq, created_at) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?)",
-            )
-            .bind(c.id.to_string())
-            .bind(c.session_id.to_string())
-            .bind(c.run_id.to_string())
-            .bind(c.step_id.map(|id| id.to_string()))
-            .bind(c.message_count)
-            .bind(c.seq)
-            .bind(c.created_at.to_rfc3339())
-            .execute(&mut *conn)
-            .await?;
-        }
-    }
-    Ok(())
-}
-
-/// Rows per multi-row event insert: a few fixed sizes, so the statement cache holds few
-/// statements.
-const EVENT_ROWS: [usize; 4] = [64, 16, 4, 1];
-
-async fn insert_events(
-    conn: &mut sqlx::SqliteConnection,
-    mut events: &[&Event],
-) -> Result<(), sqlx::Error> {
-    while !events.is_empty() {
-        let rows = EVENT_ROWS
-            .iter()
-            .copied()
-            .find(|&n| n <= events.len())
-            .unwrap_or(1);
-        let (chunk, tail) = events.split_at(rows);
-        let mut sql =
-            String::from("INSERT INTO events (session_id, seq, type, data, created_at) VALUES ");
-        for i in 0..rows {
-            sql.push_str(if i == 0 { "(?, ?, ?, ?, ?)" } else { ", (?, ?, ?, ?, ?)" });
-        }
-        let mut query = sqlx::query(&sql);
-        for e in chunk {
-            query = query
-                .bind(e.session_id.to_string())
-                .bind(e.seq)
-                .bind(&e.kind)
-                .bind(e.data.to_string())
-                .bind(e.created_at.to_rfc3339());
-        }
-        query.execute(&mut *conn).await?;
-        events = tail;
-    }
-    Ok(())
-}
-
-fn tool_calls_json(calls: &[ToolCall]) -> Option<String> {
-    if calls.is_empty() {
-        None
-    } else {
-        serde_json::to_string(calls).ok()
     }
 }
 
@@ -457,32 +239,8 @@ fn checkpoint_from(row: &SqliteRow) -> StoreResult<Checkpoint> {
 #[async_trait]
 impl Store for SqliteStore {
     async fn commit(&self, batch: &[&[WriteOp]]) -> StoreResult<()> {
-        let ops: Vec<&WriteOp> = batch.iter().flat_map(|ops| ops.iter()).collect();
-        let mut conn = self.pool.acquire().await?;
-        let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
-        let mut rest = ops.as_slice();
-        while !rest.is_empty() {
-            // Every statement is a round trip to sqlx's SQLite thread: consecutive event
-            // inserts (most of a streaming batch) go in as multi-row statements. Order relative
-            // to the other ops is kept.
-            let events: Vec<&Event> = rest
-                .iter()
-                .map_while(|op| match op {
-                    WriteOp::InsertEvent(e) => Some(e.as_ref()),
-                    _ => None,
-                })
-                .take(EVENT_ROWS[0])
-                .collect();
-            if events.len() > 1 {
-                insert_events(&mut tx, &events).await?;
-                rest = &rest[events.len()..];
-            } else {
-                apply(&mut tx, rest[0]).await?;
-                rest = &rest[1..];
-            }
-        }
-        tx.commit().await?;
-        Ok(())
+        let ops: Vec<WriteOp> = batch.iter().flat_map(|ops| ops.iter().cloned()).collect();
+        self.writer.commit(ops).await
     }
 
     async fn session(&self, id: Uuid) -> StoreResult<Option<SessionRecord>> {
