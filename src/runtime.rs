@@ -56,8 +56,6 @@ pub struct Runtime {
     model: Arc<dyn ModelClient>,
     cluster: Option<Arc<dyn Cluster>>,
     replica: Uuid,
-    /// Sessions whose run an earlier process left unfinished, recorded as interrupted at start.
-    interrupted: Vec<Uuid>,
 }
 
 impl Runtime {
@@ -128,7 +126,6 @@ impl Runtime {
             model: parts.model,
             cluster: parts.cluster,
             replica: parts.replica,
-            interrupted,
         })
     }
 
@@ -138,11 +135,6 @@ impl Runtime {
 
     pub fn model(&self) -> &Arc<dyn ModelClient> {
         &self.model
-    }
-
-    /// Sessions found interrupted at start.
-    pub fn interrupted(&self) -> &[Uuid] {
-        &self.interrupted
     }
 
     /// Cancelled when the runtime begins to shut down.

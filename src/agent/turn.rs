@@ -248,10 +248,10 @@ async fn auto_compact(
     if compaction::compactable_turns(history) == 0 {
         return Ok(());
     }
-    let mut next = history.to_vec();
-    next.push(Message::new(Role::User, input));
-    let (messages, _) = context::prepare_context(&next, &settings.system_prompt, None);
-    if context::context_chars(&messages) <= budget {
+    let (messages, _) = context::prepare_context(history, &settings.system_prompt, None);
+    let first_request =
+        context::context_chars(&messages) + Message::new(Role::User, input).size_chars();
+    if first_request <= budget {
         return Ok(());
     }
     match compaction::summarize(deps, history, cancel).await {

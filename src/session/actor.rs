@@ -176,6 +176,13 @@ impl SessionActor {
                 core.last_result = Some(RunResult::from(&*run));
                 let run_id = run.id;
                 batch.ops.push(WriteOp::UpsertRun(run.clone()));
+                // Its step in flight never finished: it is not left "streaming" for good.
+                batch.ops.push(WriteOp::FailOpenSteps {
+                    session_id: self.id,
+                    run_id,
+                    error: INTERRUPTED.to_string(),
+                    at: model::now(),
+                });
                 batch.event(
                     core,
                     EventKind::AgentFailed {

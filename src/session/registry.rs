@@ -567,11 +567,6 @@ impl Sessions {
             super::coordination::spawn(self.clone(), cluster);
         }
     }
-
-    /// Live actors (for metrics and tests).
-    pub fn live_actors(&self) -> usize {
-        self.slots.lock().unwrap_or_else(|e| e.into_inner()).len()
-    }
 }
 
 pub(super) fn new_event(session_id: Uuid, seq: i64, kind: EventKind) -> Arc<Event> {

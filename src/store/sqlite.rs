@@ -68,14 +68,6 @@ impl SqliteStore {
         let writer = SqliteWriter::open(std::path::Path::new(path))?;
         Ok(SqliteStore { pool, writer })
     }
-
-    /// The integrity check result (`ok` when the database is sound).
-    pub async fn integrity_check(&self) -> StoreResult<String> {
-        let row = sqlx::query("PRAGMA integrity_check")
-            .fetch_one(&self.pool)
-            .await?;
-        Ok(row.try_get::<String, _>(0)?)
-    }
 }
 
 fn corrupt(what: &str, value: &str) -> StoreError {
