@@ -28,7 +28,8 @@ use anyhow::{bail, Context};
 use chrono::{DateTime, Utc};
 use serde_json::json;
 use tah::model::{
-    Event, EventKind, Message, Role, RunKind, SessionRecord, SessionState, ToolCall, Usage,
+    Event, EventKind, FinishReason, Message, Role, RunKind, SessionRecord, SessionState, ToolCall,
+    Usage,
 };
 use tah::store::{Store, WriteOp};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -93,7 +94,7 @@ fn turn_events(turn: usize) -> Vec<EventKind> {
         EventKind::LlmCompleted {
             step_id: step1,
             message: Message::assistant("", vec![call.clone()]),
-            finish_reason: "tool_calls".into(),
+            finish_reason: FinishReason::Model("tool_calls".into()),
             usage,
         },
         EventKind::ToolStarted {
@@ -118,7 +119,7 @@ fn turn_events(turn: usize) -> Vec<EventKind> {
         EventKind::LlmCompleted {
             step_id: step2,
             message: Message::assistant(answer.clone(), Vec::new()),
-            finish_reason: "stop".into(),
+            finish_reason: FinishReason::Model("stop".into()),
             usage,
         },
         EventKind::Checkpoint {
@@ -128,7 +129,7 @@ fn turn_events(turn: usize) -> Vec<EventKind> {
         EventKind::AgentFinished {
             run_id,
             text: answer,
-            finish_reason: "stop".into(),
+            finish_reason: FinishReason::Model("stop".into()),
             usage,
         },
         EventKind::StateChanged {
@@ -174,13 +175,11 @@ fn session_ops(id: Uuid, events: usize, at: &mut DateTime<Utc>, ops: &mut Vec<Wr
     }
     kinds.truncate(events);
     for (i, kind) in kinds.into_iter().enumerate() {
-        let (kind, data) = kind.into_parts();
         *at += chrono::Duration::milliseconds(3);
         ops.push(WriteOp::InsertEvent(Arc::new(Event::new(
             id,
             i as i64 + 1,
             kind,
-            data,
             *at,
         ))));
     }

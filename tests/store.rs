@@ -18,8 +18,8 @@ use chrono::Duration;
 use serde_json::{json, Value};
 use sqlx::{Connection, Executor, PgConnection};
 use tah::model::{
-    new_id, now, Checkpoint, Event, Message, Role, RunKind, RunRecord, RunStatus, SessionRecord,
-    SessionState, StepKind, StepRecord, StepStatus, ToolCall, Usage,
+    new_id, now, Checkpoint, Event, EventKind, FinishReason, Message, Role, RunKind, RunRecord,
+    RunStatus, SessionRecord, SessionState, StepKind, StepRecord, StepStatus, ToolCall, Usage,
 };
 use tah::store::{self, SessionQuery, Store, WriteOp};
 use uuid::Uuid;
@@ -191,13 +191,39 @@ fn message(index: i64, role: Role, content: &str) -> Message {
 }
 
 fn event(session_id: Uuid, seq: i64) -> Event {
-    Event {
+    Event::new(
         session_id,
         seq,
-        kind: "agent.assistant-stream".into(),
-        data: json!({ "step_id": Uuid::nil(), "text": format!("piece {seq}") }),
-        created_at: now(),
-        rendered: Default::default(),
+        EventKind::AssistantStream {
+            step_id: Uuid::nil(),
+            text: format!("piece {seq}"),
+        },
+        now(),
+    )
+}
+
+/// An event whose data carries arbitrary JSON (as a tool call's arguments).
+fn call_event(session_id: Uuid, seq: i64, arguments: Value) -> Event {
+    Event::new(
+        session_id,
+        seq,
+        EventKind::ToolStarted {
+            step_id: Uuid::nil(),
+            call: ToolCall {
+                id: "call_1".into(),
+                name: "read_file".into(),
+                arguments,
+            },
+        },
+        now(),
+    )
+}
+
+/// The arbitrary JSON `call_event` carried.
+fn call_arguments(event: &Event) -> Value {
+    match &event.kind {
+        EventKind::ToolStarted { call, .. } => call.arguments.clone(),
+        other => panic!("not a tool.started event: {other:?}"),
     }
 }
 
@@ -566,19 +592,8 @@ async fn event_data_json_round_trips(store: Arc<dyn Store>) {
         "max": u64::MAX, "min": i64::MIN, "float": 0.1, "whole_float": 3.0, "bool": false,
         "empty": {}, "list": [], "emoji": "🦀🚀", "": "empty key"
     });
-    let e = Event {
-        session_id: s.id,
-        seq: 1,
-        kind: "llm.completed".into(),
-        data: data.clone(),
-        created_at: now(),
-        rendered: Default::default(),
-    };
-    let scalar = Event {
-        seq: 2,
-        data: json!("just a string"),
-        ..e.clone()
-    };
+    let e = call_event(s.id, 1, data.clone());
+    let scalar = call_event(s.id, 2, json!("just a string"));
     commit(
         &store,
         vec![
@@ -589,7 +604,7 @@ async fn event_data_json_round_trips(store: Arc<dyn Store>) {
     .await;
     let got = store.events(s.id, 0, 10).await.expect("read");
     assert_eq!(got, [e, scalar]);
-    assert_eq!(got[0].data, data);
+    assert_eq!(call_arguments(&got[0]), data);
 }
 
 async fn duplicate_seq_rolls_back_the_whole_commit(store: Arc<dyn Store>) {
@@ -649,7 +664,7 @@ async fn runs_upsert(store: Arc<dyn Store>) {
     let mut done = r.clone();
     done.status = RunStatus::Completed;
     done.text = Some("Demo is a small sample project. 世界".into());
-    done.finish_reason = Some("stop".into());
+    done.finish_reason = Some(FinishReason::Model("stop".into()));
     done.usage = Usage {
         input_tokens: 900,
         output_tokens: 40,
@@ -1060,7 +1075,7 @@ async fn thousand_events_in_one_commit(store: Arc<dyn Store>) {
     let all = store.events(s.id, 0, 5000).await.expect("read");
     assert_eq!(all.len(), 1000);
     assert!(all.iter().zip(1..).all(|(e, seq)| e.seq == seq));
-    assert_eq!(all[999].data["text"], "piece 1000");
+    assert_eq!(all[999].kind.data_value()["text"], "piece 1000");
     assert_eq!(store.events(s.id, 990, 5).await.expect("read")[0].seq, 991);
 
     // The same again as 100 groups of 10 (how the writer batches many sessions).
@@ -1170,14 +1185,7 @@ async fn nul_characters_do_not_fail_a_commit(store: Arc<dyn Store>) {
         }],
         ..Message::assistant("bin\0ary", Vec::new())
     };
-    let e = Event {
-        session_id: s.id,
-        seq: 1,
-        kind: "tool.finished".into(),
-        data: json!({ "output": "x\0y", "nested": ["\0"] }),
-        created_at: now(),
-        rendered: Default::default(),
-    };
+    let e = call_event(s.id, 1, json!({ "output": "x\0y", "nested": ["\0"] }));
     commit(
         &store,
         vec![
@@ -1187,10 +1195,7 @@ async fn nul_characters_do_not_fail_a_commit(store: Arc<dyn Store>) {
                 message: m.clone(),
             },
             WriteOp::InsertEvent(Arc::new(e.clone())),
-            WriteOp::InsertEvent(Arc::new(Event {
-                seq: 2,
-                ..e.clone()
-            })),
+            WriteOp::InsertEvent(Arc::new(Event::new(s.id, 2, e.kind.clone(), e.created_at))),
         ],
     )
     .await;
@@ -1202,7 +1207,10 @@ async fn nul_characters_do_not_fail_a_commit(store: Arc<dyn Store>) {
     assert_eq!(clean(&msgs[0].tool_calls[0].id), clean("c\0"));
     let evs = store.events(s.id, 0, 10).await.expect("read");
     assert_eq!(evs.len(), 2);
-    assert_eq!(clean_json(&evs[0].data), clean_json(&e.data));
+    assert_eq!(
+        clean_json(&call_arguments(&evs[0])),
+        clean_json(&call_arguments(&e))
+    );
     assert_eq!(
         clean_json(&msgs[0].tool_calls[0].arguments),
         json!({ "path": "a\u{FFFD}b" })

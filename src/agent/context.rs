@@ -119,25 +119,7 @@ fn apply_summary_cow(mut messages: Vec<Cow<'_, Message>>) -> Vec<Cow<'_, Message
     out
 }
 
-/// What [`project_context`] did to fit the budget.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
-pub struct TrimStats {
-    /// The budget in characters (0 when there is none).
-    pub budget: usize,
-    pub chars_before: usize,
-    pub chars_after: usize,
-    /// Whole turns left out.
-    pub dropped_turns: usize,
-    /// Tool messages in the result whose content was replaced by a placeholder.
-    pub elided_tool_results: usize,
-}
-
-impl TrimStats {
-    /// True when anything was dropped or elided.
-    pub fn trimmed(&self) -> bool {
-        self.dropped_turns > 0 || self.elided_tool_results > 0
-    }
-}
+pub use crate::model::TrimStats;
 
 fn omitted_placeholder(chars: usize) -> String {
     format!("[tool output omitted to fit the context window: {chars} chars]")

@@ -4,14 +4,13 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use futures::StreamExt;
-use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::compaction::{self, CompactError, Summary};
 use super::context::{self, TrimStats};
 use crate::llm::{LlmError, ModelClient, ModelRequest, Purpose, StreamItem};
-use crate::model::{Message, Role, ToolCall, Usage};
+use crate::model::{FinishReason, LlmRequestDescriptor, Message, Role, ToolCall, Usage};
 use crate::tools::{ToolOutput, ToolRegistry};
 
 /// The configuration in force for a run: always the server's current one (seed v0.22).
@@ -44,7 +43,7 @@ pub trait Journal: Send {
     /// The full history, including everything recorded so far in this run.
     fn history(&self) -> &[Message];
     /// An LLM step begins; `request` describes how to rebuild the exact request.
-    async fn llm_started(&mut self, request: Value) -> Result<Uuid, JournalError>;
+    async fn llm_started(&mut self, request: LlmRequestDescriptor) -> Result<Uuid, JournalError>;
     async fn llm_delta(&mut self, step_id: Uuid, text: String) -> Result<(), JournalError>;
     async fn llm_retry(
         &mut self,
@@ -57,7 +56,7 @@ pub trait Journal: Send {
         &mut self,
         step_id: Uuid,
         message: Message,
-        finish_reason: String,
+        finish_reason: FinishReason,
         usage: Usage,
     ) -> Result<(), JournalError>;
     async fn llm_failed(&mut self, step_id: Uuid, error: String) -> Result<(), JournalError>;
@@ -88,7 +87,7 @@ pub trait Journal: Send {
 pub struct TurnOutcome {
     pub text: String,
     /// The model's last finish reason, or `max_steps`.
-    pub finish_reason: String,
+    pub finish_reason: FinishReason,
     pub usage: Usage,
     pub steps: i64,
 }
@@ -148,7 +147,7 @@ pub async fn run_turn(
         {
             return Ok(TurnOutcome {
                 text: last_text,
-                finish_reason: "max_steps".to_string(),
+                finish_reason: FinishReason::MaxSteps,
                 usage,
                 steps,
             });
@@ -158,15 +157,15 @@ pub async fn run_turn(
         let (messages, stats) =
             context::prepare_context(history, &settings.system_prompt, settings.context_chars);
         let tools = deps.tools.schemas();
-        let descriptor = json!({
-            "upto": history.len(),
-            "system_prompt": settings.system_prompt,
-            "budget": settings.context_chars,
-            "model": deps.model.model(),
-            "provider": deps.model.name(),
-            "tools": tools.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(),
-            "trim": stats,
-        });
+        let descriptor = LlmRequestDescriptor {
+            upto: history.len(),
+            system_prompt: settings.system_prompt.clone(),
+            budget: settings.context_chars,
+            model: deps.model.model().to_string(),
+            provider: deps.model.name().to_string(),
+            tools: tools.iter().map(|t| t.name.clone()).collect(),
+            trim: stats.clone(),
+        };
         let step_id = journal.llm_started(descriptor).await?;
         if stats.trimmed() {
             journal.context_trimmed(step_id, &stats).await?;
@@ -219,13 +218,14 @@ pub async fn run_turn(
         let done = reply.tool_calls.is_empty();
         last_text = reply.text.clone();
         let message = Message::assistant(reply.text, reply.tool_calls);
+        let finish_reason = FinishReason::Model(reply.finish_reason);
         journal
-            .llm_completed(step_id, message, reply.finish_reason.clone(), reply.usage)
+            .llm_completed(step_id, message, finish_reason.clone(), reply.usage)
             .await?;
         if done {
             return Ok(TurnOutcome {
                 text: last_text,
-                finish_reason: reply.finish_reason,
+                finish_reason,
                 usage,
                 steps,
             });

@@ -90,7 +90,7 @@ async fn events(
 fn frame(event: &Event) -> SseEvent {
     SseEvent::default()
         .id(event.seq.to_string())
-        .event(event.kind.as_str())
+        .event(event.type_name())
         .data(&*event.json())
 }
 

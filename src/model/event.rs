@@ -1,4 +1,7 @@
 //! Events: the append-only, per-session log that clients replay and watch live.
+//!
+//! An [`Event`] keeps its typed [`EventKind`] from the moment it is made until it is written
+//! out; the wire JSON is made when it is serialised, once however many subscribers are sent it.
 
 use std::sync::{Arc, OnceLock};
 
@@ -7,25 +10,26 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::{Message, RunKind, SessionState, ToolCall, Usage};
+use super::{FinishReason, Message, RunKind, SessionState, ToolCall, Usage};
 
-/// One committed event as clients see it: `seq` is contiguous per session, starting at 1.
+/// One event of a session's log: `seq` is contiguous per session, starting at 1. On the wire
+/// it is `{session_id, seq, type, data, created_at}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Event {
     pub session_id: Uuid,
     pub seq: i64,
-    #[serde(rename = "type")]
-    pub kind: String,
-    pub data: Value,
+    /// Serialised as the wire's `type` and `data`.
+    #[serde(flatten)]
+    pub kind: EventKind,
     pub created_at: DateTime<Utc>,
     /// The event's JSON, rendered once however many subscribers are sent it.
     #[serde(skip)]
-    pub rendered: RenderedJson,
+    rendered: RenderedJson,
 }
 
 /// A lazily rendered JSON text; not part of an event's identity.
 #[derive(Debug, Clone, Default)]
-pub struct RenderedJson(OnceLock<Arc<str>>);
+struct RenderedJson(OnceLock<Arc<str>>);
 
 impl PartialEq for RenderedJson {
     fn eq(&self, _: &RenderedJson) -> bool {
@@ -34,21 +38,31 @@ impl PartialEq for RenderedJson {
 }
 
 impl Event {
-    pub fn new(
-        session_id: Uuid,
-        seq: i64,
-        kind: String,
-        data: Value,
-        created_at: DateTime<Utc>,
-    ) -> Event {
+    pub fn new(session_id: Uuid, seq: i64, kind: EventKind, created_at: DateTime<Utc>) -> Event {
         Event {
             session_id,
             seq,
             kind,
-            data,
             created_at,
             rendered: RenderedJson::default(),
         }
+    }
+
+    /// Rebuilds an event from its stored columns: the wire `type` and the `data` JSON.
+    pub fn from_stored(
+        session_id: Uuid,
+        seq: i64,
+        type_name: &str,
+        data: &str,
+        created_at: DateTime<Utc>,
+    ) -> Result<Event, serde_json::Error> {
+        let kind = EventKind::from_parts(type_name, data)?;
+        Ok(Event::new(session_id, seq, kind, created_at))
+    }
+
+    /// The wire `type` of the event.
+    pub fn type_name(&self) -> &'static str {
+        self.kind.type_name()
     }
 
     /// The event as JSON (what SSE `data:` lines carry), rendered on first use.
@@ -64,29 +78,23 @@ impl Event {
 
     /// True for the events that end a run: exactly one of them closes every run.
     pub fn is_terminal(&self) -> bool {
-        matches!(
-            self.kind.as_str(),
-            "agent.finished" | "agent.failed" | "agent.cancelled"
-        )
+        self.kind.is_terminal()
     }
 
     /// The run this event belongs to, for the events that name one.
     pub fn run_id(&self) -> Option<Uuid> {
-        self.data
-            .get("run_id")
-            .and_then(Value::as_str)
-            .and_then(|s| s.parse().ok())
+        self.kind.run_id()
     }
 }
 
 /// What can happen in a session; each variant serialises to its wire `type` and `data`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", content = "data")]
 pub enum EventKind {
     #[serde(rename = "session.created")]
     SessionCreated {
         session_id: Uuid,
-        #[serde(skip_serializing_if = "Option::is_none")]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         title: Option<String>,
     },
     #[serde(rename = "session.forked")]
@@ -108,7 +116,7 @@ pub enum EventKind {
     LlmCompleted {
         step_id: Uuid,
         message: Message,
-        finish_reason: String,
+        finish_reason: FinishReason,
         usage: Usage,
     },
     #[serde(rename = "llm.retry")]
@@ -154,7 +162,7 @@ pub enum EventKind {
     AgentFinished {
         run_id: Uuid,
         text: String,
-        finish_reason: String,
+        finish_reason: FinishReason,
         usage: Usage,
     },
     #[serde(rename = "agent.failed")]
@@ -163,29 +171,91 @@ pub enum EventKind {
     AgentCancelled { run_id: Uuid },
 }
 
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CharsBeforeAfter {
     pub before: u64,
     pub after: u64,
 }
 
 impl EventKind {
-    /// Splits the variant into its wire `type` and `data`.
-    pub fn into_parts(self) -> (String, Value) {
-        // Serialising a derive(Serialize) enum of plain data into a Value cannot fail.
-        match serde_json::to_value(&self) {
-            Ok(Value::Object(mut map)) => {
-                let kind = match map.remove("type") {
-                    Some(Value::String(s)) => s,
-                    _ => String::new(),
-                };
-                let data = map
-                    .remove("data")
-                    .unwrap_or(Value::Object(Default::default()));
-                (kind, data)
-            }
-            _ => (String::new(), Value::Null),
+    /// The wire `type`.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            EventKind::SessionCreated { .. } => "session.created",
+            EventKind::SessionForked { .. } => "session.forked",
+            EventKind::StateChanged { .. } => "session.state",
+            EventKind::AgentStarted { .. } => "agent.started",
+            EventKind::UserMessage { .. } => "user.message",
+            EventKind::LlmStarted { .. } => "llm.started",
+            EventKind::AssistantStream { .. } => "agent.assistant-stream",
+            EventKind::LlmCompleted { .. } => "llm.completed",
+            EventKind::LlmRetry { .. } => "llm.retry",
+            EventKind::LlmFailed { .. } => "llm.failed",
+            EventKind::ToolStarted { .. } => "tool.started",
+            EventKind::ToolFinished { .. } => "tool.finished",
+            EventKind::ContextTrimmed { .. } => "agent.context.trimmed",
+            EventKind::ContextCompacted { .. } => "agent.context.compacted",
+            EventKind::ContextCompactFailed { .. } => "agent.context.compact-failed",
+            EventKind::Checkpoint { .. } => "storage.checkpoint",
+            EventKind::AgentFinished { .. } => "agent.finished",
+            EventKind::AgentFailed { .. } => "agent.failed",
+            EventKind::AgentCancelled { .. } => "agent.cancelled",
         }
+    }
+
+    /// True for the events that end a run.
+    pub fn is_terminal(&self) -> bool {
+        matches!(
+            self,
+            EventKind::AgentFinished { .. }
+                | EventKind::AgentFailed { .. }
+                | EventKind::AgentCancelled { .. }
+        )
+    }
+
+    /// The run an event names, if it names one.
+    pub fn run_id(&self) -> Option<Uuid> {
+        match self {
+            EventKind::AgentStarted { run_id, .. }
+            | EventKind::AgentFinished { run_id, .. }
+            | EventKind::AgentFailed { run_id, .. }
+            | EventKind::AgentCancelled { run_id } => Some(*run_id),
+            _ => None,
+        }
+    }
+
+    /// The `data` object as JSON text (what the store keeps beside the `type`).
+    pub fn data_json(&self) -> String {
+        // The adjacently tagged form is `{"type":"<name>","data":<data>}`; type names need no
+        // escaping, so the data is what lies between that prefix and the closing brace.
+        let whole = serde_json::to_string(self).unwrap_or_default();
+        let prefix = r#"{"type":""#.len() + self.type_name().len() + r#"","data":"#.len();
+        match whole.get(prefix..whole.len().saturating_sub(1)) {
+            Some(data) => data.to_string(),
+            None => "{}".to_string(),
+        }
+    }
+
+    /// The `data` object as a JSON value.
+    pub fn data_value(&self) -> Value {
+        match serde_json::to_value(self) {
+            Ok(Value::Object(mut map)) => map.remove("data").unwrap_or(Value::Null),
+            _ => Value::Null,
+        }
+    }
+
+    /// Rebuilds a kind from its wire `type` and `data` value.
+    pub fn from_value_parts(type_name: &str, data: Value) -> Result<EventKind, serde_json::Error> {
+        let mut whole = serde_json::Map::with_capacity(2);
+        whole.insert("type".into(), Value::String(type_name.to_string()));
+        whole.insert("data".into(), data);
+        serde_json::from_value(Value::Object(whole))
+    }
+
+    /// Rebuilds a kind from its wire `type` and `data` JSON text.
+    pub fn from_parts(type_name: &str, data: &str) -> Result<EventKind, serde_json::Error> {
+        let type_json = serde_json::to_string(type_name)?;
+        serde_json::from_str(&format!(r#"{{"type":{type_json},"data":{data}}}"#))
     }
 }
 
@@ -196,20 +266,77 @@ mod tests {
     #[test]
     fn kinds_serialise_to_wire_names() {
         let id = Uuid::nil();
-        let (kind, data) = EventKind::AssistantStream {
+        let kind = EventKind::AssistantStream {
             step_id: id,
             text: "hé".into(),
-        }
-        .into_parts();
-        assert_eq!(kind, "agent.assistant-stream");
-        assert_eq!(data["text"], "hé");
-        let (kind, data) = EventKind::StateChanged {
+        };
+        assert_eq!(kind.type_name(), "agent.assistant-stream");
+        assert_eq!(kind.data_value()["text"], "hé");
+        let kind = EventKind::StateChanged {
             from: SessionState::Idle,
             to: SessionState::Running,
+        };
+        assert_eq!(kind.type_name(), "session.state");
+        assert_eq!(kind.data_value()["from"], "idle");
+        assert_eq!(kind.data_value()["to"], "running");
+    }
+
+    #[test]
+    fn type_names_match_the_serialised_tag() {
+        let id = Uuid::nil();
+        let kinds = [
+            EventKind::SessionCreated {
+                session_id: id,
+                title: Some("t".into()),
+            },
+            EventKind::AgentFinished {
+                run_id: id,
+                text: "done \"quoted\" \u{0} 世界".into(),
+                finish_reason: FinishReason::MaxSteps,
+                usage: Usage::default(),
+            },
+            EventKind::Checkpoint {
+                checkpoint_id: id,
+                step_id: None,
+            },
+        ];
+        for kind in kinds {
+            let whole = serde_json::to_value(&kind).unwrap();
+            assert_eq!(whole["type"], kind.type_name());
+            let data: Value = serde_json::from_str(&kind.data_json()).unwrap();
+            assert_eq!(data, whole["data"]);
+            assert_eq!(data, kind.data_value());
+            let back = EventKind::from_parts(kind.type_name(), &kind.data_json()).unwrap();
+            assert_eq!(back, kind);
         }
-        .into_parts();
-        assert_eq!(kind, "session.state");
-        assert_eq!(data["from"], "idle");
-        assert_eq!(data["to"], "running");
+    }
+
+    #[test]
+    fn an_event_renders_in_wire_order() {
+        let event = Event::new(
+            Uuid::nil(),
+            3,
+            EventKind::AgentCancelled {
+                run_id: Uuid::nil(),
+            },
+            chrono::DateTime::from_timestamp(0, 0).unwrap(),
+        );
+        let nil = Uuid::nil();
+        assert_eq!(
+            &*event.json(),
+            format!(
+                r#"{{"session_id":"{nil}","seq":3,"type":"agent.cancelled","data":{{"run_id":"{nil}"}},"created_at":"1970-01-01T00:00:00Z"}}"#
+            )
+        );
+        assert!(event.is_terminal());
+        assert_eq!(event.run_id(), Some(nil));
+        let back: Event = serde_json::from_str(&event.json()).unwrap();
+        assert_eq!(back, event);
+    }
+
+    #[test]
+    fn unknown_types_are_refused() {
+        assert!(EventKind::from_parts("no.such", "{}").is_err());
+        assert!(EventKind::from_parts("agent.cancelled", "{}").is_err());
     }
 }

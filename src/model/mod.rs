@@ -6,6 +6,7 @@
 mod event;
 mod message;
 mod session;
+mod step;
 
 pub use event::{CharsBeforeAfter, Event, EventKind};
 pub use message::{Message, Role, ToolCall, ToolSchema, SUMMARY_PREFIX};
@@ -13,6 +14,7 @@ pub use session::{
     Checkpoint, RunKind, RunRecord, RunResult, RunStatus, SessionRecord, SessionState, StepKind,
     StepRecord, StepStatus, Usage,
 };
+pub use step::{FinishReason, LlmRequestDescriptor, TrimStats};
 
 use chrono::{DateTime, SubsecRound, Utc};
 use uuid::Uuid;

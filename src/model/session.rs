@@ -5,6 +5,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
+use super::FinishReason;
+
 /// The seed's six session states.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -139,7 +141,7 @@ pub struct RunRecord {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub input: Option<String>,
     pub text: Option<String>,
-    pub finish_reason: Option<String>,
+    pub finish_reason: Option<FinishReason>,
     pub usage: Usage,
     /// LLM calls made by this run.
     pub steps: i64,
@@ -157,7 +159,7 @@ pub struct RunResult {
     pub session_id: Uuid,
     pub status: RunStatus,
     pub text: String,
-    pub finish_reason: Option<String>,
+    pub finish_reason: Option<FinishReason>,
     pub usage: Usage,
     pub steps: i64,
     #[serde(skip_serializing_if = "Option::is_none")]

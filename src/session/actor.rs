@@ -19,8 +19,9 @@ use crate::agent::compaction::{self, CompactError, Summary};
 use crate::agent::context::{self, TrimStats};
 use crate::agent::{run_turn, AgentError, Journal, JournalError, TurnOutcome};
 use crate::model::{
-    self, Checkpoint, EventKind, Message, Role, RunKind, RunRecord, RunResult, RunStatus,
-    SessionRecord, SessionState, StepKind, StepRecord, StepStatus, ToolCall, Usage,
+    self, Checkpoint, EventKind, FinishReason, LlmRequestDescriptor, Message, Role, RunKind,
+    RunRecord, RunResult, RunStatus, SessionRecord, SessionState, StepKind, StepRecord, StepStatus,
+    ToolCall, Usage,
 };
 use crate::store::writer::Commit;
 use crate::store::{Cluster, StoreError, WriteOp};
@@ -547,7 +548,7 @@ impl SessionActor {
                 run.steps = steps;
                 run.text = Some(text.clone());
                 run.finish_reason = Some(finish_reason.clone());
-                if finish_reason == "max_steps" {
+                if finish_reason == FinishReason::MaxSteps {
                     run.status = RunStatus::Failed;
                     run.error = Some("max_steps reached".to_string());
                     (
@@ -967,8 +968,9 @@ impl Journal for RunJournal<'_> {
         &self.core.history
     }
 
-    async fn llm_started(&mut self, request: Value) -> Result<Uuid, JournalError> {
+    async fn llm_started(&mut self, request: LlmRequestDescriptor) -> Result<Uuid, JournalError> {
         let step_id = model::new_id();
+        let request = serde_json::to_value(request).unwrap_or(Value::Null);
         let step = self.step(step_id, StepKind::Llm, StepStatus::Streaming, request);
         self.batch.ops.push(WriteOp::UpsertStep(step));
         self.batch
@@ -1004,7 +1006,7 @@ impl Journal for RunJournal<'_> {
         &mut self,
         step_id: Uuid,
         message: Message,
-        finish_reason: String,
+        finish_reason: FinishReason,
         usage: Usage,
     ) -> Result<(), JournalError> {
         let message = self.batch.message(self.core, message);

@@ -18,11 +18,11 @@ use super::stream::EventStream;
 use super::SessionError;
 use crate::agent::{AgentDeps, AgentSettings};
 use crate::model::{
-    self, Event, EventKind, Message, Role, RunKind, RunRecord, RunResult, SessionRecord,
-    SessionState, StepKind, Usage,
+    self, Event, EventKind, LlmRequestDescriptor, Message, Role, RunKind, RunRecord, RunResult,
+    SessionRecord, SessionState, StepKind, Usage,
 };
 use crate::store::writer::Writer;
-use crate::store::{Cluster, Store, WriteOp};
+use crate::store::{Cluster, Store, StoreError, WriteOp};
 
 /// A session's live channels, taken before its backlog is read.
 pub struct Subscription {
@@ -479,34 +479,31 @@ impl Sessions {
         };
         let mut view = serde_json::to_value(&step).unwrap_or(Value::Null);
         if step.kind == StepKind::Llm {
-            let descriptor = &step.request;
-            let upto = descriptor.get("upto").and_then(Value::as_i64).unwrap_or(0);
-            let prompt = descriptor
-                .get("system_prompt")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            let budget = descriptor
-                .get("budget")
-                .and_then(Value::as_u64)
-                .map(|b| b as usize);
-            let history = self.ctx.store.messages(id, -1, upto).await?;
-            let (messages, _) = crate::agent::context::prepare_context(&history, prompt, budget);
-            let names: Vec<&str> = descriptor
-                .get("tools")
-                .and_then(Value::as_array)
-                .map(|a| a.iter().filter_map(Value::as_str).collect())
-                .unwrap_or_default();
+            let descriptor: LlmRequestDescriptor = serde_json::from_value(step.request.clone())
+                .map_err(|e| {
+                    StoreError::Corrupt(format!("the request descriptor of step {step_id}: {e}"))
+                })?;
+            let history = self
+                .ctx
+                .store
+                .messages(id, -1, descriptor.upto as i64)
+                .await?;
+            let (messages, _) = crate::agent::context::prepare_context(
+                &history,
+                &descriptor.system_prompt,
+                descriptor.budget,
+            );
             let tools: Vec<_> = self
                 .ctx
                 .deps
                 .tools
                 .schemas()
                 .into_iter()
-                .filter(|t| names.contains(&t.name.as_str()))
+                .filter(|t| descriptor.tools.contains(&t.name))
                 .collect();
-            view["projection"] = descriptor.clone();
+            view["projection"] = step.request.clone();
             view["request"] = serde_json::json!({
-                "model": descriptor.get("model"),
+                "model": descriptor.model,
                 "messages": messages,
                 "tools": tools,
             });
@@ -570,6 +567,5 @@ impl Sessions {
 }
 
 pub(super) fn new_event(session_id: Uuid, seq: i64, kind: EventKind) -> Arc<Event> {
-    let (kind, data) = kind.into_parts();
-    Arc::new(Event::new(session_id, seq, kind, data, model::now()))
+    Arc::new(Event::new(session_id, seq, kind, model::now()))
 }

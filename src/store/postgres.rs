@@ -33,8 +33,8 @@ use super::{
     Cluster, ClusterListener, ClusterNotice, SessionQuery, Store, StoreError, StoreResult, WriteOp,
 };
 use crate::model::{
-    Checkpoint, Event, Message, Role, RunKind, RunRecord, RunStatus, SessionRecord, SessionState,
-    StepKind, StepRecord, StepStatus, ToolCall, Usage,
+    Checkpoint, Event, EventKind, FinishReason, Message, Role, RunKind, RunRecord, RunStatus,
+    SessionRecord, SessionState, StepKind, StepRecord, StepStatus, ToolCall, Usage,
 };
 
 /// Connections per replica; PostgreSQL's default `max_connections` (100) leaves room for a few.
@@ -290,7 +290,7 @@ async fn apply(conn: &mut PgConnection, op: &WriteOp) -> Result<(), sqlx::Error>
             .bind(r.status.as_str())
             .bind(opt_text(&r.input))
             .bind(opt_text(&r.text))
-            .bind(opt_text(&r.finish_reason))
+            .bind(r.finish_reason.as_ref().map(FinishReason::as_str))
             .bind(tokens(r.usage.input_tokens))
             .bind(tokens(r.usage.output_tokens))
             .bind(r.steps)
@@ -333,8 +333,8 @@ async fn apply(conn: &mut PgConnection, op: &WriteOp) -> Result<(), sqlx::Error>
             )
             .bind(e.session_id)
             .bind(e.seq)
-            .bind(text(&e.kind))
-            .bind(json(&e.data))
+            .bind(e.type_name())
+            .bind(json(&e.kind.data_value()))
             .bind(e.created_at)
             .execute(&mut *conn)
             .await?;
@@ -388,8 +388,8 @@ async fn insert_events(conn: &mut PgConnection, events: &[&Event]) -> Result<(),
     for e in events {
         session_ids.push(e.session_id);
         seqs.push(e.seq);
-        kinds.push(text(&e.kind));
-        data.push(json(&e.data));
+        kinds.push(e.type_name());
+        data.push(Json(strip_nul(&e.kind.data_value())));
         created.push(e.created_at);
     }
     sqlx::query(
@@ -457,14 +457,16 @@ fn message_from(row: &PgRow) -> StoreResult<Message> {
 }
 
 fn event_from(row: &PgRow) -> StoreResult<Event> {
-    Ok(Event {
-        session_id: row.try_get("session_id")?,
-        seq: row.try_get("seq")?,
-        kind: row.try_get("type")?,
-        data: row.try_get("data")?,
-        created_at: row.try_get("created_at")?,
-        rendered: Default::default(),
-    })
+    let type_name: String = row.try_get("type")?;
+    let data: Value = row.try_get("data")?;
+    let kind = EventKind::from_value_parts(&type_name, data)
+        .map_err(|e| StoreError::Corrupt(format!("event of type {type_name:?}: {e}")))?;
+    Ok(Event::new(
+        row.try_get("session_id")?,
+        row.try_get("seq")?,
+        kind,
+        row.try_get("created_at")?,
+    ))
 }
 
 fn run_from(row: &PgRow) -> StoreResult<RunRecord> {
@@ -481,7 +483,9 @@ fn run_from(row: &PgRow) -> StoreResult<RunRecord> {
         status: RunStatus::parse(&status).ok_or_else(|| corrupt("status", &status))?,
         input: row.try_get("input")?,
         text: row.try_get("text")?,
-        finish_reason: row.try_get("finish_reason")?,
+        finish_reason: row
+            .try_get::<Option<String>, _>("finish_reason")?
+            .map(|r| FinishReason::parse(&r)),
         usage: usage_cols(row)?,
         steps: row.try_get("steps")?,
         error: row.try_get("error")?,

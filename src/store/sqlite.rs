@@ -17,8 +17,8 @@ use uuid::Uuid;
 use super::sqlite_write::SqliteWriter;
 use super::{SessionQuery, Store, StoreError, StoreResult, WriteOp};
 use crate::model::{
-    Checkpoint, Event, Message, Role, RunKind, RunRecord, RunStatus, SessionRecord, SessionState,
-    StepKind, StepRecord, StepStatus, Usage,
+    Checkpoint, Event, FinishReason, Message, Role, RunKind, RunRecord, RunStatus, SessionRecord,
+    SessionState, StepKind, StepRecord, StepStatus, Usage,
 };
 
 pub struct SqliteStore {
@@ -153,14 +153,16 @@ fn message_from(row: &SqliteRow) -> StoreResult<Message> {
 }
 
 fn event_from(row: &SqliteRow) -> StoreResult<Event> {
-    Ok(Event {
-        session_id: uuid_col(row, "session_id")?,
-        seq: row.try_get("seq")?,
-        kind: row.try_get("type")?,
-        data: json_col(row, "data")?,
-        created_at: time_col(row, "created_at")?,
-        rendered: Default::default(),
-    })
+    let type_name: String = row.try_get("type")?;
+    let data: &str = row.try_get("data")?;
+    Event::from_stored(
+        uuid_col(row, "session_id")?,
+        row.try_get("seq")?,
+        &type_name,
+        data,
+        time_col(row, "created_at")?,
+    )
+    .map_err(|e| StoreError::Corrupt(format!("event of type {type_name:?}: {e}")))
 }
 
 fn run_from(row: &SqliteRow) -> StoreResult<RunRecord> {
@@ -177,7 +179,9 @@ fn run_from(row: &SqliteRow) -> StoreResult<RunRecord> {
         status: RunStatus::parse(&status).ok_or_else(|| corrupt("status", &status))?,
         input: row.try_get("input")?,
         text: row.try_get("text")?,
-        finish_reason: row.try_get("finish_reason")?,
+        finish_reason: row
+            .try_get::<Option<String>, _>("finish_reason")?
+            .map(|r| FinishReason::parse(&r)),
         usage: usage_cols(row)?,
         steps: row.try_get("steps")?,
         error: row.try_get("error")?,

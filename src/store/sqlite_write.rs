@@ -13,7 +13,7 @@ use rusqlite::{params, Connection, TransactionBehavior};
 use serde_json::Value;
 
 use super::{StoreError, StoreResult, WriteOp};
-use crate::model::ToolCall;
+use crate::model::{FinishReason, ToolCall};
 
 #[derive(Clone)]
 pub struct SqliteWriter {
@@ -166,7 +166,7 @@ fn apply(tx: &rusqlite::Transaction<'_>, op: &WriteOp) -> rusqlite::Result<()> {
                 r.status.as_str(),
                 r.input,
                 r.text,
-                r.finish_reason,
+                r.finish_reason.as_ref().map(FinishReason::as_str),
                 tokens(r.usage.input_tokens),
                 tokens(r.usage.output_tokens),
                 r.steps,
@@ -208,8 +208,8 @@ fn apply(tx: &rusqlite::Transaction<'_>, op: &WriteOp) -> rusqlite::Result<()> {
             .execute(params![
                 e.session_id.to_string(),
                 e.seq,
-                e.kind,
-                e.data.to_string(),
+                e.type_name(),
+                e.kind.data_json(),
                 e.created_at.to_rfc3339(),
             ])?;
         }

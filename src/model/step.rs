@@ -1,0 +1,141 @@
+//! What an LLM step records about its request, and how a reply or a run ended.
+//!
+//! The descriptor is written by the agent loop and read back to rebuild the exact request a
+//! step sent (`GET …/steps/{id}`); both sides use this one type, so they cannot drift apart.
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// What trimming did to fit a request into its budget.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrimStats {
+    /// The budget in characters (0 when there is none).
+    pub budget: usize,
+    pub chars_before: usize,
+    pub chars_after: usize,
+    /// Whole turns left out.
+    pub dropped_turns: usize,
+    /// Tool messages in the result whose content was replaced by a placeholder.
+    pub elided_tool_results: usize,
+}
+
+impl TrimStats {
+    /// True when anything was dropped or elided.
+    pub fn trimmed(&self) -> bool {
+        self.dropped_turns > 0 || self.elided_tool_results > 0
+    }
+}
+
+/// How to rebuild the exact request of an LLM step: the stored history up to `upto`, projected
+/// with the system prompt and budget that were in force, plus the tools offered. Storing this
+/// instead of the request keeps storage per step independent of the history's length.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LlmRequestDescriptor {
+    /// Messages `0..upto` of the history were the input of the projection.
+    pub upto: usize,
+    pub system_prompt: String,
+    /// The character budget, when there was one.
+    pub budget: Option<usize>,
+    pub model: String,
+    pub provider: String,
+    /// Names of the tools offered, in the order they were sent.
+    pub tools: Vec<String>,
+    pub trim: TrimStats,
+}
+
+/// Why a model reply or a run ended. Providers' own reasons (`stop`, `end_turn`, `tool_calls`,
+/// …) are kept as they were sent; the server's own stops have their own variants. On the wire
+/// every reason is a plain string.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FinishReason {
+    /// The run made as many LLM calls as `max_steps` allows.
+    MaxSteps,
+    /// A token budget stopped the run.
+    Budget,
+    /// What the provider reported.
+    Model(String),
+}
+
+impl FinishReason {
+    pub fn as_str(&self) -> &str {
+        match self {
+            FinishReason::MaxSteps => "max_steps",
+            FinishReason::Budget => "budget",
+            FinishReason::Model(reason) => reason,
+        }
+    }
+
+    pub fn parse(reason: &str) -> FinishReason {
+        match reason {
+            "max_steps" => FinishReason::MaxSteps,
+            "budget" => FinishReason::Budget,
+            other => FinishReason::Model(other.to_string()),
+        }
+    }
+
+    /// True when the server, not the model, ended the run (the run then counts as failed).
+    pub fn is_limit(&self) -> bool {
+        matches!(self, FinishReason::MaxSteps | FinishReason::Budget)
+    }
+}
+
+impl std::fmt::Display for FinishReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for FinishReason {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for FinishReason {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<FinishReason, D::Error> {
+        let reason = std::borrow::Cow::<str>::deserialize(deserializer)?;
+        Ok(FinishReason::parse(&reason))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finish_reasons_are_plain_strings_on_the_wire() {
+        for (reason, wire) in [
+            (FinishReason::MaxSteps, "\"max_steps\""),
+            (FinishReason::Budget, "\"budget\""),
+            (FinishReason::Model("end_turn".into()), "\"end_turn\""),
+        ] {
+            assert_eq!(serde_json::to_string(&reason).unwrap(), wire);
+            assert_eq!(serde_json::from_str::<FinishReason>(wire).unwrap(), reason);
+        }
+        assert!(FinishReason::MaxSteps.is_limit());
+        assert!(!FinishReason::Model("stop".into()).is_limit());
+    }
+
+    #[test]
+    fn a_descriptor_round_trips() {
+        let descriptor = LlmRequestDescriptor {
+            upto: 7,
+            system_prompt: "be brief".into(),
+            budget: Some(700),
+            model: "m".into(),
+            provider: "mock".into(),
+            tools: vec!["list_files".into(), "read_file".into()],
+            trim: TrimStats {
+                budget: 700,
+                chars_before: 900,
+                chars_after: 650,
+                dropped_turns: 1,
+                elided_tool_results: 0,
+            },
+        };
+        let value = serde_json::to_value(&descriptor).unwrap();
+        assert_eq!(value["upto"], 7);
+        assert_eq!(value["trim"]["dropped_turns"], 1);
+        let back: LlmRequestDescriptor = serde_json::from_value(value).unwrap();
+        assert_eq!(back, descriptor);
+    }
+}
