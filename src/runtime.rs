@@ -14,7 +14,7 @@ use crate::agent::{AgentDeps, AgentSettings};
 use crate::config::{Provider, ServeConfig};
 use crate::llm::wire::HttpModelConfig;
 use crate::llm::{anthropic, mock::MockModel, openai, ModelClient};
-use crate::session::{SessionContext, Sessions};
+use crate::session::{SessionDeps, Sessions};
 use crate::store::{self, writer::Writer, Cluster, Store};
 use crate::tools::ToolRegistry;
 
@@ -93,10 +93,10 @@ impl Runtime {
         let (writer, writer_task) = Writer::spawn(parts.store.clone());
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();
-        let sessions = Sessions::new(SessionContext {
+        let sessions = Sessions::new(SessionDeps {
             store: parts.store,
             writer,
-            deps: AgentDeps {
+            agent: AgentDeps {
                 model: parts.model.clone(),
                 tools: parts.tools,
             },

@@ -1,40 +1,20 @@
-//! Context projection: what of a session's history is sent to the model (SPEC §5).
+//! Context projection: what of a session's history is sent to the model.
 //!
 //! The stored history is append-only and never changed; every request is built from it by the
 //! pure functions here — replace the system prompt, merge the newest compaction summary
 //! ([`apply_summary`]), then trim to the character budget ([`project_context`]). Keeping them
 //! pure and deterministic lets the loop record only *how* a request was built and rebuild the
-//! exact request later. The module also owns the helpers around compaction (the summariser's
-//! input, prompt and output format) and the repair of tool calls left unanswered by an
-//! interrupted turn, because both decide what the model may see.
+//! exact request later. The module also owns the repair of tool calls left unanswered by an
+//! interrupted turn, because it decides what the model may see. What a compaction summary is
+//! made from lives in `compaction`.
 
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 
-use crate::llm::mock::TRANSCRIPT_USER_MARKER;
-use crate::model::{Message, Role, ToolCall, SUMMARY_PREFIX};
+use crate::model::{Message, Role, ToolCall};
 
 /// The content given to a dangling call before a new run.
 pub const NOT_RUN_RESULT: &str = r#"{"error":"not run: the previous turn was interrupted"}"#;
-
-/// The summariser's system prompt.
-pub const SUMMARY_PROMPT: &str = "You compact the history of a conversation between a user and \
-an AI agent that uses tools, so that the agent can continue the work from your summary alone. \
-The user message holds a transcript: maybe a previous summary, then the user's messages, the \
-agent's replies, its tool calls and the tool results, in order. Write a concise summary that \
-merges the previous summary (if any) with the new turns and covers: the user's goals and \
-requests; decisions made and why; files created, changed or deleted (with paths); commands run \
-and their results; open items and next steps; key facts (names, values, errors, constraints) \
-needed later. Use short bullet points under those headings, omit headings with nothing to say, \
-and do not invent anything. Write in the same language the user wrote in.";
-
-/// Each item of the summariser's input is cut to this many characters.
-pub const SUMMARY_ITEM_MAX_CHARS: usize = 4_000;
-/// The summariser's whole input is at most this many characters.
-pub const SUMMARY_INPUT_MAX_CHARS: usize = 200_000;
-
-const TRUNCATION_MARK: &str = " […]";
-const CONTINUATION: &str = "\n  ";
 
 /// A turn = from a user message up to (not including) the next user message. Returns the
 /// positions (in the slice) of the user messages.
@@ -129,7 +109,7 @@ fn dropped_note(turns: usize) -> String {
     format!("[{turns} earlier conversation turn(s) omitted to fit the context window.]")
 }
 
-/// Trims to the budget (SPEC §5); the input is what [`apply_summary`] returned. `None`: the
+/// Trims to the budget; the input is what [`apply_summary`] returned. `None`: the
 /// messages are returned unchanged, as they are when they fit.
 ///
 /// Only while over budget, and re-checking after every change: (1) tool outputs of older turns
@@ -358,154 +338,14 @@ fn turn_boundaries(messages: &[Cow<'_, Message>], body_start: usize) -> Vec<usiz
     out
 }
 
-/// Builds the summary message content: [`SUMMARY_PREFIX`] + "\n" + text.
-pub fn summary_content(text: &str) -> String {
-    format!("{SUMMARY_PREFIX}\n{text}")
-}
-
-/// Compaction input: the text the summariser gets as its user message. `messages` are the
-/// turns to summarise; the newest summary among them is "the previous summary" and only what
-/// follows it is transcribed.
-///
-/// The previous summary comes first, then one item per user message (`user: …`), assistant
-/// reply (`assistant: …`), tool call (`tool call: name(args)`) and tool result
-/// (`tool result: …`). Each item's text is cut to [`SUMMARY_ITEM_MAX_CHARS`] (marked ` […]`)
-/// and its line breaks become indented continuation lines, so every user message is exactly
-/// one line starting with [`TRANSCRIPT_USER_MARKER`] and no other line does. The whole is at
-/// most [`SUMMARY_INPUT_MAX_CHARS`]: the oldest items are left out first (noted in their place);
-/// the previous summary is kept.
-pub fn summary_input(messages: &[Message]) -> String {
-    let summary_at = messages.iter().rposition(Message::is_summary);
-    let since = summary_at.map_or(0, |s| s + 1);
-
-    let mut head = String::new();
-    if let Some(s) = summary_at {
-        let content = &messages[s].content;
-        let body = content
-            .strip_prefix(SUMMARY_PREFIX)
-            .unwrap_or(content)
-            .trim();
-        let label = "previous summary: ";
-        let mark = TRUNCATION_MARK.chars().count();
-        let room = SUMMARY_INPUT_MAX_CHARS.saturating_sub(label.len() + mark);
-        head = format!("{label}{}", continuation(&truncate(body, room)));
-        if head.chars().count() > SUMMARY_INPUT_MAX_CHARS {
-            // Only when the indentation of continuation lines pushed it over.
-            head = truncate(&head, SUMMARY_INPUT_MAX_CHARS - mark).into_owned();
-        }
-    }
-
-    let mut items: Vec<String> = Vec::new();
-    for m in &messages[since..] {
-        match m.role {
-            Role::User => items.push(item(TRANSCRIPT_USER_MARKER, &m.content)),
-            Role::Assistant => {
-                if !m.content.trim().is_empty() {
-                    items.push(item("assistant: ", &m.content));
-                }
-                for call in &m.tool_calls {
-                    let text = format!("{}({})", call.name, call.arguments);
-                    items.push(item("tool call: ", &text));
-                }
-            }
-            Role::Tool => items.push(item("tool result: ", &m.content)),
-            Role::System => {}
-        }
-    }
-
-    // Size of the joined lines: their characters plus one newline between each two.
-    let head_chars = head.chars().count();
-    let head_lines = usize::from(!head.is_empty());
-    let sizes: Vec<usize> = items.iter().map(|s| s.chars().count()).collect();
-    let joined = |chars: usize, lines: usize| chars + lines.saturating_sub(1);
-    let mut rest_chars: usize = head_chars + sizes.iter().sum::<usize>();
-    let mut skip = 0;
-    let mut note = String::new();
-    if joined(rest_chars, head_lines + items.len()) > SUMMARY_INPUT_MAX_CHARS {
-        while skip < items.len() {
-            rest_chars -= sizes[skip];
-            skip += 1;
-            note = format!("[{skip} earlier item(s) left out to fit the input limit]");
-            let lines = head_lines + 1 + items.len() - skip;
-            if joined(rest_chars + note.chars().count(), lines) <= SUMMARY_INPUT_MAX_CHARS {
-                break;
-            }
-        }
-        let lines = head_lines + 1 + items.len() - skip;
-        if joined(rest_chars + note.chars().count(), lines) > SUMMARY_INPUT_MAX_CHARS {
-            note.clear(); // no room even for the note: the previous summary fills the input
-        }
-    }
-
-    let mut lines: Vec<&str> = Vec::with_capacity(items.len() - skip + 2);
-    if !head.is_empty() {
-        lines.push(&head);
-    }
-    if !note.is_empty() {
-        lines.push(&note);
-    }
-    lines.extend(items[skip..].iter().map(String::as_str));
-    lines.join("\n")
-}
-
-/// One transcript item: `label` + the text cut to the item limit, on continuation lines.
-fn item(label: &str, text: &str) -> String {
-    format!(
-        "{label}{}",
-        continuation(&truncate(text, SUMMARY_ITEM_MAX_CHARS))
-    )
-}
-
-/// The first `max` characters of `text`, plus ` […]` when anything was cut.
-fn truncate(text: &str, max: usize) -> Cow<'_, str> {
-    match text.char_indices().nth(max) {
-        Some((cut, _)) => Cow::Owned(format!("{}{TRUNCATION_MARK}", &text[..cut])),
-        None => Cow::Borrowed(text),
-    }
-}
-
-/// `text` with every line after the first indented, so it reads as one item.
-fn continuation(text: &str) -> String {
-    let mut lines = text.lines();
-    let mut out = String::with_capacity(text.len());
-    if let Some(first) = lines.next() {
-        out.push_str(first);
-    }
-    for line in lines {
-        out.push_str(CONTINUATION);
-        out.push_str(line);
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use crate::agent::compaction::{summary_content, summary_input};
+    use crate::agent::fixtures::{calls, reply, sys, tool, user};
+    use crate::model::SUMMARY_PREFIX;
     use std::time::Instant;
 
-    fn sys(c: &str) -> Message {
-        Message::new(Role::System, c)
-    }
-    fn user(c: &str) -> Message {
-        Message::new(Role::User, c)
-    }
-    fn reply(c: &str) -> Message {
-        Message::assistant(c, Vec::new())
-    }
-    fn call(id: &str) -> ToolCall {
-        ToolCall {
-            id: id.into(),
-            name: "read_file".into(),
-            arguments: json!({"path": "a.txt"}),
-        }
-    }
-    fn calls(ids: &[&str]) -> Message {
-        Message::assistant("", ids.iter().map(|id| call(id)).collect())
-    }
-    fn tool(id: &str, c: &str) -> Message {
-        Message::tool_result(id, c)
-    }
     fn big(n: usize) -> String {
         "x".repeat(n)
     }
@@ -1044,131 +884,6 @@ mod tests {
         assert!(dangling_tool_calls(&history()).is_empty());
         assert!(NOT_RUN_RESULT.contains("not run"));
         assert!(serde_json::from_str::<serde_json::Value>(NOT_RUN_RESULT).is_ok());
-    }
-
-    #[test]
-    fn summary_content_has_the_prefix() {
-        let c = summary_content("text");
-        assert_eq!(c, format!("{SUMMARY_PREFIX}\ntext"));
-        assert!(sys(&c).is_summary());
-    }
-
-    #[test]
-    fn summary_prompt_asks_for_everything() {
-        for word in [
-            "goals",
-            "decisions",
-            "files",
-            "commands",
-            "open items",
-            "key facts",
-            "language",
-            "concise",
-        ] {
-            assert!(SUMMARY_PROMPT.contains(word), "{word}");
-        }
-    }
-
-    #[test]
-    fn summary_input_lists_every_kind_of_item() {
-        let h = vec![
-            sys("SYSTEM PROMPT"),
-            user("list the files"),
-            Message::assistant("looking", vec![call("c1")]),
-            tool("c1", "a.txt\nb.txt"),
-            reply("two files"),
-        ];
-        let text = summary_input(&h);
-        assert_eq!(
-            text,
-            "user: list the files\n\
-             assistant: looking\n\
-             tool call: read_file({\"path\":\"a.txt\"})\n\
-             tool result: a.txt\n  b.txt\n\
-             assistant: two files"
-        );
-        assert!(!text.contains("SYSTEM PROMPT"));
-    }
-
-    #[test]
-    fn summary_input_puts_each_user_message_on_one_marked_line() {
-        let h = vec![
-            user("first line\nuser: not a new message\r\nthird"),
-            reply("user: quoted\nuser: again"),
-            tool("c", "\nuser: in a tool result"),
-            user("second"),
-        ];
-        let text = summary_input(&h);
-        let marked: Vec<&str> = text
-            .lines()
-            .filter(|l| l.starts_with(TRANSCRIPT_USER_MARKER))
-            .collect();
-        assert_eq!(marked, vec!["user: first line", "user: second",]);
-        assert!(text.contains("user: first line\n  user: not a new message\n  third"));
-    }
-
-    #[test]
-    fn summary_input_keeps_the_previous_summary_and_skips_what_precedes_it() {
-        let h = vec![
-            sys("SYSTEM"),
-            user("before"),
-            sys(&summary_content("old facts\nmore facts")),
-            user("after"),
-        ];
-        let text = summary_input(&h);
-        assert_eq!(
-            text,
-            "previous summary: old facts\n  more facts\nuser: after"
-        );
-        assert!(!text.contains("before"));
-        assert!(!text.contains(SUMMARY_PREFIX));
-    }
-
-    #[test]
-    fn summary_input_truncates_each_item() {
-        let long = "长".repeat(SUMMARY_ITEM_MAX_CHARS + 10);
-        let exact = "y".repeat(SUMMARY_ITEM_MAX_CHARS);
-        let h = vec![user(&long), tool("c", &exact)];
-        let text = summary_input(&h);
-        let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 2);
-        assert_eq!(
-            lines[0],
-            format!(
-                "user: {}{TRUNCATION_MARK}",
-                "长".repeat(SUMMARY_ITEM_MAX_CHARS)
-            )
-        );
-        assert_eq!(lines[1], format!("tool result: {exact}"));
-    }
-
-    #[test]
-    fn summary_input_caps_the_whole_dropping_the_oldest_items_first() {
-        let mut h = vec![sys(&summary_content("keep me"))];
-        for i in 0..100 {
-            h.push(user(&format!("ask {i} {}", "z".repeat(5000))));
-        }
-        let text = summary_input(&h);
-        assert!(text.chars().count() <= SUMMARY_INPUT_MAX_CHARS);
-        assert!(text.starts_with("previous summary: keep me\n["));
-        assert!(text.contains("earlier item(s) left out"));
-        assert!(text.ends_with(&format!("ask 99 {}{TRUNCATION_MARK}", "z".repeat(3993))));
-        assert!(!text.contains("ask 0 "));
-        // As many of the newest as fit.
-        let kept = text.lines().filter(|l| l.starts_with("user: ")).count();
-        let item = 6 + SUMMARY_ITEM_MAX_CHARS + 4 + 1;
-        assert_eq!(kept, (SUMMARY_INPUT_MAX_CHARS - 100) / item);
-    }
-
-    #[test]
-    fn summary_input_cuts_an_oversized_previous_summary() {
-        let h = vec![
-            sys(&summary_content(&"s".repeat(SUMMARY_INPUT_MAX_CHARS + 5))),
-            user("later"),
-        ];
-        let text = summary_input(&h);
-        assert!(text.chars().count() <= SUMMARY_INPUT_MAX_CHARS);
-        assert!(text.starts_with("previous summary: sss"));
     }
 
     #[test]

@@ -8,8 +8,8 @@
 
 pub mod compaction;
 pub mod context;
+#[cfg(test)]
+mod fixtures;
 mod turn;
 
-pub use turn::{
-    run_turn, AgentDeps, AgentError, AgentSettings, Journal, JournalError, TurnOutcome,
-};
+pub use turn::{run_turn, AgentDeps, AgentError, AgentSettings, Journal, TurnOutcome};

@@ -1,4 +1,4 @@
-//! One run of the default loop (the seed's `defaultLoop`), with `max_steps` and cancellation.
+//! One run of the default agent loop, with `max_steps` and cancellation.
 
 use std::sync::Arc;
 
@@ -13,7 +13,8 @@ use crate::llm::{LlmError, ModelClient, ModelRequest, Purpose, StreamItem};
 use crate::model::{FinishReason, LlmRequestDescriptor, Message, Role, ToolCall, Usage};
 use crate::tools::{ToolOutput, ToolRegistry};
 
-/// The configuration in force for a run: always the server's current one (seed v0.22).
+/// The configuration in force for a run: always the server's current one, also for sessions
+/// created under an earlier one.
 #[derive(Debug, Clone)]
 pub struct AgentSettings {
     pub system_prompt: String,
@@ -30,27 +31,25 @@ pub struct AgentDeps {
     pub tools: ToolRegistry,
 }
 
-/// The journal could not record a fact (the store failed); the run cannot go on.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("{0}")]
-pub struct JournalError(pub String);
-
 /// Where the loop reads the history and records what happens. Every method persists before it
 /// returns (or queues the write in order, for deltas), so a crash loses at most the step in
-/// flight.
+/// flight. A journal that cannot record a fact answers its own `Error`, which ends the run.
 #[async_trait]
 pub trait Journal: Send {
+    /// Why a fact could not be recorded (for the session actor: a store error).
+    type Error: std::error::Error + Send + Sync + 'static;
+
     /// The full history, including everything recorded so far in this run.
     fn history(&self) -> &[Message];
     /// An LLM step begins; `request` describes how to rebuild the exact request.
-    async fn llm_started(&mut self, request: LlmRequestDescriptor) -> Result<Uuid, JournalError>;
-    async fn llm_delta(&mut self, step_id: Uuid, text: String) -> Result<(), JournalError>;
+    async fn llm_started(&mut self, request: LlmRequestDescriptor) -> Result<Uuid, Self::Error>;
+    async fn llm_delta(&mut self, step_id: Uuid, text: String) -> Result<(), Self::Error>;
     async fn llm_retry(
         &mut self,
         step_id: Uuid,
         attempt: u32,
         error: String,
-    ) -> Result<(), JournalError>;
+    ) -> Result<(), Self::Error>;
     /// The reply is complete: appends the assistant message and checkpoints.
     async fn llm_completed(
         &mut self,
@@ -58,28 +57,28 @@ pub trait Journal: Send {
         message: Message,
         finish_reason: FinishReason,
         usage: Usage,
-    ) -> Result<(), JournalError>;
-    async fn llm_failed(&mut self, step_id: Uuid, error: String) -> Result<(), JournalError>;
+    ) -> Result<(), Self::Error>;
+    async fn llm_failed(&mut self, step_id: Uuid, error: String) -> Result<(), Self::Error>;
     async fn context_trimmed(
         &mut self,
         step_id: Uuid,
         stats: &TrimStats,
-    ) -> Result<(), JournalError>;
+    ) -> Result<(), Self::Error>;
     /// Appends the user's input for this turn (after any auto-compaction).
-    async fn user_message(&mut self, input: String) -> Result<(), JournalError>;
+    async fn user_message(&mut self, input: String) -> Result<(), Self::Error>;
     /// Appends a compaction summary and announces it.
-    async fn summary_appended(&mut self, summary: Summary, auto: bool) -> Result<(), JournalError>;
+    async fn summary_appended(&mut self, summary: Summary, auto: bool) -> Result<(), Self::Error>;
     /// A compaction failed; the turn goes on with trimming.
-    async fn compact_failed(&mut self, error: String) -> Result<(), JournalError>;
+    async fn compact_failed(&mut self, error: String) -> Result<(), Self::Error>;
     /// A tool call begins (recorded before it runs).
-    async fn tool_started(&mut self, call: &ToolCall) -> Result<Uuid, JournalError>;
+    async fn tool_started(&mut self, call: &ToolCall) -> Result<Uuid, Self::Error>;
     /// The tool is done: appends its result message and checkpoints.
     async fn tool_finished(
         &mut self,
         step_id: Uuid,
         call: &ToolCall,
         output: &ToolOutput,
-    ) -> Result<(), JournalError>;
+    ) -> Result<(), Self::Error>;
 }
 
 /// How a run ended without error.
@@ -93,7 +92,7 @@ pub struct TurnOutcome {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum AgentError {
+pub enum AgentError<E> {
     #[error("cancelled")]
     Cancelled { usage: Usage, steps: i64 },
     #[error("{error}")]
@@ -102,21 +101,28 @@ pub enum AgentError {
         usage: Usage,
         steps: i64,
     },
-    #[error("storage failed: {0}")]
-    Journal(#[from] JournalError),
+    /// The journal failed to record a fact; the run stopped there.
+    #[error("recording the run failed: {0}")]
+    Journal(#[source] E),
+}
+
+impl<E> From<E> for AgentError<E> {
+    fn from(error: E) -> AgentError<E> {
+        AgentError::Journal(error)
+    }
 }
 
 /// Runs the loop until the model answers without tool calls. With `input` (a new turn), the
 /// user message is appended first, after compacting the earlier turns when the turn's first
 /// request would be over budget. Tool calls of the current turn that have no result yet (an
 /// interrupted turn being resumed) are run before the next model call.
-pub async fn run_turn(
-    journal: &mut dyn Journal,
+pub async fn run_turn<J: Journal>(
+    journal: &mut J,
     deps: &AgentDeps,
     settings: &AgentSettings,
     input: Option<String>,
     cancel: &CancellationToken,
-) -> Result<TurnOutcome, AgentError> {
+) -> Result<TurnOutcome, AgentError<J::Error>> {
     let mut usage = Usage::default();
     let mut steps: i64 = 0;
     let mut last_text = String::new();
@@ -235,15 +241,15 @@ pub async fn run_turn(
 
 /// Compacts the earlier turns when the turn's first request would exceed the budget: one
 /// attempt; on failure the turn goes on and trimming does the rest.
-async fn auto_compact(
-    journal: &mut dyn Journal,
+async fn auto_compact<J: Journal>(
+    journal: &mut J,
     deps: &AgentDeps,
     settings: &AgentSettings,
     input: &str,
     budget: usize,
     cancel: &CancellationToken,
     usage: &mut Usage,
-) -> Result<(), AgentError> {
+) -> Result<(), AgentError<J::Error>> {
     let history = journal.history();
     if compaction::compactable_turns(history) == 0 {
         return Ok(());
@@ -277,4 +283,293 @@ fn pending_calls(history: &[Message]) -> Vec<ToolCall> {
         .rposition(|m| m.role == Role::User)
         .unwrap_or(0);
     context::dangling_tool_calls(&history[start..])
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::llm::mock::MockModel;
+
+    /// A journal that keeps the history in memory and logs what the loop reported.
+    #[derive(Default)]
+    struct MemoryJournal {
+        history: Vec<Message>,
+        log: Vec<String>,
+        /// Refuse to record this fact (by its log name).
+        refuse: Option<&'static str>,
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("the journal refused to record {0}")]
+    struct Refused(&'static str);
+
+    impl MemoryJournal {
+        fn note(&mut self, what: &'static str, detail: String) -> Result<(), Refused> {
+            if self.refuse == Some(what) {
+                return Err(Refused(what));
+            }
+            self.log.push(if detail.is_empty() {
+                what.to_string()
+            } else {
+                format!("{what} {detail}")
+            });
+            Ok(())
+        }
+
+        fn push(&mut self, mut message: Message) {
+            message.index = self.history.len() as i64;
+            self.history.push(message);
+        }
+
+        /// The log without the text deltas, which depend on how the mock splits its text.
+        fn facts(&self) -> Vec<&str> {
+            self.log
+                .iter()
+                .map(String::as_str)
+                .filter(|l| !l.starts_with("delta"))
+                .collect()
+        }
+    }
+
+    #[async_trait]
+    impl Journal for MemoryJournal {
+        type Error = Refused;
+
+        fn history(&self) -> &[Message] {
+            &self.history
+        }
+
+        async fn llm_started(&mut self, request: LlmRequestDescriptor) -> Result<Uuid, Refused> {
+            self.note("llm_started", format!("upto={}", request.upto))?;
+            Ok(Uuid::now_v7())
+        }
+
+        async fn llm_delta(&mut self, _: Uuid, text: String) -> Result<(), Refused> {
+            self.note("delta", text)
+        }
+
+        async fn llm_retry(&mut self, _: Uuid, attempt: u32, _: String) -> Result<(), Refused> {
+            self.note("llm_retry", attempt.to_string())
+        }
+
+        async fn llm_completed(
+            &mut self,
+            _: Uuid,
+            message: Message,
+            finish_reason: FinishReason,
+            _: Usage,
+        ) -> Result<(), Refused> {
+            self.note("llm_completed", finish_reason.to_string())?;
+            self.push(message);
+            Ok(())
+        }
+
+        async fn llm_failed(&mut self, _: Uuid, error: String) -> Result<(), Refused> {
+            self.note("llm_failed", error)
+        }
+
+        async fn context_trimmed(&mut self, _: Uuid, _: &TrimStats) -> Result<(), Refused> {
+            self.note("context_trimmed", String::new())
+        }
+
+        async fn user_message(&mut self, input: String) -> Result<(), Refused> {
+            self.note("user_message", String::new())?;
+            self.push(Message::new(Role::User, input));
+            Ok(())
+        }
+
+        async fn summary_appended(&mut self, summary: Summary, _: bool) -> Result<(), Refused> {
+            self.note("summary_appended", String::new())?;
+            self.push(Message::new(Role::System, summary.content));
+            Ok(())
+        }
+
+        async fn compact_failed(&mut self, error: String) -> Result<(), Refused> {
+            self.note("compact_failed", error)
+        }
+
+        async fn tool_started(&mut self, call: &ToolCall) -> Result<Uuid, Refused> {
+            self.note("tool_started", call.name.clone())?;
+            Ok(Uuid::now_v7())
+        }
+
+        async fn tool_finished(
+            &mut self,
+            _: Uuid,
+            call: &ToolCall,
+            output: &ToolOutput,
+        ) -> Result<(), Refused> {
+            let detail = format!("{} error={}", call.name, output.is_error);
+            self.note("tool_finished", detail)?;
+            self.push(Message::tool_result(&call.id, &output.output));
+            Ok(())
+        }
+    }
+
+    struct Fixture {
+        _dir: tempfile::TempDir,
+        deps: AgentDeps,
+        settings: AgentSettings,
+    }
+
+    /// The mock model over a workspace with a README and a directory.
+    fn fixture(max_steps: Option<u32>) -> Fixture {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::write(dir.path().join("README.md"), "A tiny project. More here.").unwrap();
+        std::fs::create_dir(dir.path().join("src")).unwrap();
+        let tools = ToolRegistry::builtin(dir.path()).expect("workspace");
+        Fixture {
+            _dir: dir,
+            deps: AgentDeps {
+                model: Arc::new(MockModel::new(Duration::ZERO)),
+                tools,
+            },
+            settings: AgentSettings {
+                system_prompt: "be brief".into(),
+                max_steps,
+                context_chars: None,
+            },
+        }
+    }
+
+    fn journal() -> MemoryJournal {
+        let mut journal = MemoryJournal::default();
+        journal.push(Message::new(Role::System, "be brief"));
+        journal
+    }
+
+    #[tokio::test]
+    async fn a_turn_runs_the_tools_the_model_asks_for_and_ends_with_its_answer() {
+        let f = fixture(Some(20));
+        let mut journal = journal();
+        let input = Some("what is here?".to_string());
+        let cancel = CancellationToken::new();
+        let outcome = run_turn(&mut journal, &f.deps, &f.settings, input, &cancel)
+            .await
+            .expect("the turn ends");
+        assert_eq!(outcome.finish_reason, FinishReason::Model("stop".into()));
+        assert_eq!(outcome.steps, 3);
+        assert!(outcome.text.contains("what is here?"), "{}", outcome.text);
+        assert!(outcome.text.contains("A tiny project."), "{}", outcome.text);
+        assert_eq!(
+            journal.facts(),
+            [
+                "user_message",
+                "llm_started upto=2",
+                "llm_completed tool_calls",
+                "tool_started list_files",
+                "tool_finished list_files error=false",
+                "llm_started upto=4",
+                "llm_completed tool_calls",
+                "tool_started read_file",
+                "tool_finished read_file error=false",
+                "llm_started upto=6",
+                "llm_completed stop",
+            ]
+        );
+        let streamed: String = journal
+            .log
+            .iter()
+            .filter_map(|l| l.strip_prefix("delta "))
+            .collect();
+        assert_eq!(streamed, outcome.text);
+        assert!(context::dangling_tool_calls(&journal.history).is_empty());
+    }
+
+    #[tokio::test]
+    async fn max_steps_ends_the_run_after_the_tools_of_its_last_step() {
+        let f = fixture(Some(1));
+        let mut journal = journal();
+        let cancel = CancellationToken::new();
+        let outcome = run_turn(
+            &mut journal,
+            &f.deps,
+            &f.settings,
+            Some("hi".into()),
+            &cancel,
+        )
+        .await
+        .expect("the turn ends");
+        assert_eq!(outcome.finish_reason, FinishReason::MaxSteps);
+        assert_eq!(outcome.steps, 1);
+        assert_eq!(
+            journal.facts(),
+            [
+                "user_message",
+                "llm_started upto=2",
+                "llm_completed tool_calls",
+                "tool_started list_files",
+                "tool_finished list_files error=false",
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_resume_runs_the_calls_left_without_a_result_first() {
+        let f = fixture(Some(20));
+        let mut journal = journal();
+        journal.push(Message::new(Role::User, "look"));
+        let call = ToolCall {
+            id: "call_2_0".into(),
+            name: "list_files".into(),
+            arguments: serde_json::json!({"path": "."}),
+        };
+        journal.push(Message::assistant("", vec![call]));
+        let cancel = CancellationToken::new();
+        let outcome = run_turn(&mut journal, &f.deps, &f.settings, None, &cancel)
+            .await
+            .expect("the turn ends");
+        assert_eq!(outcome.steps, 2);
+        assert_eq!(
+            &journal.facts()[..2],
+            [
+                "tool_started list_files",
+                "tool_finished list_files error=false"
+            ]
+        );
+        assert!(!journal.facts().contains(&"user_message"));
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_run_stops_before_calling_the_model() {
+        let f = fixture(Some(20));
+        let mut journal = journal();
+        let cancel = CancellationToken::new();
+        cancel.cancel();
+        let result = run_turn(
+            &mut journal,
+            &f.deps,
+            &f.settings,
+            Some("hi".into()),
+            &cancel,
+        )
+        .await;
+        assert!(matches!(
+            result,
+            Err(AgentError::Cancelled { steps: 0, .. })
+        ));
+        assert_eq!(journal.facts(), ["user_message"]);
+    }
+
+    #[tokio::test]
+    async fn a_fact_the_journal_cannot_record_ends_the_run_with_its_error() {
+        let f = fixture(Some(20));
+        let mut journal = journal();
+        journal.refuse = Some("tool_finished");
+        let cancel = CancellationToken::new();
+        let result = run_turn(
+            &mut journal,
+            &f.deps,
+            &f.settings,
+            Some("hi".into()),
+            &cancel,
+        )
+        .await;
+        match result {
+            Err(AgentError::Journal(Refused(what))) => assert_eq!(what, "tool_finished"),
+            other => panic!("expected the journal's error, got {other:?}"),
+        }
+    }
 }

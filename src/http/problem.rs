@@ -79,7 +79,7 @@ impl From<SessionError> for Problem {
                 retry_after: Some(1),
                 ..Problem::new(StatusCode::TOO_MANY_REQUESTS, "too-many-runs", detail)
             },
-            SessionError::ShuttingDown | SessionError::Retired => Problem::new(
+            SessionError::ShuttingDown => Problem::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "unavailable",
                 "the server is shutting down; retry on another instance or later",

@@ -84,7 +84,8 @@ impl ModelClient for AnthropicClient {
 
     fn stream(&self, request: ModelRequest) -> ModelStream {
         let body = request_body(&self.model, self.max_tokens, &request);
-        self.transport.stream(&body, EventReader::default)
+        self.transport
+            .stream(&body, request.purpose, EventReader::default)
     }
 }
 

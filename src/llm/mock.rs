@@ -8,11 +8,7 @@ use futures::{stream, StreamExt};
 use serde_json::json;
 
 use super::{ModelClient, ModelReply, ModelRequest, ModelStream, Purpose, StreamItem};
-use crate::model::{Message, Role, ToolCall, Usage};
-
-/// The marker that starts a user message's line in a summary transcript; the mock's summaries
-/// list those lines.
-pub const TRANSCRIPT_USER_MARKER: &str = "user: ";
+use crate::model::{Message, Role, ToolCall, Usage, TRANSCRIPT_USER_MARKER};
 
 pub struct MockModel {
     delay: Duration,

@@ -15,7 +15,8 @@ use serde::Serialize;
 
 use crate::model::{Message, ToolCall, ToolSchema, Usage};
 
-/// Why a request is made; providers send both the same way, the mock answers each differently.
+/// Why a request is made. Providers send both the same way and name it in their logs; the
+/// mock answers each differently.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Purpose {
@@ -23,6 +24,15 @@ pub enum Purpose {
     Turn,
     /// A compaction summary of earlier turns.
     Summary,
+}
+
+impl Purpose {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Purpose::Turn => "turn",
+            Purpose::Summary => "summary",
+        }
+    }
 }
 
 /// One request to the model: the projected context (system message first) and the tools.

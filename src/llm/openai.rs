@@ -61,7 +61,8 @@ impl ModelClient for OpenAiClient {
 
     fn stream(&self, request: ModelRequest) -> ModelStream {
         let body = request_body(&self.model, &request);
-        self.transport.stream(&body, ChunkParser::default)
+        self.transport
+            .stream(&body, request.purpose, ChunkParser::default)
     }
 }
 

@@ -23,7 +23,7 @@ use reqwest::{StatusCode, Url};
 use serde_json::Value;
 use tokio::time::Instant;
 
-use super::{LlmError, LlmErrorKind, ModelReply, ModelStream, StreamItem};
+use super::{LlmError, LlmErrorKind, ModelReply, ModelStream, Purpose, StreamItem};
 
 /// How long to wait at each stage of a call.
 #[derive(Debug, Clone)]
@@ -291,6 +291,7 @@ impl Transport {
     pub fn stream<P: EventParser>(
         self: &Arc<Self>,
         body: &Value,
+        purpose: Purpose,
         parser: fn() -> P,
     ) -> ModelStream {
         let body = match serde_json::to_vec(body) {
@@ -306,6 +307,7 @@ impl Transport {
         };
         let call = Call {
             transport: Arc::clone(self),
+            purpose,
             body,
             new_parser: parser,
             retries: 0,
@@ -588,6 +590,8 @@ enum State<P> {
 /// One model call across its attempts; the state behind the returned stream.
 struct Call<P> {
     transport: Arc<Transport>,
+    /// Named in the log of a retry.
+    purpose: Purpose,
     body: Bytes,
     new_parser: fn() -> P,
     retries: u32,
@@ -664,6 +668,7 @@ impl<P: EventParser> Call<P> {
             let delay = transport.retry.delay(self.retries, failure.retry_after);
             tracing::warn!(
                 provider = transport.provider,
+                purpose = self.purpose.as_str(),
                 attempt = self.retries,
                 delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
                 error = %failure.message,

@@ -57,6 +57,10 @@ pub struct Message {
 /// The prefix that marks a compaction summary (a `system` message inside the history).
 pub const SUMMARY_PREFIX: &str = "[Summary of the earlier conversation]";
 
+/// What starts a user message's line in the transcript a summariser is given (and nothing
+/// else starts a line with it there).
+pub const TRANSCRIPT_USER_MARKER: &str = "user: ";
+
 impl Message {
     pub fn new(role: Role, content: impl Into<String>) -> Message {
         Message {

@@ -9,10 +9,10 @@ mod session;
 mod step;
 
 pub use event::{CharsBeforeAfter, Event, EventKind};
-pub use message::{Message, Role, ToolCall, ToolSchema, SUMMARY_PREFIX};
+pub use message::{Message, Role, ToolCall, ToolSchema, SUMMARY_PREFIX, TRANSCRIPT_USER_MARKER};
 pub use session::{
     Checkpoint, RunKind, RunRecord, RunResult, RunStatus, SessionRecord, SessionState, StepKind,
-    StepRecord, StepStatus, Usage,
+    StepRecord, StepStatus, Usage, INTERRUPTED,
 };
 pub use step::{FinishReason, LlmRequestDescriptor, TrimStats};
 

@@ -7,7 +7,7 @@ use uuid::Uuid;
 
 use super::FinishReason;
 
-/// The seed's six session states.
+/// The six session states.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SessionState {
@@ -63,6 +63,10 @@ impl Usage {
     }
 }
 
+/// The error recorded for a run that a dead (or stopping) process left unfinished; such a
+/// run is resumable.
+pub const INTERRUPTED: &str = "interrupted";
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SessionRecord {
     pub id: Uuid,
@@ -83,6 +87,13 @@ pub struct SessionRecord {
     pub last_run_id: Option<Uuid>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+}
+
+impl SessionRecord {
+    /// The last run was cut short by a stop or a crash (and can be resumed).
+    pub fn is_interrupted(&self) -> bool {
+        self.state == SessionState::Failed && self.error.as_deref() == Some(INTERRUPTED)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -132,7 +143,7 @@ impl RunStatus {
 }
 
 /// One turn (`run`) or continuation (`resume`) and, once it has ended, its result.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunRecord {
     pub id: Uuid,
     pub session_id: Uuid,
@@ -152,7 +163,7 @@ pub struct RunRecord {
     pub finished_at: Option<DateTime<Utc>>,
 }
 
-/// What `?wait=true` returns: the seed's `RunResult`.
+/// What `?wait=true` returns: a run's result.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunResult {
     pub run_id: Uuid,

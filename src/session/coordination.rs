@@ -9,27 +9,39 @@
 //!   subscribers of that session (they read the new events from the table), cancel requests
 //!   reach the local run, and after a reconnect every subscriber catches up.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::actor::Command;
-use super::registry::Sessions;
+use uuid::Uuid;
+
+use super::command::Command;
+use super::live::LiveSessions;
+use super::{SessionDeps, SessionError};
 use crate::store::{Cluster, ClusterNotice};
 
 /// Sessions taken over per sweep at most.
 const SWEEP_BATCH: i64 = 32;
 
-pub(super) fn spawn(sessions: Sessions, cluster: Arc<dyn Cluster>) {
-    let ctx = sessions.context().clone();
-    let ttl = ctx.lease_ttl;
-    let tasks = ctx.tasks.clone();
-    tasks.spawn(heartbeat(sessions.clone(), cluster.clone(), ttl));
-    tasks.spawn(sweeper(sessions.clone(), cluster.clone(), ttl));
-    tasks.spawn(listener(sessions, cluster));
+/// Starts the three tasks. `take_over` records a session left by a dead replica as
+/// interrupted (and resumes it with auto-resume); it answers whether it was.
+pub(super) fn spawn<F, Fut>(
+    deps: Arc<SessionDeps>,
+    live: LiveSessions,
+    cluster: Arc<dyn Cluster>,
+    take_over: F,
+) where
+    F: Fn(Uuid) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<bool, SessionError>> + Send + 'static,
+{
+    let tasks = deps.tasks.clone();
+    tasks.spawn(heartbeat(deps.clone(), live.clone(), cluster.clone()));
+    tasks.spawn(sweeper(deps.clone(), cluster.clone(), take_over));
+    tasks.spawn(listener(deps, live, cluster));
 }
 
-async fn heartbeat(sessions: Sessions, cluster: Arc<dyn Cluster>, ttl: Duration) {
-    let ctx = sessions.context().clone();
+async fn heartbeat(ctx: Arc<SessionDeps>, sessions: LiveSessions, cluster: Arc<dyn Cluster>) {
+    let ttl = ctx.lease_ttl;
     let mut tick = tokio::time::interval(ttl / 3);
     loop {
         tokio::select! {
@@ -41,11 +53,9 @@ async fn heartbeat(sessions: Sessions, cluster: Arc<dyn Cluster>, ttl: Duration)
         match cluster.renew(ctx.replica, ttl).await {
             Ok(renewed) => {
                 for (id, epoch) in before {
-                    if !renewed.contains(&(id, epoch))
-                        && sessions.held_leases().get(&id) == Some(&epoch)
-                    {
+                    if !renewed.contains(&(id, epoch)) && sessions.lease_epoch(id) == Some(epoch) {
                         tracing::warn!(session_id = %id, "lost the lease of a session");
-                        sessions.notify_actor(id, Command::LeaseLost);
+                        sessions.notify(id, Command::LeaseLost);
                     }
                 }
             }
@@ -54,8 +64,12 @@ async fn heartbeat(sessions: Sessions, cluster: Arc<dyn Cluster>, ttl: Duration)
     }
 }
 
-async fn sweeper(sessions: Sessions, cluster: Arc<dyn Cluster>, ttl: Duration) {
-    let ctx = sessions.context().clone();
+async fn sweeper<F, Fut>(ctx: Arc<SessionDeps>, cluster: Arc<dyn Cluster>, take_over: F)
+where
+    F: Fn(Uuid) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<bool, SessionError>> + Send + 'static,
+{
+    let ttl = ctx.lease_ttl;
     let mut tick = tokio::time::interval((ttl / 4).max(Duration::from_millis(250)));
     loop {
         tokio::select! {
@@ -70,9 +84,9 @@ async fn sweeper(sessions: Sessions, cluster: Arc<dyn Cluster>, ttl: Duration) {
             }
         };
         for id in orphaned {
-            let sessions = sessions.clone();
+            let taking_over = take_over(id);
             ctx.tasks.spawn(async move {
-                match sessions.take_over(id).await {
+                match taking_over.await {
                     Ok(true) => {
                         tracing::info!(session_id = %id, "took over an interrupted session")
                     }
@@ -84,8 +98,7 @@ async fn sweeper(sessions: Sessions, cluster: Arc<dyn Cluster>, ttl: Duration) {
     }
 }
 
-async fn listener(sessions: Sessions, cluster: Arc<dyn Cluster>) {
-    let ctx = sessions.context().clone();
+async fn listener(ctx: Arc<SessionDeps>, sessions: LiveSessions, cluster: Arc<dyn Cluster>) {
     loop {
         let mut notices = match cluster.listen().await {
             Ok(notices) => notices,
@@ -114,7 +127,7 @@ async fn listener(sessions: Sessions, cluster: Arc<dyn Cluster>) {
                     }
                 }
                 Ok(ClusterNotice::Cancel { session_id }) => {
-                    sessions.notify_actor(session_id, Command::RemoteCancel)
+                    sessions.notify(session_id, Command::RemoteCancel)
                 }
                 Ok(ClusterNotice::Reconnected) => {
                     tracing::warn!("notification connection re-established; subscribers catch up");

@@ -1,22 +1,65 @@
 //! Sessions as live objects: the per-session actor that owns a session and drives its runs,
-//! the registry of live actors, and the replay-then-live event stream.
+//! the registry of live sessions, and the replay-then-live event stream.
 //!
-//! Only a session's actor mutates it (invariant 1); everything else talks to the actor through
+//! Only a session's actor mutates it; everything else talks to the actor through
 //! its mailbox. Reads that need no owner (lists, pages of events or messages) go straight to
 //! the store.
+//!
+//! - [`Sessions`] (`sessions`): the API the HTTP layer uses; it sends commands to actors.
+//! - `command`: the commands an actor takes, and their answers.
+//! - `actor/`: the actor, one handler per command family.
+//! - `live`: the map of live sessions (mailboxes, live channels, leases).
+//! - `lease`: the one copy of a session's lease (scale-out).
+//! - `coordination`: heartbeat, takeover sweep and notifications (scale-out).
+//! - `steps`: rebuilding an LLM step's exact request.
+//! - `stream`: replay-then-live event streams.
 
 mod actor;
+mod command;
 mod coordination;
-mod registry;
+mod lease;
+mod live;
+mod sessions;
+mod steps;
 mod stream;
 
-pub use actor::Compacted;
-pub use registry::{
-    CancelOutcome, NewSession, RunRequest, RunStarted, SessionContext, Sessions, Subscription,
-};
+pub use command::{CancelOutcome, Compacted, RunRequest, RunStarted};
+pub use sessions::{NewSession, Sessions, Subscription};
 pub use stream::EventStream;
 
-use crate::store::StoreError;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use uuid::Uuid;
+
+use crate::agent::{AgentDeps, AgentSettings};
+use crate::store::writer::Writer;
+use crate::store::{Cluster, Store, StoreError};
+
+/// What every session actor depends on, shared by all of them.
+pub struct SessionDeps {
+    pub store: Arc<dyn Store>,
+    pub writer: Writer,
+    /// The model and the tools the agent loop uses.
+    pub agent: AgentDeps,
+    pub settings: AgentSettings,
+    /// Cancelled at shutdown; every run's token is a child of it.
+    pub shutdown: CancellationToken,
+    /// Actors, so that shutdown can wait for them to checkpoint and stop.
+    pub tasks: TaskTracker,
+    /// Permits for runs in progress in this process (the concurrency cap).
+    pub run_permits: Arc<tokio::sync::Semaphore>,
+    /// Lease coordination with other replicas (PostgreSQL); `None` on a single node.
+    pub cluster: Option<Arc<dyn Cluster>>,
+    /// This process's id as a lease owner.
+    pub replica: Uuid,
+    /// How long a lease lasts without renewal.
+    pub lease_ttl: Duration,
+    /// Resume interrupted runs by themselves (at start, and after taking a session over).
+    pub auto_resume: bool,
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
@@ -30,9 +73,6 @@ pub enum SessionError {
     /// The model provider failed (a compaction's summary request).
     #[error("{0}")]
     Upstream(String),
-    /// The actor stopped before handling the request; the request goes to its successor.
-    #[error("the session's actor stopped")]
-    Retired,
     /// The process runs as many runs as it may; retry later.
     #[error("{0}")]
     TooBusy(String),

@@ -1,4 +1,4 @@
-//! Replay-then-live event streams (invariant 3).
+//! Replay-then-live event streams: a subscriber gets every committed event once, in order.
 //!
 //! A stream subscribes to the session's live channel before it reads the backlog from the
 //! store, then serves live events, skipping those it has already sent. When it falls behind

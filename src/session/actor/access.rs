@@ -1,0 +1,204 @@
+//! Getting the session before a command works on it: loading it (readers) or claiming it
+//! (writers: with replicas, taking its lease first), and recording a run that a dead process
+//! left in progress as interrupted.
+
+use std::time::Duration;
+
+use uuid::Uuid;
+
+use super::end;
+use super::journal::Batch;
+use super::{Core, SessionActor, Stop};
+use crate::model::{self, RunResult, RunStatus, SessionState, INTERRUPTED};
+use crate::session::command::Reply;
+use crate::session::lease::Taken;
+use crate::session::SessionError;
+use crate::store::{Cluster, StoreError, WriteOp};
+
+/// Why a command cannot have the session.
+pub(super) enum Refusal {
+    /// There is no such session (any more): the actor stops.
+    Missing,
+    /// The request is refused (the session runs on another replica, a read failed).
+    Refused(SessionError),
+    /// Recording an interrupted run failed: the actor stops.
+    WriteFailed(StoreError),
+}
+
+impl Refusal {
+    /// Tells the command's sender, and says whether the actor goes on.
+    pub fn answer<T>(self, session_id: Uuid, reply: Reply<T>) -> Result<(), Stop> {
+        match self {
+            Refusal::Missing => {
+                let _ = reply.send(Err(SessionError::NotFound));
+                Err(Stop::Gone)
+            }
+            Refusal::Refused(error) => {
+                let _ = reply.send(Err(error));
+                Ok(())
+            }
+            Refusal::WriteFailed(error) => {
+                let stop = Stop::write_failed(session_id, &error);
+                let _ = reply.send(Err(SessionError::Store(error)));
+                Err(stop)
+            }
+        }
+    }
+}
+
+impl From<StoreError> for Refusal {
+    fn from(error: StoreError) -> Refusal {
+        Refusal::Refused(SessionError::Store(error))
+    }
+}
+
+impl SessionActor {
+    /// The session for reading. Loads it on first use; on a single node, a run stored as in
+    /// progress has no owner (this actor is its only one), so its process died: it is
+    /// recorded as interrupted.
+    pub(super) async fn load(&mut self) -> Result<&mut Core, Refusal> {
+        if self.core.is_none() {
+            let Some(mut core) = self.read().await? else {
+                return Err(Refusal::Missing);
+            };
+            // With replicas, an active session may be running elsewhere: only the holder of
+            // its lease may call it interrupted (see `claim`).
+            if core.record.state.is_active() && self.deps.cluster.is_none() {
+                self.recover_interrupted(&mut core)
+                    .await
+                    .map_err(Refusal::WriteFailed)?;
+            }
+            self.core = Some(core);
+        }
+        self.core.as_mut().ok_or(Refusal::Missing)
+    }
+
+    /// The session for writing: this process must be its writer. On a single node it always
+    /// is. With replicas it takes the session's lease (refused while another live replica
+    /// holds it); a new epoch means another replica may have written since, so the session is
+    /// reloaded, and a run found in progress was left by a dead replica: it is recorded as
+    /// interrupted.
+    pub(super) async fn claim(&mut self) -> Result<&mut Core, Refusal> {
+        let Some(cluster) = self.deps.cluster.clone() else {
+            return self.load().await;
+        };
+        let Some(epoch) = self.acquire(cluster.as_ref()).await? else {
+            if self.deps.store.session(self.id).await?.is_none() {
+                return Err(Refusal::Missing);
+            }
+            return Err(Refusal::Refused(SessionError::Conflict {
+                kind: "session-leased",
+                detail:
+                    "the session is running on another replica; cancel it or wait for it to end"
+                        .to_string(),
+            }));
+        };
+        if self.slot.lease.take(epoch) == Taken::New {
+            self.core = None;
+        }
+        let mut core = match self.core.take() {
+            Some(core) => core,
+            None => match self.read().await {
+                Ok(Some(core)) => core,
+                Ok(None) => {
+                    self.release().await;
+                    return Err(Refusal::Missing);
+                }
+                Err(error) => return Err(error.into()),
+            },
+        };
+        let recovered = if core.record.state.is_active() {
+            self.recover_interrupted(&mut core).await
+        } else {
+            Ok(())
+        };
+        self.core = Some(core);
+        recovered.map_err(Refusal::WriteFailed)?;
+        self.core.as_mut().ok_or(Refusal::Missing)
+    }
+
+    /// Reads the session, its history and its newest run from the store.
+    async fn read(&self) -> Result<Option<Core>, StoreError> {
+        let store = &self.deps.store;
+        let Some(record) = store.session(self.id).await? else {
+            return Ok(None);
+        };
+        let history = store.messages(self.id, -1, i64::MAX).await?;
+        let last_run = match record.last_run_id {
+            Some(run_id) => store.run(self.id, run_id).await?,
+            None => None,
+        };
+        Ok(Some(Core {
+            next_seq: record.last_seq + 1,
+            record,
+            history,
+            last_result: last_run.as_ref().map(RunResult::from),
+            last_run,
+        }))
+    }
+
+    /// Takes the session's lease. A replica gives a lease back right after the commit that
+    /// ends its run, so a refusal while the session is stored as idle is retried briefly.
+    async fn acquire(&self, cluster: &dyn Cluster) -> Result<Option<i64>, StoreError> {
+        const ATTEMPTS: usize = 10;
+        for attempt in 1..=ATTEMPTS {
+            let epoch = cluster
+                .acquire(self.id, self.deps.replica, self.deps.lease_ttl)
+                .await?;
+            if epoch.is_some() || attempt == ATTEMPTS {
+                return Ok(epoch);
+            }
+            let active = self
+                .deps
+                .store
+                .session(self.id)
+                .await?
+                .is_none_or(|s| s.state.is_active());
+            if active {
+                return Ok(None);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(None)
+    }
+
+    /// Gives the lease back (scale-out) once the session is idle here.
+    pub(super) async fn release(&mut self) {
+        let Some(cluster) = self.deps.cluster.clone() else {
+            return;
+        };
+        if self.slot.lease.epoch().is_some() {
+            if let Err(error) = cluster.release(self.id, self.deps.replica).await {
+                tracing::warn!(session_id = %self.id, %error, "could not release a lease; it will expire");
+            }
+            self.slot.lease.forget();
+        }
+    }
+
+    /// Records the run in progress as interrupted: as at the end of any run, the state change,
+    /// then the run's terminal event.
+    async fn recover_interrupted(&self, core: &mut Core) -> Result<(), StoreError> {
+        let mut batch = Batch::new(self.id);
+        batch.state(core, SessionState::Failed, Some(INTERRUPTED.to_string()));
+        let open_run = core
+            .last_run
+            .clone()
+            .filter(|run| run.status == RunStatus::Running);
+        if let Some(run) = open_run {
+            let ending = end::interrupted(run, model::now());
+            batch.ops.push(WriteOp::UpsertRun(ending.run.clone()));
+            // Its step in flight never finished: it is not left "streaming" for good.
+            batch.ops.push(WriteOp::FailOpenSteps {
+                session_id: self.id,
+                run_id: ending.run.id,
+                error: INTERRUPTED.to_string(),
+                at: model::now(),
+            });
+            batch.event(core, ending.terminal);
+            core.last_result = Some(RunResult::from(&ending.run));
+            core.last_run = Some(ending.run);
+        }
+        tracing::info!(session_id = %self.id, "recorded an interrupted run");
+        self.sink().commit(batch).await
+    }
+}

@@ -1,0 +1,69 @@
+//! Cancel: stops the active run or compaction; with nothing active here, asks the replica
+//! that runs the session (scale-out), else answers that nothing was running.
+
+use super::{Active, Phase, SessionActor, Stop};
+use crate::model::SessionState;
+use crate::session::command::{CancelOutcome, Reply};
+use crate::session::SessionError;
+
+pub(super) async fn handle(phase: Phase<'_>, reply: Reply<CancelOutcome>) -> Result<(), Stop> {
+    match phase {
+        Phase::Busy(activity) => {
+            let already = activity.cancel.is_cancelled();
+            activity.cancel.cancel();
+            let (run_id, state) = match activity.what {
+                Active::Run(run_id) => (Some(run_id), SessionState::Running),
+                Active::Compaction(state) => (None, state),
+            };
+            let _ = reply.send(Ok(CancelOutcome {
+                cancelled: !already,
+                run_id,
+                state,
+            }));
+            Ok(())
+        }
+        Phase::Idle(actor, _) => {
+            let id = actor.id;
+            if let Err(refusal) = actor.load().await {
+                return refusal.answer(id, reply);
+            }
+            let _ = reply.send(actor.cancel_elsewhere().await);
+            Ok(())
+        }
+    }
+}
+
+/// Another replica forwards a cancel: it only matters while a run is active here.
+pub(super) fn remote(phase: Phase<'_>) -> Result<(), Stop> {
+    if let Phase::Busy(activity) = phase {
+        activity.cancel.cancel();
+    }
+    Ok(())
+}
+
+impl SessionActor {
+    /// Cancel with no run active here: with replicas the run may be active on another one,
+    /// which is asked to cancel it.
+    async fn cancel_elsewhere(&mut self) -> Result<CancelOutcome, SessionError> {
+        let record = match &self.deps.cluster {
+            Some(_) => self.deps.store.session(self.id).await?,
+            None => self.core.as_ref().map(|c| c.record.clone()),
+        };
+        let Some(record) = record else {
+            return Err(SessionError::NotFound);
+        };
+        if let (Some(cluster), true) = (&self.deps.cluster, record.state.is_active()) {
+            cluster.send_cancel(self.id).await?;
+            return Ok(CancelOutcome {
+                cancelled: true,
+                run_id: record.last_run_id,
+                state: record.state,
+            });
+        }
+        Ok(CancelOutcome {
+            cancelled: false,
+            run_id: None,
+            state: record.state,
+        })
+    }
+}

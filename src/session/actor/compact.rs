@@ -1,0 +1,104 @@
+//! Manual compaction: summarises every turn since the last summary and appends the summary at
+//! the end of the history. Cancel aborts it and nothing is written.
+
+use super::journal::Batch;
+use super::{Active, Activity, Phase, SessionActor, Stop};
+use crate::agent::compaction::{self, CompactError};
+use crate::model::EventKind;
+use crate::session::command::{Compacted, Reply};
+use crate::session::live::Inbox;
+use crate::session::SessionError;
+
+pub(super) async fn handle(phase: Phase<'_>, reply: Reply<Option<Compacted>>) -> Result<(), Stop> {
+    match phase {
+        Phase::Busy(activity) => {
+            let _ = reply.send(Err(activity.conflict("compact")));
+            Ok(())
+        }
+        Phase::Idle(actor, inbox) => actor.compact(reply, inbox).await,
+    }
+}
+
+impl SessionActor {
+    async fn compact(
+        &mut self,
+        reply: Reply<Option<Compacted>>,
+        inbox: &mut Inbox,
+    ) -> Result<(), Stop> {
+        let id = self.id;
+        if let Err(refusal) = self.claim().await {
+            return refusal.answer(id, reply);
+        }
+        let core = self.core.as_mut().ok_or(Stop::Gone)?;
+        if compaction::compactable_turns(&core.history) == 0 {
+            let _ = reply.send(Ok(None));
+            return Ok(());
+        }
+        let activity = Activity {
+            cancel: self.deps.shutdown.child_token(),
+            what: Active::Compaction(core.record.state),
+        };
+        let sink = super::journal::Sink {
+            deps: &self.deps,
+            slot: &self.slot,
+        };
+        let mut lease_lost = false;
+        let outcome = {
+            let summary = compaction::summarize(&self.deps.agent, &core.history, &activity.cancel);
+            tokio::pin!(summary);
+            loop {
+                tokio::select! {
+                    outcome = &mut summary => break outcome,
+                    Some(command) = inbox.recv() => {
+                        // Boxed: a command's handler may start a compaction, which reads commands.
+                        if let Err(Stop::LeaseLost) = Box::pin(command.handle(Phase::Busy(&activity))).await {
+                            lease_lost = true;
+                        }
+                    }
+                }
+            }
+        };
+        if lease_lost {
+            let _ = reply.send(Err(SessionError::Conflict {
+                kind: "session-leased",
+                detail: "another replica took the session over".to_string(),
+            }));
+            return Err(Stop::LeaseLost);
+        }
+        let mut batch = Batch::new(id);
+        let answer = match outcome {
+            Ok(summary) => {
+                batch.summary(core, &summary, /* auto */ false);
+                Ok(Some(Compacted {
+                    turns: summary.turns,
+                    chars: summary.chars,
+                }))
+            }
+            Err(CompactError::Cancelled) => Err(SessionError::Conflict {
+                kind: "compaction-cancelled",
+                detail: "the compaction was cancelled; nothing was written".to_string(),
+            }),
+            Err(CompactError::Model(error)) => {
+                batch.event(
+                    core,
+                    EventKind::ContextCompactFailed {
+                        session_id: id,
+                        error: error.to_string(),
+                    },
+                );
+                Err(SessionError::Upstream(error.to_string()))
+            }
+        };
+        match sink.commit(batch).await {
+            Ok(()) => {
+                let _ = reply.send(answer);
+                Ok(())
+            }
+            Err(error) => {
+                let stop = Stop::write_failed(id, &error);
+                let _ = reply.send(Err(SessionError::Store(error)));
+                Err(stop)
+            }
+        }
+    }
+}

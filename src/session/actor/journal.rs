@@ -1,0 +1,394 @@
+//! How an actor writes: a [`Batch`] gathers the ops and events of one commit (keeping the
+//! actor's in-memory view of the session in step), [`commit`] hands it to the group-commit
+//! writer behind the session's lease, and [`RunJournal`] is the actor's side of the agent loop:
+//! it turns what the loop reports into rows and events.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use super::Core;
+use crate::agent::compaction::Summary;
+use crate::agent::context::TrimStats;
+use crate::agent::Journal;
+use crate::model::{
+    self, CharsBeforeAfter, Checkpoint, Event, EventKind, FinishReason, LlmRequestDescriptor,
+    Message, Role, SessionState, StepKind, StepRecord, StepStatus, ToolCall, Usage,
+};
+use crate::session::live::Slot;
+use crate::session::SessionDeps;
+use crate::store::writer::Commit;
+use crate::store::{StoreError, WriteOp};
+use crate::tools::ToolOutput;
+
+/// Ops and events being gathered for one commit.
+pub(super) struct Batch {
+    session_id: Uuid,
+    pub ops: Vec<WriteOp>,
+}
+
+impl Batch {
+    pub fn new(session_id: Uuid) -> Batch {
+        Batch {
+            session_id,
+            ops: Vec::new(),
+        }
+    }
+
+    pub fn with(mut self, op: WriteOp) -> Batch {
+        self.ops.push(op);
+        self
+    }
+
+    /// Appends the next event of the session.
+    pub fn event(&mut self, core: &mut Core, kind: EventKind) {
+        let event = Event::new(self.session_id, core.next_seq, kind, model::now());
+        core.next_seq += 1;
+        core.record.last_seq = event.seq;
+        self.ops.push(WriteOp::InsertEvent(Arc::new(event)));
+    }
+
+    /// Appends a message to the history; returns it with its index.
+    pub fn message(&mut self, core: &mut Core, mut message: Message) -> Message {
+        message.index = core.history.len() as i64;
+        core.history.push(message.clone());
+        core.record.message_count = core.history.len() as i64;
+        self.ops.push(WriteOp::InsertMessage {
+            session_id: self.session_id,
+            message: message.clone(),
+        });
+        message
+    }
+
+    /// Changes the session's state (with its `session.state` event) and writes the row.
+    pub fn state(&mut self, core: &mut Core, to: SessionState, error: Option<String>) {
+        let from = core.record.state;
+        core.record.state = to;
+        core.record.error = error;
+        core.record.updated_at = model::now();
+        if from != to {
+            self.event(core, EventKind::StateChanged { from, to });
+        }
+        self.ops.push(WriteOp::UpdateSession(core.record.clone()));
+    }
+
+    pub fn checkpoint(&mut self, core: &mut Core, run_id: Uuid, step_id: Option<Uuid>) {
+        let checkpoint_id = model::new_id();
+        self.event(
+            core,
+            EventKind::Checkpoint {
+                checkpoint_id,
+                step_id,
+            },
+        );
+        self.ops.push(WriteOp::InsertCheckpoint(Checkpoint {
+            id: checkpoint_id,
+            session_id: self.session_id,
+            run_id,
+            step_id,
+            message_count: core.history.len() as i64,
+            seq: core.record.last_seq,
+            created_at: model::now(),
+        }));
+    }
+
+    /// Appends a compaction summary to the history with its event; its usage counts for the
+    /// session.
+    pub fn summary(&mut self, core: &mut Core, summary: &Summary, auto: bool) {
+        self.message(core, Message::new(Role::System, summary.content.clone()));
+        core.record.usage.add(summary.usage);
+        core.record.updated_at = model::now();
+        self.ops.push(WriteOp::UpdateSession(core.record.clone()));
+        let session_id = self.session_id;
+        self.event(
+            core,
+            EventKind::ContextCompacted {
+                session_id,
+                turns: summary.turns,
+                chars: summary.chars,
+                auto,
+            },
+        );
+    }
+}
+
+/// Where a session's commits go: the writer, behind the session's lease, published to its
+/// subscribers once durable.
+#[derive(Clone, Copy)]
+pub(super) struct Sink<'a> {
+    pub deps: &'a SessionDeps,
+    pub slot: &'a Slot,
+}
+
+impl Sink<'_> {
+    fn fenced(&self, batch: Batch) -> Vec<WriteOp> {
+        self.slot
+            .fenced(batch.session_id, self.deps.replica, batch.ops)
+    }
+
+    /// Commits a batch and waits until it is durable (its events are then published).
+    pub async fn commit(&self, batch: Batch) -> Result<(), StoreError> {
+        if batch.ops.is_empty() {
+            return Ok(());
+        }
+        let origin = (batch.session_id, self.slot.generation);
+        let ops = self.fenced(batch);
+        let publish = Some(self.slot.events.clone());
+        self.deps.writer.commit(origin, ops, publish).await
+    }
+
+    /// Queues a batch without waiting: order is kept by the writer, and a failure shows at the
+    /// next commit.
+    pub async fn queue(&self, batch: Batch) -> Result<(), StoreError> {
+        if batch.ops.is_empty() {
+            return Ok(());
+        }
+        let origin = (batch.session_id, self.slot.generation);
+        let commit = Commit {
+            origin,
+            ops: self.fenced(batch),
+            publish: Some(self.slot.events.clone()),
+            ack: None,
+        };
+        self.deps.writer.submit(commit).await
+    }
+}
+
+/// The actor's side of the agent loop for one run.
+pub(super) struct RunJournal<'a> {
+    pub id: Uuid,
+    pub run_id: Uuid,
+    pub core: &'a mut Core,
+    pub sink: Sink<'a>,
+    /// What is gathered and not yet handed to the writer.
+    pub batch: Batch,
+}
+
+impl<'a> RunJournal<'a> {
+    pub fn new(id: Uuid, run_id: Uuid, core: &'a mut Core, sink: Sink<'a>) -> RunJournal<'a> {
+        RunJournal {
+            id,
+            run_id,
+            core,
+            sink,
+            batch: Batch::new(id),
+        }
+    }
+
+    /// What is gathered and not yet written, taken out of the journal.
+    pub fn take_batch(&mut self) -> Batch {
+        std::mem::replace(&mut self.batch, Batch::new(self.id))
+    }
+
+    /// Commits what is gathered and waits for it to be durable.
+    async fn flush(&mut self) -> Result<(), StoreError> {
+        let batch = self.take_batch();
+        self.sink.commit(batch).await
+    }
+
+    /// Queues what is gathered without waiting (deltas).
+    async fn queue(&mut self) -> Result<(), StoreError> {
+        let batch = self.take_batch();
+        self.sink.queue(batch).await
+    }
+
+    fn step(&self, id: Uuid, kind: StepKind, status: StepStatus, request: Value) -> StepRecord {
+        StepRecord {
+            id,
+            session_id: self.id,
+            run_id: self.run_id,
+            kind,
+            status,
+            request,
+            response: None,
+            usage: None,
+            error: None,
+            created_at: model::now(),
+            finished_at: None,
+        }
+    }
+
+    fn tool_step(&self, id: Uuid, call: &ToolCall, status: StepStatus) -> StepRecord {
+        let request = serde_json::to_value(call).unwrap_or(Value::Null);
+        self.step(id, StepKind::Tool, status, request)
+    }
+}
+
+#[async_trait]
+impl Journal for RunJournal<'_> {
+    type Error = StoreError;
+
+    fn history(&self) -> &[Message] {
+        &self.core.history
+    }
+
+    async fn llm_started(&mut self, request: LlmRequestDescriptor) -> Result<Uuid, StoreError> {
+        let step_id = model::new_id();
+        // A struct of strings, numbers and lists: serialising it cannot fail.
+        let request = serde_json::to_value(request).unwrap_or(Value::Null);
+        let step = self.step(step_id, StepKind::Llm, StepStatus::Streaming, request);
+        self.batch.ops.push(WriteOp::UpsertStep(step));
+        self.batch
+            .event(self.core, EventKind::LlmStarted { step_id });
+        self.queue().await?;
+        Ok(step_id)
+    }
+
+    async fn llm_delta(&mut self, step_id: Uuid, text: String) -> Result<(), StoreError> {
+        self.batch
+            .event(self.core, EventKind::AssistantStream { step_id, text });
+        self.queue().await
+    }
+
+    async fn llm_retry(
+        &mut self,
+        step_id: Uuid,
+        attempt: u32,
+        error: String,
+    ) -> Result<(), StoreError> {
+        self.batch.event(
+            self.core,
+            EventKind::LlmRetry {
+                step_id,
+                attempt,
+                error,
+            },
+        );
+        self.queue().await
+    }
+
+    async fn llm_completed(
+        &mut self,
+        step_id: Uuid,
+        message: Message,
+        finish_reason: FinishReason,
+        usage: Usage,
+    ) -> Result<(), StoreError> {
+        let message = self.batch.message(self.core, message);
+        let mut step = self.step(step_id, StepKind::Llm, StepStatus::Completed, Value::Null);
+        step.response = Some(json!({ "message": message, "finish_reason": finish_reason }));
+        step.usage = Some(usage);
+        step.finished_at = Some(model::now());
+        self.batch.ops.push(WriteOp::UpsertStep(step));
+        self.core.record.usage.add(usage);
+        self.core.record.updated_at = model::now();
+        self.batch
+            .ops
+            .push(WriteOp::UpdateSession(self.core.record.clone()));
+        self.batch.event(
+            self.core,
+            EventKind::LlmCompleted {
+                step_id,
+                message,
+                finish_reason,
+                usage,
+            },
+        );
+        self.batch.checkpoint(self.core, self.run_id, Some(step_id));
+        self.flush().await
+    }
+
+    async fn llm_failed(&mut self, step_id: Uuid, error: String) -> Result<(), StoreError> {
+        let mut step = self.step(step_id, StepKind::Llm, StepStatus::Failed, Value::Null);
+        step.error = Some(error.clone());
+        step.finished_at = Some(model::now());
+        self.batch.ops.push(WriteOp::UpsertStep(step));
+        self.batch
+            .event(self.core, EventKind::LlmFailed { step_id, error });
+        self.flush().await
+    }
+
+    async fn context_trimmed(
+        &mut self,
+        step_id: Uuid,
+        stats: &TrimStats,
+    ) -> Result<(), StoreError> {
+        self.batch.event(
+            self.core,
+            EventKind::ContextTrimmed {
+                step_id,
+                budget: stats.budget as u64,
+                chars: CharsBeforeAfter {
+                    before: stats.chars_before as u64,
+                    after: stats.chars_after as u64,
+                },
+                dropped_turns: stats.dropped_turns as u64,
+                elided_tool_results: stats.elided_tool_results as u64,
+            },
+        );
+        self.queue().await
+    }
+
+    async fn user_message(&mut self, input: String) -> Result<(), StoreError> {
+        let message = self
+            .batch
+            .message(self.core, Message::new(Role::User, input));
+        self.batch
+            .event(self.core, EventKind::UserMessage { message });
+        self.flush().await
+    }
+
+    async fn summary_appended(&mut self, summary: Summary, auto: bool) -> Result<(), StoreError> {
+        self.batch.summary(self.core, &summary, auto);
+        self.flush().await
+    }
+
+    async fn compact_failed(&mut self, error: String) -> Result<(), StoreError> {
+        let session_id = self.id;
+        self.batch.event(
+            self.core,
+            EventKind::ContextCompactFailed { session_id, error },
+        );
+        self.flush().await
+    }
+
+    async fn tool_started(&mut self, call: &ToolCall) -> Result<Uuid, StoreError> {
+        let step_id = model::new_id();
+        let step = self.tool_step(step_id, call, StepStatus::Running);
+        self.batch.ops.push(WriteOp::UpsertStep(step));
+        self.batch.state(self.core, SessionState::WaitingTool, None);
+        self.batch.event(
+            self.core,
+            EventKind::ToolStarted {
+                step_id,
+                call: call.clone(),
+            },
+        );
+        // Durable before the tool runs: a crash mid-tool shows the call as started.
+        self.flush().await?;
+        Ok(step_id)
+    }
+
+    async fn tool_finished(
+        &mut self,
+        step_id: Uuid,
+        call: &ToolCall,
+        output: &ToolOutput,
+    ) -> Result<(), StoreError> {
+        self.batch
+            .message(self.core, Message::tool_result(&call.id, &output.output));
+        let status = if output.is_error {
+            StepStatus::Failed
+        } else {
+            StepStatus::Completed
+        };
+        let mut step = self.tool_step(step_id, call, status);
+        step.response = Some(json!({ "output": output.output, "is_error": output.is_error }));
+        step.finished_at = Some(model::now());
+        self.batch.ops.push(WriteOp::UpsertStep(step));
+        self.batch.event(
+            self.core,
+            EventKind::ToolFinished {
+                step_id,
+                call_id: call.id.clone(),
+                output: output.output.clone(),
+                is_error: output.is_error,
+            },
+        );
+        self.batch.state(self.core, SessionState::Running, None);
+        self.batch.checkpoint(self.core, self.run_id, Some(step_id));
+        self.flush().await
+    }
+}

@@ -1,0 +1,77 @@
+//! Commands about the session's existence and ownership: delete, take over a run a dead
+//! process left behind, and the loss of the lease.
+
+use super::journal::Batch;
+use super::{Phase, Stop};
+use crate::session::actor::access::Refusal;
+use crate::session::command::Reply;
+use crate::session::SessionError;
+use crate::store::WriteOp;
+
+pub(super) async fn delete(phase: Phase<'_>, reply: Reply<()>) -> Result<(), Stop> {
+    let actor = match phase {
+        Phase::Busy(activity) => {
+            let _ = reply.send(Err(activity.conflict("delete the session")));
+            return Ok(());
+        }
+        Phase::Idle(actor, _) => actor,
+    };
+    let id = actor.id;
+    if let Err(refusal) = actor.claim().await {
+        return refusal.answer(id, reply);
+    }
+    let batch = Batch::new(id).with(WriteOp::DeleteSession(id));
+    match actor.sink().commit(batch).await {
+        Ok(()) => {
+            let _ = reply.send(Ok(()));
+            Err(Stop::Gone)
+        }
+        Err(error) => {
+            let stop = Stop::write_failed(id, &error);
+            let _ = reply.send(Err(SessionError::Store(error)));
+            Err(stop)
+        }
+    }
+}
+
+/// Claims the session (recording a run left in progress as interrupted) and answers whether
+/// its last run was interrupted, so that it can be resumed.
+pub(super) async fn take_over(phase: Phase<'_>, reply: Reply<bool>) -> Result<(), Stop> {
+    let actor = match phase {
+        // The session runs here: there is nothing to take over.
+        Phase::Busy(_) => {
+            let _ = reply.send(Ok(false));
+            return Ok(());
+        }
+        Phase::Idle(actor, _) => actor,
+    };
+    let id = actor.id;
+    match actor.claim().await {
+        Ok(core) => {
+            let _ = reply.send(Ok(core.record.is_interrupted()));
+            Ok(())
+        }
+        // Running on another replica: not ours to take over.
+        Err(Refusal::Refused(SessionError::Conflict { .. })) => {
+            let _ = reply.send(Ok(false));
+            Ok(())
+        }
+        Err(refusal) => refusal.answer(id, reply),
+    }
+}
+
+/// The heartbeat found the lease gone: whatever runs here stops (its writes would be
+/// refused), and the session is reloaded when next claimed.
+pub(super) fn lease_lost(phase: Phase<'_>) -> Result<(), Stop> {
+    match phase {
+        Phase::Busy(activity) => {
+            activity.cancel.cancel();
+            Err(Stop::LeaseLost)
+        }
+        Phase::Idle(actor, _) => {
+            actor.slot.lease.forget();
+            actor.core = None;
+            Ok(())
+        }
+    }
+}

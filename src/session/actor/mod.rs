@@ -1,0 +1,201 @@
+//! The session actor: the only task that mutates its session.
+//!
+//! It takes [`Command`]s from its mailbox one at a time. Each command has one handler, in the
+//! file of its family (`run`, `cancel`, `compact`, `lifecycle`); [`Command::handle`] is the
+//! one place that matches on a command. While a run or a compaction is active, the actor keeps
+//! reading its mailbox and hands each command to its handler in the [`Phase::Busy`] phase, so
+//! cancel reaches the run and everything that would change the session is refused.
+//!
+//! `access` loads the session and, with replicas, takes its lease; `journal` is how the actor
+//! writes (batches, commits, the agent loop's journal); `end` decides how a run ends.
+
+mod access;
+mod cancel;
+mod compact;
+mod end;
+mod journal;
+mod lifecycle;
+mod run;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::command::Command;
+use super::live::{Inbox, LiveSessions, Retire, Slot};
+use super::{SessionDeps, SessionError};
+use crate::model::{Message, RunRecord, RunResult, SessionRecord, SessionState};
+use crate::store::StoreError;
+use journal::Sink;
+
+/// How long an actor with nothing to do and nobody watching stays in memory.
+const IDLE_EVICTION: Duration = Duration::from_secs(60);
+
+pub(super) struct SessionActor {
+    id: Uuid,
+    deps: Arc<SessionDeps>,
+    slot: Arc<Slot>,
+    live: LiveSessions,
+    /// The session as this actor knows it, once loaded.
+    core: Option<Core>,
+}
+
+/// The session's state while its actor lives.
+pub(super) struct Core {
+    record: SessionRecord,
+    next_seq: i64,
+    history: Vec<Message>,
+    last_result: Option<RunResult>,
+    /// The newest run, for resume.
+    last_run: Option<RunRecord>,
+}
+
+/// Why an actor stops. An actor that stops answers nothing more: the commands left in its
+/// mailbox are dropped, and their senders hand them to the actor's successor.
+#[derive(Debug)]
+pub(super) enum Stop {
+    /// Nothing to do and nobody watching.
+    Idle,
+    /// The server is shutting down.
+    Shutdown,
+    /// The session was deleted, or never existed.
+    Gone,
+    /// A write failed (and was logged): what the actor holds may be ahead of the database, so
+    /// a successor reloads the session.
+    WriteFailed,
+    /// Another replica holds the session's lease now; every write would be refused.
+    LeaseLost,
+}
+
+/// What the actor is doing when a command arrives.
+pub(super) enum Phase<'a> {
+    /// Nothing is active: the handler has the actor (and its mailbox) to itself.
+    Idle(&'a mut SessionActor, &'a mut Inbox),
+    /// A run or a compaction is active; the handler reaches it only through its `Activity`.
+    Busy(&'a Activity),
+}
+
+/// The run or compaction in progress, as commands that arrive meanwhile see it.
+pub(super) struct Activity {
+    pub cancel: CancellationToken,
+    pub what: Active,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Active {
+    Run(Uuid),
+    /// A compaction of a session in this state (a compaction does not change it).
+    Compaction(SessionState),
+}
+
+impl Activity {
+    /// The refusal of something that would change the session while this is active.
+    pub fn conflict(&self, what: &str) -> SessionError {
+        let (kind, detail) = match self.what {
+            Active::Run(run_id) => (
+                "run-active",
+                format!(
+                    "run {run_id} is active; cancel it or wait for it to end before you {what}"
+                ),
+            ),
+            Active::Compaction(_) => (
+                "compaction-active",
+                format!("a compaction is in progress; wait for it or cancel it before you {what}"),
+            ),
+        };
+        SessionError::Conflict { kind, detail }
+    }
+}
+
+impl Stop {
+    /// The actor stops because a write failed; says so in the log.
+    pub fn write_failed(session_id: Uuid, error: &StoreError) -> Stop {
+        tracing::error!(%session_id, %error, "session actor stops after a storage failure");
+        Stop::WriteFailed
+    }
+}
+
+impl Command {
+    /// Hands the command to its handler: the one place a command is matched.
+    pub(super) async fn handle(self, phase: Phase<'_>) -> Result<(), Stop> {
+        match self {
+            Command::Run { request, reply } => run::handle(phase, request, reply).await,
+            Command::Cancel { reply } => cancel::handle(phase, reply).await,
+            Command::RemoteCancel => cancel::remote(phase),
+            Command::Compact { reply } => compact::handle(phase, reply).await,
+            Command::Delete { reply } => lifecycle::delete(phase, reply).await,
+            Command::TakeOver { reply } => lifecycle::take_over(phase, reply).await,
+            Command::LeaseLost => lifecycle::lease_lost(phase),
+        }
+    }
+}
+
+impl SessionActor {
+    pub fn new(
+        id: Uuid,
+        deps: Arc<SessionDeps>,
+        slot: Arc<Slot>,
+        live: LiveSessions,
+    ) -> SessionActor {
+        SessionActor {
+            id,
+            deps,
+            slot,
+            live,
+            core: None,
+        }
+    }
+
+    /// Serves the mailbox until the actor stops, then leaves its slot.
+    pub async fn run(mut self, mut inbox: Inbox) {
+        let stop = self.serve(&mut inbox).await;
+        if let Stop::LeaseLost = stop {
+            tracing::warn!(session_id = %self.id, "session actor stops: another replica holds the session");
+        }
+        // A lease it held is given back, void or taken: nobody is to renew it.
+        self.slot.lease.forget();
+        let generation = self.slot.generation;
+        match stop {
+            Stop::Gone => self.live.forget(self.id, generation),
+            // Idle eviction has left the slot already; at shutdown nothing spawns again.
+            Stop::Idle | Stop::Shutdown => {}
+            Stop::WriteFailed | Stop::LeaseLost => {
+                self.live.retire(self.id, generation, Retire::Always);
+            }
+        }
+        inbox.close();
+    }
+
+    async fn serve(&mut self, inbox: &mut Inbox) -> Stop {
+        loop {
+            let command = tokio::select! {
+                command = inbox.recv() => command,
+                _ = tokio::time::sleep(IDLE_EVICTION) => {
+                    if self.live.retire(self.id, self.slot.generation, Retire::IfUnwatched) {
+                        return Stop::Idle;
+                    }
+                    continue;
+                }
+                _ = self.deps.shutdown.cancelled() => return Stop::Shutdown,
+            };
+            // Every sender is gone: the slot was replaced or dropped.
+            let Some(command) = command else {
+                return Stop::Idle;
+            };
+            if let Err(stop) = command.handle(Phase::Idle(self, inbox)).await {
+                return stop;
+            }
+            // With replicas, the lease goes back as soon as the session is idle here.
+            self.release().await;
+        }
+    }
+
+    fn sink(&self) -> Sink<'_> {
+        Sink {
+            deps: &self.deps,
+            slot: &self.slot,
+        }
+    }
+}

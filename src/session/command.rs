@@ -1,0 +1,75 @@
+//! The commands a session's actor takes from its mailbox, and what they answer.
+//!
+//! Plain data: how each command is handled lives with the actor (`actor/`), one handler per
+//! command, and nothing else matches on a command.
+
+use serde::Serialize;
+use tokio::sync::oneshot;
+use uuid::Uuid;
+
+use super::SessionError;
+use crate::model::{RunKind, RunRecord, RunResult, SessionState};
+
+/// Where an actor sends a command's answer.
+pub(super) type Reply<T> = oneshot::Sender<Result<T, SessionError>>;
+
+pub(super) enum Command {
+    /// Starts a run or a resume.
+    Run {
+        request: RunRequest,
+        reply: Reply<RunStarted>,
+    },
+    /// Cancels the active run or compaction (here, or on the replica that runs it).
+    Cancel {
+        reply: Reply<CancelOutcome>,
+    },
+    /// Another replica asks to cancel this session's run (only acts while one is active).
+    RemoteCancel,
+    /// Summarises all turns so far; `None` when there is nothing to compact.
+    Compact {
+        reply: Reply<Option<Compacted>>,
+    },
+    Delete {
+        reply: Reply<()>,
+    },
+    /// Records a run left in progress by a dead process or replica as interrupted (taking
+    /// the session's lease first when replicas share the database); answers whether it was.
+    TakeOver {
+        reply: Reply<bool>,
+    },
+    /// The heartbeat found this replica no longer holds the session's lease.
+    LeaseLost,
+}
+
+#[derive(Debug, Clone)]
+pub struct RunRequest {
+    pub kind: RunKind,
+    /// The user's input; `None` for a resume.
+    pub input: Option<String>,
+}
+
+/// A run that has started (its start is durable), or the result of a completed session that a
+/// resume returned as is.
+pub enum RunStarted {
+    Started {
+        run: RunRecord,
+        result: oneshot::Receiver<RunResult>,
+    },
+    AlreadyCompleted(RunResult),
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CancelOutcome {
+    /// True when a run (or compaction) was in progress and has been asked to stop.
+    pub cancelled: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<Uuid>,
+    pub state: SessionState,
+}
+
+/// What a manual compaction did.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Compacted {
+    pub turns: u64,
+    pub chars: u64,
+}

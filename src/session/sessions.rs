@@ -1,0 +1,364 @@
+//! [`Sessions`]: the API of the session layer that the HTTP layer (or any embedding program)
+//! uses. Creating and forking a session are single commits; everything that changes an
+//! existing session is a command to its actor.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+use tokio::sync::{broadcast, oneshot, watch};
+use uuid::Uuid;
+
+use super::actor::SessionActor;
+use super::command::{CancelOutcome, Command, Compacted, Reply, RunRequest, RunStarted};
+use super::live::{LiveSessions, Slot};
+use super::stream::EventStream;
+use super::{coordination, steps, SessionDeps, SessionError};
+use crate::model::{
+    self, Event, EventKind, Message, Role, RunKind, SessionRecord, SessionState, Usage,
+};
+use crate::store::{Store, WriteOp};
+
+/// A session's live channels, taken before its backlog is read.
+pub struct Subscription {
+    pub(super) live: broadcast::Receiver<Arc<Event>>,
+    pub(super) wake: watch::Receiver<u64>,
+}
+
+/// The sessions of this process. Cheap to clone.
+#[derive(Clone)]
+pub struct Sessions {
+    deps: Arc<SessionDeps>,
+    live: LiveSessions,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct NewSession {
+    pub system_prompt: Option<String>,
+    pub title: Option<String>,
+    pub metadata: Option<Value>,
+}
+
+/// How often a command is handed to a session's next actor when the one it reached stopped.
+const DELIVERY_ATTEMPTS: usize = 8;
+
+impl Sessions {
+    pub fn new(deps: SessionDeps) -> Sessions {
+        Sessions {
+            deps: Arc::new(deps),
+            live: LiveSessions::default(),
+        }
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.deps.store
+    }
+
+    pub fn deps(&self) -> &Arc<SessionDeps> {
+        &self.deps
+    }
+
+    /// Creates a session: its system message and its `session.created` event commit together.
+    pub async fn create(&self, new: NewSession) -> Result<SessionRecord, SessionError> {
+        if self.deps.shutdown.is_cancelled() {
+            return Err(SessionError::ShuttingDown);
+        }
+        let now = model::now();
+        let id = model::new_id();
+        let record = SessionRecord {
+            id,
+            parent_id: None,
+            title: new.title.clone(),
+            metadata: new
+                .metadata
+                .unwrap_or_else(|| Value::Object(Default::default())),
+            system_prompt: new.system_prompt.clone(),
+            state: SessionState::Idle,
+            error: None,
+            message_count: 1,
+            last_seq: 1,
+            usage: Usage::default(),
+            last_run_id: None,
+            created_at: now,
+            updated_at: now,
+        };
+        let prompt = new
+            .system_prompt
+            .unwrap_or_else(|| self.deps.settings.system_prompt.clone());
+        let system = Message::new(Role::System, prompt);
+        let event = new_event(
+            id,
+            1,
+            EventKind::SessionCreated {
+                session_id: id,
+                title: new.title,
+            },
+        );
+        self.deps
+            .writer
+            .commit(
+                (id, 0),
+                vec![
+                    WriteOp::InsertSession(record.clone()),
+                    WriteOp::InsertMessage {
+                        session_id: id,
+                        message: system,
+                    },
+                    WriteOp::InsertEvent(event),
+                ],
+                None,
+            )
+            .await?;
+        Ok(record)
+    }
+
+    /// Creates a new session holding a copy of `source`'s first `turns` turns (all when
+    /// `None`); the copy is made inside the database.
+    pub async fn fork(
+        &self,
+        source: Uuid,
+        turns: Option<u64>,
+    ) -> Result<SessionRecord, SessionError> {
+        if self.deps.shutdown.is_cancelled() {
+            return Err(SessionError::ShuttingDown);
+        }
+        let parent = self.get(source).await?;
+        let mut upto = match turns {
+            Some(n) => self.deps.store.nth_user_message(source, n).await?,
+            None => None,
+        };
+        // An automatic summary written just before turn N+1 belongs to that turn, not to the
+        // first N: a fork taken there predates it.
+        while let Some(cut) = upto.filter(|&cut| cut > 1) {
+            let before = self.deps.store.messages(source, cut - 2, 1).await?;
+            if !before.first().is_some_and(Message::is_summary) {
+                break;
+            }
+            upto = Some(cut - 1);
+        }
+        let now = model::now();
+        let id = model::new_id();
+        let record = SessionRecord {
+            id,
+            parent_id: Some(source),
+            state: SessionState::Idle,
+            error: None,
+            message_count: upto.unwrap_or(parent.message_count),
+            last_seq: 2,
+            usage: Usage::default(),
+            last_run_id: None,
+            created_at: now,
+            updated_at: now,
+            ..parent
+        };
+        let created = new_event(
+            id,
+            1,
+            EventKind::SessionCreated {
+                session_id: id,
+                title: record.title.clone(),
+            },
+        );
+        let forked = new_event(
+            id,
+            2,
+            EventKind::SessionForked {
+                parent_id: source,
+                turns,
+            },
+        );
+        self.deps
+            .writer
+            .commit(
+                (id, 0),
+                vec![
+                    WriteOp::InsertSession(record.clone()),
+                    WriteOp::CopyMessages {
+                        from: source,
+                        to: id,
+                        upto,
+                    },
+                    WriteOp::InsertEvent(created),
+                    WriteOp::InsertEvent(forked),
+                ],
+                None,
+            )
+            .await?;
+        // The copy happened inside the database; read the count it produced.
+        Ok(self.get(id).await.unwrap_or(record))
+    }
+
+    pub async fn get(&self, id: Uuid) -> Result<SessionRecord, SessionError> {
+        self.deps
+            .store
+            .session(id)
+            .await?
+            .ok_or(SessionError::NotFound)
+    }
+
+    /// Starts a run (or a resume). Of concurrent requests exactly one starts; the others get a
+    /// conflict.
+    pub async fn run(&self, id: Uuid, request: RunRequest) -> Result<RunStarted, SessionError> {
+        if self.deps.shutdown.is_cancelled() {
+            return Err(SessionError::ShuttingDown);
+        }
+        self.send(id, |reply| Command::Run {
+            request: request.clone(),
+            reply,
+        })
+        .await
+    }
+
+    pub async fn cancel(&self, id: Uuid) -> Result<CancelOutcome, SessionError> {
+        self.send(id, |reply| Command::Cancel { reply }).await
+    }
+
+    /// Manual compaction; `None` when there is nothing to compact.
+    pub async fn compact(&self, id: Uuid) -> Result<Option<Compacted>, SessionError> {
+        self.send(id, |reply| Command::Compact { reply }).await
+    }
+
+    pub async fn delete(&self, id: Uuid) -> Result<(), SessionError> {
+        self.send(id, |reply| Command::Delete { reply }).await
+    }
+
+    /// The session's events after `after`, then live ones as they commit; with `run`, ends
+    /// after that run's terminal event.
+    pub async fn follow(
+        &self,
+        id: Uuid,
+        after: i64,
+        run: Option<Uuid>,
+    ) -> Result<EventStream, SessionError> {
+        // Subscribe before reading the backlog so nothing committed in between is missed.
+        let live = self.subscribe(id)?;
+        if self.deps.store.session(id).await?.is_none() {
+            return Err(SessionError::NotFound);
+        }
+        Ok(self.stream_from(id, after, live, run))
+    }
+
+    /// Subscribes to a session's live events (for a run started right after).
+    pub fn subscribe(&self, id: Uuid) -> Result<Subscription, SessionError> {
+        let slot = self.get_or_spawn(id)?;
+        Ok(Subscription {
+            live: slot.events.subscribe(),
+            wake: slot.wake.subscribe(),
+        })
+    }
+
+    /// Wraps a subscription obtained with [`Sessions::subscribe`] into a stream from `after`.
+    pub fn stream_from(
+        &self,
+        id: Uuid,
+        after: i64,
+        subscription: Subscription,
+        run: Option<Uuid>,
+    ) -> EventStream {
+        EventStream::new(self.deps.store.clone(), id, after, subscription, run)
+    }
+
+    /// One step; an LLM step shows the exact request it sent, rebuilt from its descriptor.
+    pub async fn step_with_request(
+        &self,
+        id: Uuid,
+        step_id: Uuid,
+    ) -> Result<Option<Value>, SessionError> {
+        Ok(steps::with_request(&self.deps, id, step_id).await?)
+    }
+
+    /// Marks runs that a dead process left in progress as interrupted: each such session's
+    /// actor is started, and it records the interruption. Only sessions stored as active are
+    /// read (an indexed query), never the whole table.
+    pub async fn recover_interrupted(&self) -> Result<Vec<Uuid>, SessionError> {
+        let ids = self.deps.store.active_sessions().await?;
+        let mut interrupted = Vec::new();
+        for id in ids {
+            if self.take_over(id).await? {
+                interrupted.push(id);
+            }
+        }
+        Ok(interrupted)
+    }
+
+    /// Takes over a session whose run was interrupted (a dead process or replica left it
+    /// running): it is recorded as interrupted, then resumed if auto-resume is on.
+    pub async fn take_over(&self, id: Uuid) -> Result<bool, SessionError> {
+        let interrupted = self.send(id, |reply| Command::TakeOver { reply }).await?;
+        if interrupted && self.deps.auto_resume {
+            self.resume_in_background(vec![id]);
+        }
+        Ok(interrupted)
+    }
+
+    /// Resumes interrupted sessions in the background (auto-resume); each resume is an
+    /// ordinary run, so clients see it on the event stream.
+    pub fn resume_in_background(&self, ids: Vec<Uuid>) {
+        for id in ids {
+            let sessions = self.clone();
+            tokio::spawn(async move {
+                let request = RunRequest {
+                    kind: RunKind::Resume,
+                    input: None,
+                };
+                match sessions.run(id, request).await {
+                    Ok(_) => tracing::info!(session_id = %id, "resuming an interrupted run"),
+                    Err(error) => tracing::warn!(session_id = %id, %error, "could not resume"),
+                }
+            });
+        }
+    }
+
+    /// Starts the scale-out background tasks (heartbeat, takeover sweep, notifications).
+    pub fn start_coordination(&self) {
+        let Some(cluster) = self.deps.cluster.clone() else {
+            return;
+        };
+        let sessions = self.clone();
+        let take_over = move |id| {
+            let sessions = sessions.clone();
+            async move { sessions.take_over(id).await }
+        };
+        coordination::spawn(self.deps.clone(), self.live.clone(), cluster, take_over);
+    }
+
+    /// Sends a command to the session's actor, starting the actor if needed. An actor that
+    /// stops drops what it did not handle; the command then goes to its successor.
+    async fn send<T>(
+        &self,
+        id: Uuid,
+        command: impl Fn(Reply<T>) -> Command,
+    ) -> Result<T, SessionError> {
+        for _ in 0..DELIVERY_ATTEMPTS {
+            let (reply, answer) = oneshot::channel();
+            let slot = self.get_or_spawn(id)?;
+            if slot.mailbox.send(command(reply)).await.is_err() {
+                continue;
+            }
+            match answer.await {
+                // The actor stopped before it answered.
+                Err(_) => continue,
+                Ok(result) => return result,
+            }
+        }
+        Err(SessionError::ShuttingDown)
+    }
+
+    /// The session's slot, spawning its actor when it has none running (never while the
+    /// server shuts down).
+    fn get_or_spawn(&self, id: Uuid) -> Result<Arc<Slot>, SessionError> {
+        if let Some(slot) = self.live.running(id) {
+            return Ok(slot);
+        }
+        if self.deps.shutdown.is_cancelled() {
+            return Err(SessionError::ShuttingDown);
+        }
+        Ok(self.live.get_or_spawn(id, |slot, inbox| {
+            let actor = SessionActor::new(id, self.deps.clone(), slot, self.live.clone());
+            self.deps.tasks.spawn(actor.run(inbox));
+        }))
+    }
+}
+
+fn new_event(session_id: Uuid, seq: i64, kind: EventKind) -> Arc<Event> {
+    Arc::new(Event::new(session_id, seq, kind, model::now()))
+}

@@ -1,0 +1,51 @@
+//! Rebuilding the exact request an LLM step sent, from the descriptor it stored: the stored
+//! history up to `upto`, projected with the system prompt and budget that were in force, and
+//! the tools that were offered.
+
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use super::SessionDeps;
+use crate::agent::context;
+use crate::model::{LlmRequestDescriptor, StepKind};
+use crate::store::{StoreError, StoreResult};
+
+/// One step as served: an LLM step also shows its `projection` (the descriptor) and the
+/// `request` rebuilt from it.
+pub(super) async fn with_request(
+    deps: &SessionDeps,
+    session_id: Uuid,
+    step_id: Uuid,
+) -> StoreResult<Option<Value>> {
+    let Some(step) = deps.store.step(session_id, step_id).await? else {
+        return Ok(None);
+    };
+    // Plain data: serialising it cannot fail.
+    let mut view = serde_json::to_value(&step).unwrap_or(Value::Null);
+    if step.kind == StepKind::Llm {
+        let descriptor: LlmRequestDescriptor = serde_json::from_value(step.request.clone())
+            .map_err(|e| {
+                StoreError::Corrupt(format!("the request descriptor of step {step_id}: {e}"))
+            })?;
+        let history = deps
+            .store
+            .messages(session_id, -1, descriptor.upto as i64)
+            .await?;
+        let (messages, _) =
+            context::prepare_context(&history, &descriptor.system_prompt, descriptor.budget);
+        let tools: Vec<_> = deps
+            .agent
+            .tools
+            .schemas()
+            .into_iter()
+            .filter(|t| descriptor.tools.contains(&t.name))
+            .collect();
+        view["projection"] = step.request;
+        view["request"] = json!({
+            "model": descriptor.model,
+            "messages": messages,
+            "tools": tools,
+        });
+    }
+    Ok(Some(view))
+}
