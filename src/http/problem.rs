@@ -71,9 +71,8 @@ impl From<SessionError> for Problem {
             SessionError::Conflict { kind, detail } => {
                 Problem::new(StatusCode::CONFLICT, kind, detail)
             }
-            SessionError::BadInput(detail) => Problem::bad_request(detail),
-            SessionError::Upstream(detail) => {
-                Problem::new(StatusCode::BAD_GATEWAY, "model-failed", detail)
+            SessionError::Upstream(error) => {
+                Problem::new(StatusCode::BAD_GATEWAY, "model-failed", error.to_string())
             }
             SessionError::TooBusy(detail) => Problem {
                 retry_after: Some(1),

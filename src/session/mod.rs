@@ -68,11 +68,9 @@ pub enum SessionError {
     /// The session's state does not allow the request (a run is active, nothing to resume…).
     #[error("{detail}")]
     Conflict { kind: &'static str, detail: String },
-    #[error("{0}")]
-    BadInput(String),
     /// The model provider failed (a compaction's summary request).
-    #[error("{0}")]
-    Upstream(String),
+    #[error(transparent)]
+    Upstream(crate::llm::LlmError),
     /// The process runs as many runs as it may; retry later.
     #[error("{0}")]
     TooBusy(String),

@@ -86,7 +86,7 @@ impl SessionActor {
                         error: error.to_string(),
                     },
                 );
-                Err(SessionError::Upstream(error.to_string()))
+                Err(SessionError::Upstream(error))
             }
         };
         match sink.commit(batch).await {
