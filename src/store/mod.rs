@@ -7,6 +7,7 @@
 //! session's changes and events commit together and many sessions share few fsyncs.
 
 pub mod postgres;
+mod rows;
 pub mod sqlite;
 mod sqlite_write;
 pub mod writer;

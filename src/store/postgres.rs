@@ -29,12 +29,17 @@ use std::str::FromStr;
 
 use sqlx::postgres::{PgConnectOptions, PgListener};
 
+use super::rows::{
+    checkpoint_from, corrupt_event, message_from, run_from, session_from, step_from, Plain,
+    StoredRow, CHECKPOINT_COLUMNS, EVENT_COLUMNS, MESSAGE_COLUMNS, RUN_COLUMNS, SESSION_COLUMNS,
+    STEP_COLUMNS,
+};
 use super::{
     Cluster, ClusterListener, ClusterNotice, SessionQuery, Store, StoreError, StoreResult, WriteOp,
 };
 use crate::model::{
-    Checkpoint, Event, EventKind, FinishReason, Message, Role, RunKind, RunRecord, RunStatus,
-    SessionRecord, SessionState, StepKind, StepRecord, StepStatus, ToolCall, Usage,
+    Checkpoint, Event, EventKind, FinishReason, Message, RunRecord, SessionRecord, SessionState,
+    StepRecord, ToolCall,
 };
 
 /// Connections per replica; PostgreSQL's default `max_connections` (100) leaves room for a few.
@@ -50,19 +55,6 @@ pub struct PostgresStore {
 const EVENTS_CHANNEL: &str = "tah_events";
 /// The channel on which replicas ask each other to act on a session (`cancel:session`).
 const COMMANDS_CHANNEL: &str = "tah_commands";
-
-const SESSION_COLUMNS: &str = "s.id, s.parent_id, s.title, s.metadata, s.system_prompt, s.state, \
-     s.error, s.input_tokens, s.output_tokens, s.last_run_id, s.created_at, s.updated_at, \
-     (SELECT COALESCE(MAX(idx) + 1, 0) FROM messages m WHERE m.session_id = s.id) AS message_count, \
-     (SELECT COALESCE(MAX(seq), 0) FROM events e WHERE e.session_id = s.id) AS last_seq";
-
-const RUN_COLUMNS: &str = "id, session_id, kind, status, input, text, finish_reason, \
-     input_tokens, output_tokens, steps, error, start_seq, created_at, finished_at";
-
-const STEP_COLUMNS: &str = "id, session_id, run_id, kind, status, request, response, \
-     input_tokens, output_tokens, error, created_at, finished_at";
-
-const CHECKPOINT_COLUMNS: &str = "id, session_id, run_id, step_id, message_count, seq, created_at";
 
 /// The SQLSTATE of "database does not exist".
 const INVALID_CATALOG_NAME: &str = "3D000";
@@ -406,131 +398,48 @@ async fn insert_events(conn: &mut PgConnection, events: &[&Event]) -> Result<(),
     Ok(())
 }
 
-fn corrupt(what: &str, value: &str) -> StoreError {
-    StoreError::Corrupt(format!("{what}: {value:?}"))
-}
+/// Ids, times and JSON have native types.
+impl StoredRow for PgRow {
+    fn get<T: Plain>(&self, col: &str) -> StoreResult<T> {
+        Ok(self.try_get(col)?)
+    }
 
-fn usage_cols(row: &PgRow) -> StoreResult<Usage> {
-    let input: i64 = row.try_get("input_tokens")?;
-    let output: i64 = row.try_get("output_tokens")?;
-    Ok(Usage {
-        input_tokens: input.max(0) as u64,
-        output_tokens: output.max(0) as u64,
-    })
-}
+    fn uuid(&self, col: &str) -> StoreResult<Uuid> {
+        Ok(self.try_get(col)?)
+    }
 
-fn session_from(row: &PgRow) -> StoreResult<SessionRecord> {
-    let state: String = row.try_get("state")?;
-    Ok(SessionRecord {
-        id: row.try_get("id")?,
-        parent_id: row.try_get("parent_id")?,
-        title: row.try_get("title")?,
-        metadata: row.try_get("metadata")?,
-        system_prompt: row.try_get("system_prompt")?,
-        state: SessionState::parse(&state).ok_or_else(|| corrupt("state", &state))?,
-        error: row.try_get("error")?,
-        message_count: row.try_get("message_count")?,
-        last_seq: row.try_get("last_seq")?,
-        usage: usage_cols(row)?,
-        last_run_id: row.try_get("last_run_id")?,
-        created_at: row.try_get("created_at")?,
-        updated_at: row.try_get("updated_at")?,
-    })
-}
+    fn opt_uuid(&self, col: &str) -> StoreResult<Option<Uuid>> {
+        Ok(self.try_get(col)?)
+    }
 
-fn message_from(row: &PgRow) -> StoreResult<Message> {
-    let role: String = row.try_get("role")?;
-    let calls: Option<Value> = row.try_get("tool_calls")?;
-    let tool_calls = match calls {
-        Some(v) => serde_json::from_value(v)
-            .map_err(|e| StoreError::Corrupt(format!("tool_calls: {e}")))?,
-        None => Vec::new(),
-    };
-    Ok(Message {
-        index: row.try_get("idx")?,
-        role: Role::parse(&role).ok_or_else(|| corrupt("role", &role))?,
-        content: row.try_get("content")?,
-        tool_calls,
-        tool_call_id: row.try_get("tool_call_id")?,
-        created_at: row.try_get("created_at")?,
-    })
+    fn time(&self, col: &str) -> StoreResult<DateTime<Utc>> {
+        Ok(self.try_get(col)?)
+    }
+
+    fn opt_time(&self, col: &str) -> StoreResult<Option<DateTime<Utc>>> {
+        Ok(self.try_get(col)?)
+    }
+
+    fn json(&self, col: &str) -> StoreResult<Value> {
+        Ok(self.try_get(col)?)
+    }
+
+    fn opt_json(&self, col: &str) -> StoreResult<Option<Value>> {
+        Ok(self.try_get(col)?)
+    }
 }
 
 fn event_from(row: &PgRow) -> StoreResult<Event> {
     let type_name: String = row.try_get("type")?;
     let data: Value = row.try_get("data")?;
-    let kind = EventKind::from_value_parts(&type_name, data)
-        .map_err(|e| StoreError::Corrupt(format!("event of type {type_name:?}: {e}")))?;
+    let kind =
+        EventKind::from_value_parts(&type_name, data).map_err(|e| corrupt_event(&type_name, e))?;
     Ok(Event::new(
         row.try_get("session_id")?,
         row.try_get("seq")?,
         kind,
         row.try_get("created_at")?,
     ))
-}
-
-fn run_from(row: &PgRow) -> StoreResult<RunRecord> {
-    let kind: String = row.try_get("kind")?;
-    let status: String = row.try_get("status")?;
-    Ok(RunRecord {
-        id: row.try_get("id")?,
-        session_id: row.try_get("session_id")?,
-        kind: match kind.as_str() {
-            "run" => RunKind::Run,
-            "resume" => RunKind::Resume,
-            _ => return Err(corrupt("kind", &kind)),
-        },
-        status: RunStatus::parse(&status).ok_or_else(|| corrupt("status", &status))?,
-        input: row.try_get("input")?,
-        text: row.try_get("text")?,
-        finish_reason: row
-            .try_get::<Option<String>, _>("finish_reason")?
-            .map(|r| FinishReason::parse(&r)),
-        usage: usage_cols(row)?,
-        steps: row.try_get("steps")?,
-        error: row.try_get("error")?,
-        start_seq: row.try_get("start_seq")?,
-        created_at: row.try_get("created_at")?,
-        finished_at: row.try_get("finished_at")?,
-    })
-}
-
-fn step_from(row: &PgRow) -> StoreResult<StepRecord> {
-    let kind: String = row.try_get("kind")?;
-    let status: String = row.try_get("status")?;
-    let input: Option<i64> = row.try_get("input_tokens")?;
-    let output: Option<i64> = row.try_get("output_tokens")?;
-    Ok(StepRecord {
-        id: row.try_get("id")?,
-        session_id: row.try_get("session_id")?,
-        run_id: row.try_get("run_id")?,
-        kind: StepKind::parse(&kind).ok_or_else(|| corrupt("kind", &kind))?,
-        status: StepStatus::parse(&status).ok_or_else(|| corrupt("status", &status))?,
-        request: row.try_get("request")?,
-        response: row.try_get("response")?,
-        usage: match (input, output) {
-            (Some(i), Some(o)) => Some(Usage {
-                input_tokens: i.max(0) as u64,
-                output_tokens: o.max(0) as u64,
-            }),
-            _ => None,
-        },
-        error: row.try_get("error")?,
-        created_at: row.try_get("created_at")?,
-        finished_at: row.try_get::<Option<DateTime<Utc>>, _>("finished_at")?,
-    })
-}
-
-fn checkpoint_from(row: &PgRow) -> StoreResult<Checkpoint> {
-    Ok(Checkpoint {
-        id: row.try_get("id")?,
-        session_id: row.try_get("session_id")?,
-        run_id: row.try_get("run_id")?,
-        step_id: row.try_get("step_id")?,
-        message_count: row.try_get("message_count")?,
-        seq: row.try_get("seq")?,
-        created_at: row.try_get("created_at")?,
-    })
 }
 
 #[async_trait]
@@ -638,10 +547,7 @@ impl Store for PostgresStore {
             sqlx::query("SELECT id FROM sessions WHERE state IN ('running', 'waiting_tool')")
                 .fetch_all(&self.pool)
                 .await?;
-        Ok(rows
-            .iter()
-            .map(|r| r.try_get("id"))
-            .collect::<Result<_, _>>()?)
+        rows.iter().map(|r| r.uuid("id")).collect()
     }
 
     async fn messages(
@@ -650,10 +556,10 @@ impl Store for PostgresStore {
         after: i64,
         limit: i64,
     ) -> StoreResult<Vec<Message>> {
-        let rows = sqlx::query(
-            "SELECT idx, role, content, tool_calls, tool_call_id, created_at FROM messages \
-             WHERE session_id = $1 AND idx > $2 ORDER BY idx LIMIT $3",
-        )
+        let rows = sqlx::query(&format!(
+            "SELECT {MESSAGE_COLUMNS} FROM messages \
+             WHERE session_id = $1 AND idx > $2 ORDER BY idx LIMIT $3"
+        ))
         .bind(session_id)
         .bind(after)
         .bind(sql_limit(limit))
@@ -684,10 +590,10 @@ impl Store for PostgresStore {
     }
 
     async fn events(&self, session_id: Uuid, after: i64, limit: i64) -> StoreResult<Vec<Event>> {
-        let rows = sqlx::query(
-            "SELECT session_id, seq, type, data, created_at FROM events \
-             WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
-        )
+        let rows = sqlx::query(&format!(
+            "SELECT {EVENT_COLUMNS} FROM events \
+             WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3"
+        ))
         .bind(session_id)
         .bind(after)
         .bind(sql_limit(limit))

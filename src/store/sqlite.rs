@@ -14,11 +14,15 @@ use sqlx::sqlite::{
 use sqlx::Row;
 use uuid::Uuid;
 
+use super::rows::{
+    checkpoint_from, corrupt, corrupt_event, message_from, run_from, session_from, step_from,
+    Plain, StoredRow, CHECKPOINT_COLUMNS, EVENT_COLUMNS, MESSAGE_COLUMNS, RUN_COLUMNS,
+    SESSION_COLUMNS, STEP_COLUMNS,
+};
 use super::sqlite_write::SqliteWriter;
 use super::{SessionQuery, Store, StoreError, StoreResult, WriteOp};
 use crate::model::{
-    Checkpoint, Event, FinishReason, Message, Role, RunKind, RunRecord, RunStatus, SessionRecord,
-    SessionState, StepKind, StepRecord, StepStatus, Usage,
+    Checkpoint, Event, Message, RunRecord, SessionRecord, SessionState, StepRecord,
 };
 
 pub struct SqliteStore {
@@ -27,11 +31,6 @@ pub struct SqliteStore {
     /// Writes go through one dedicated connection, a batch per hop.
     writer: SqliteWriter,
 }
-
-const SESSION_COLUMNS: &str = "s.id, s.parent_id, s.title, s.metadata, s.system_prompt, s.state, \
-     s.error, s.input_tokens, s.output_tokens, s.last_run_id, s.created_at, s.updated_at, \
-     (SELECT COALESCE(MAX(idx) + 1, 0) FROM messages m WHERE m.session_id = s.id) AS message_count, \
-     (SELECT COALESCE(MAX(seq), 0) FROM events e WHERE e.session_id = s.id) AS last_seq";
 
 impl SqliteStore {
     /// Opens (creating if needed) the database at `url` and applies the migrations.
@@ -70,166 +69,68 @@ impl SqliteStore {
     }
 }
 
-fn corrupt(what: &str, value: &str) -> StoreError {
-    StoreError::Corrupt(format!("{what}: {value:?}"))
+/// Ids, times and JSON are stored as text.
+impl StoredRow for SqliteRow {
+    fn get<T: Plain>(&self, col: &str) -> StoreResult<T> {
+        Ok(self.try_get(col)?)
+    }
+
+    fn uuid(&self, col: &str) -> StoreResult<Uuid> {
+        let s: String = self.try_get(col)?;
+        parse_uuid(col, &s)
+    }
+
+    fn opt_uuid(&self, col: &str) -> StoreResult<Option<Uuid>> {
+        let s: Option<String> = self.try_get(col)?;
+        s.map(|s| parse_uuid(col, &s)).transpose()
+    }
+
+    fn time(&self, col: &str) -> StoreResult<DateTime<Utc>> {
+        let s: String = self.try_get(col)?;
+        parse_time(col, &s)
+    }
+
+    fn opt_time(&self, col: &str) -> StoreResult<Option<DateTime<Utc>>> {
+        let s: Option<String> = self.try_get(col)?;
+        s.map(|s| parse_time(col, &s)).transpose()
+    }
+
+    fn json(&self, col: &str) -> StoreResult<Value> {
+        let s: String = self.try_get(col)?;
+        parse_json(col, &s)
+    }
+
+    fn opt_json(&self, col: &str) -> StoreResult<Option<Value>> {
+        let s: Option<String> = self.try_get(col)?;
+        s.map(|s| parse_json(col, &s)).transpose()
+    }
 }
 
-fn uuid_col(row: &SqliteRow, col: &str) -> StoreResult<Uuid> {
-    let s: String = row.try_get(col)?;
-    Uuid::parse_str(&s).map_err(|_| corrupt(col, &s))
+fn parse_uuid(col: &str, s: &str) -> StoreResult<Uuid> {
+    Uuid::parse_str(s).map_err(|_| corrupt(col, s))
 }
 
-fn opt_uuid_col(row: &SqliteRow, col: &str) -> StoreResult<Option<Uuid>> {
-    let s: Option<String> = row.try_get(col)?;
-    s.map(|s| Uuid::parse_str(&s).map_err(|_| corrupt(col, &s)))
-        .transpose()
-}
-
-fn time_col(row: &SqliteRow, col: &str) -> StoreResult<DateTime<Utc>> {
-    let s: String = row.try_get(col)?;
-    parse_time(&s).ok_or_else(|| corrupt(col, &s))
-}
-
-fn opt_time_col(row: &SqliteRow, col: &str) -> StoreResult<Option<DateTime<Utc>>> {
-    let s: Option<String> = row.try_get(col)?;
-    s.map(|s| parse_time(&s).ok_or_else(|| corrupt(col, &s)))
-        .transpose()
-}
-
-fn parse_time(s: &str) -> Option<DateTime<Utc>> {
+fn parse_time(col: &str, s: &str) -> StoreResult<DateTime<Utc>> {
     DateTime::parse_from_rfc3339(s)
-        .ok()
         .map(|t| t.with_timezone(&Utc))
+        .map_err(|_| corrupt(col, s))
 }
 
-fn json_col(row: &SqliteRow, col: &str) -> StoreResult<Value> {
-    let s: String = row.try_get(col)?;
-    serde_json::from_str(&s).map_err(|_| corrupt(col, &s))
-}
-
-fn usage_cols(row: &SqliteRow) -> StoreResult<Usage> {
-    let input: i64 = row.try_get("input_tokens")?;
-    let output: i64 = row.try_get("output_tokens")?;
-    Ok(Usage {
-        input_tokens: input.max(0) as u64,
-        output_tokens: output.max(0) as u64,
-    })
-}
-
-fn session_from(row: &SqliteRow) -> StoreResult<SessionRecord> {
-    let state: String = row.try_get("state")?;
-    Ok(SessionRecord {
-        id: uuid_col(row, "id")?,
-        parent_id: opt_uuid_col(row, "parent_id")?,
-        title: row.try_get("title")?,
-        metadata: json_col(row, "metadata")?,
-        system_prompt: row.try_get("system_prompt")?,
-        state: SessionState::parse(&state).ok_or_else(|| corrupt("state", &state))?,
-        error: row.try_get("error")?,
-        message_count: row.try_get("message_count")?,
-        last_seq: row.try_get("last_seq")?,
-        usage: usage_cols(row)?,
-        last_run_id: opt_uuid_col(row, "last_run_id")?,
-        created_at: time_col(row, "created_at")?,
-        updated_at: time_col(row, "updated_at")?,
-    })
-}
-
-fn message_from(row: &SqliteRow) -> StoreResult<Message> {
-    let role: String = row.try_get("role")?;
-    let calls: Option<String> = row.try_get("tool_calls")?;
-    let tool_calls = match calls {
-        Some(s) => serde_json::from_str(&s).map_err(|_| corrupt("tool_calls", &s))?,
-        None => Vec::new(),
-    };
-    Ok(Message {
-        index: row.try_get("idx")?,
-        role: Role::parse(&role).ok_or_else(|| corrupt("role", &role))?,
-        content: row.try_get("content")?,
-        tool_calls,
-        tool_call_id: row.try_get("tool_call_id")?,
-        created_at: time_col(row, "created_at")?,
-    })
+fn parse_json(col: &str, s: &str) -> StoreResult<Value> {
+    serde_json::from_str(s).map_err(|_| corrupt(col, s))
 }
 
 fn event_from(row: &SqliteRow) -> StoreResult<Event> {
     let type_name: String = row.try_get("type")?;
     let data: &str = row.try_get("data")?;
     Event::from_stored(
-        uuid_col(row, "session_id")?,
+        row.uuid("session_id")?,
         row.try_get("seq")?,
         &type_name,
         data,
-        time_col(row, "created_at")?,
+        row.time("created_at")?,
     )
-    .map_err(|e| StoreError::Corrupt(format!("event of type {type_name:?}: {e}")))
-}
-
-fn run_from(row: &SqliteRow) -> StoreResult<RunRecord> {
-    let kind: String = row.try_get("kind")?;
-    let status: String = row.try_get("status")?;
-    Ok(RunRecord {
-        id: uuid_col(row, "id")?,
-        session_id: uuid_col(row, "session_id")?,
-        kind: match kind.as_str() {
-            "run" => RunKind::Run,
-            "resume" => RunKind::Resume,
-            _ => return Err(corrupt("kind", &kind)),
-        },
-        status: RunStatus::parse(&status).ok_or_else(|| corrupt("status", &status))?,
-        input: row.try_get("input")?,
-        text: row.try_get("text")?,
-        finish_reason: row
-            .try_get::<Option<String>, _>("finish_reason")?
-            .map(|r| FinishReason::parse(&r)),
-        usage: usage_cols(row)?,
-        steps: row.try_get("steps")?,
-        error: row.try_get("error")?,
-        start_seq: row.try_get("start_seq")?,
-        created_at: time_col(row, "created_at")?,
-        finished_at: opt_time_col(row, "finished_at")?,
-    })
-}
-
-fn step_from(row: &SqliteRow) -> StoreResult<StepRecord> {
-    let kind: String = row.try_get("kind")?;
-    let status: String = row.try_get("status")?;
-    let response: Option<String> = row.try_get("response")?;
-    let input: Option<i64> = row.try_get("input_tokens")?;
-    let output: Option<i64> = row.try_get("output_tokens")?;
-    Ok(StepRecord {
-        id: uuid_col(row, "id")?,
-        session_id: uuid_col(row, "session_id")?,
-        run_id: uuid_col(row, "run_id")?,
-        kind: StepKind::parse(&kind).ok_or_else(|| corrupt("kind", &kind))?,
-        status: StepStatus::parse(&status).ok_or_else(|| corrupt("status", &status))?,
-        request: json_col(row, "request")?,
-        response: response
-            .map(|s| serde_json::from_str(&s).map_err(|_| corrupt("response", &s)))
-            .transpose()?,
-        usage: match (input, output) {
-            (Some(i), Some(o)) => Some(Usage {
-                input_tokens: i.max(0) as u64,
-                output_tokens: o.max(0) as u64,
-            }),
-            _ => None,
-        },
-        error: row.try_get("error")?,
-        created_at: time_col(row, "created_at")?,
-        finished_at: opt_time_col(row, "finished_at")?,
-    })
-}
-
-fn checkpoint_from(row: &SqliteRow) -> StoreResult<Checkpoint> {
-    Ok(Checkpoint {
-        id: uuid_col(row, "id")?,
-        session_id: uuid_col(row, "session_id")?,
-        run_id: uuid_col(row, "run_id")?,
-        step_id: opt_uuid_col(row, "step_id")?,
-        message_count: row.try_get("message_count")?,
-        seq: row.try_get("seq")?,
-        created_at: time_col(row, "created_at")?,
-    })
+    .map_err(|e| corrupt_event(&type_name, e))
 }
 
 #[async_trait]
@@ -268,7 +169,7 @@ impl Store for SqliteStore {
             sqlx::query("SELECT id FROM sessions WHERE state IN ('running', 'waiting_tool')")
                 .fetch_all(&self.pool)
                 .await?;
-        rows.iter().map(|r| uuid_col(r, "id")).collect()
+        rows.iter().map(|r| r.uuid("id")).collect()
     }
 
     async fn messages(
@@ -277,10 +178,10 @@ impl Store for SqliteStore {
         after: i64,
         limit: i64,
     ) -> StoreResult<Vec<Message>> {
-        let rows = sqlx::query(
-            "SELECT idx, role, content, tool_calls, tool_call_id, created_at FROM messages \
-             WHERE session_id = ? AND idx > ? ORDER BY idx LIMIT ?",
-        )
+        let rows = sqlx::query(&format!(
+            "SELECT {MESSAGE_COLUMNS} FROM messages \
+             WHERE session_id = ? AND idx > ? ORDER BY idx LIMIT ?"
+        ))
         .bind(session_id.to_string())
         .bind(after)
         .bind(limit)
@@ -311,10 +212,10 @@ impl Store for SqliteStore {
     }
 
     async fn events(&self, session_id: Uuid, after: i64, limit: i64) -> StoreResult<Vec<Event>> {
-        let rows = sqlx::query(
-            "SELECT session_id, seq, type, data, created_at FROM events \
-             WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-        )
+        let rows = sqlx::query(&format!(
+            "SELECT {EVENT_COLUMNS} FROM events \
+             WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?"
+        ))
         .bind(session_id.to_string())
         .bind(after)
         .bind(limit)
@@ -337,9 +238,10 @@ impl Store for SqliteStore {
         after: Option<Uuid>,
         limit: i64,
     ) -> StoreResult<Vec<StepRecord>> {
-        let rows = sqlx::query(
-            "SELECT * FROM steps WHERE session_id = ?1 AND (?2 IS NULL OR id > ?2) ORDER BY id LIMIT ?3",
-        )
+        let rows = sqlx::query(&format!(
+            "SELECT {STEP_COLUMNS} FROM steps \
+             WHERE session_id = ?1 AND (?2 IS NULL OR id > ?2) ORDER BY id LIMIT ?3"
+        ))
         .bind(session_id.to_string())
         .bind(after.map(|id| id.to_string()))
         .bind(limit)
@@ -349,11 +251,13 @@ impl Store for SqliteStore {
     }
 
     async fn step(&self, session_id: Uuid, step_id: Uuid) -> StoreResult<Option<StepRecord>> {
-        let row = sqlx::query("SELECT * FROM steps WHERE session_id = ? AND id = ?")
-            .bind(session_id.to_string())
-            .bind(step_id.to_string())
-            .fetch_optional(&self.pool)
-            .await?;
+        let row = sqlx::query(&format!(
+            "SELECT {STEP_COLUMNS} FROM steps WHERE session_id = ? AND id = ?"
+        ))
+        .bind(session_id.to_string())
+        .bind(step_id.to_string())
+        .fetch_optional(&self.pool)
+        .await?;
         row.as_ref().map(step_from).transpose()
     }
 
@@ -363,9 +267,10 @@ impl Store for SqliteStore {
         after: Option<Uuid>,
         limit: i64,
     ) -> StoreResult<Vec<RunRecord>> {
-        let rows = sqlx::query(
-            "SELECT * FROM runs WHERE session_id = ?1 AND (?2 IS NULL OR id > ?2) ORDER BY id LIMIT ?3",
-        )
+        let rows = sqlx::query(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs \
+             WHERE session_id = ?1 AND (?2 IS NULL OR id > ?2) ORDER BY id LIMIT ?3"
+        ))
         .bind(session_id.to_string())
         .bind(after.map(|id| id.to_string()))
         .bind(limit)
@@ -375,20 +280,24 @@ impl Store for SqliteStore {
     }
 
     async fn run(&self, session_id: Uuid, run_id: Uuid) -> StoreResult<Option<RunRecord>> {
-        let row = sqlx::query("SELECT * FROM runs WHERE session_id = ? AND id = ?")
-            .bind(session_id.to_string())
-            .bind(run_id.to_string())
-            .fetch_optional(&self.pool)
-            .await?;
+        let row = sqlx::query(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE session_id = ? AND id = ?"
+        ))
+        .bind(session_id.to_string())
+        .bind(run_id.to_string())
+        .fetch_optional(&self.pool)
+        .await?;
         row.as_ref().map(run_from).transpose()
     }
 
     async fn latest_checkpoint(&self, session_id: Uuid) -> StoreResult<Option<Checkpoint>> {
-        let row =
-            sqlx::query("SELECT * FROM checkpoints WHERE session_id = ? ORDER BY id DESC LIMIT 1")
-                .bind(session_id.to_string())
-                .fetch_optional(&self.pool)
-                .await?;
+        let row = sqlx::query(&format!(
+            "SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE session_id = ? \
+             ORDER BY id DESC LIMIT 1"
+        ))
+        .bind(session_id.to_string())
+        .fetch_optional(&self.pool)
+        .await?;
         row.as_ref().map(checkpoint_from).transpose()
     }
 }
