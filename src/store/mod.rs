@@ -9,7 +9,6 @@
 pub mod postgres;
 mod rows;
 pub mod sqlite;
-mod sqlite_write;
 pub mod writer;
 
 use std::sync::Arc;

@@ -39,6 +39,9 @@ pub const STEP_COLUMNS: &str = "id, session_id, run_id, kind, status, request, r
 pub const CHECKPOINT_COLUMNS: &str =
     "id, session_id, run_id, step_id, message_count, seq, created_at";
 
+/// The tables whose rows belong to one session (`session_id`), deleted with it.
+pub const SESSION_TABLES: [&str; 5] = ["events", "messages", "steps", "runs", "checkpoints"];
+
 /// A value both backends store alike (integers, text, and NULL of either), read as it is.
 pub trait Plain:
     for<'r> Decode<'r, Sqlite> + Type<Sqlite> + for<'r> Decode<'r, Postgres> + Type<Postgres>
@@ -85,6 +88,12 @@ fn run_kind(name: &str) -> Option<RunKind> {
     }
 }
 
+/// A token count as stored (`bigint`/`INTEGER`).
+pub fn tokens(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// A stored token count; a negative one (never written) reads as 0.
 fn token_count(n: i64) -> u64 {
     n.max(0) as u64
 }

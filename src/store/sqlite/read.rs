@@ -1,73 +1,24 @@
-//! The embedded SQLite store: WAL, `synchronous=NORMAL`, a busy timeout, and `BEGIN IMMEDIATE`
-//! for every write transaction. Ids are stored as text, JSON as text, times as RFC 3339.
-
-use std::str::FromStr;
-use std::time::Duration;
+//! The reads of the SQLite store, over the sqlx pool; `commit` hands its ops to the single
+//! writer connection (`write.rs`). Rows decode through [`StoredRow`]: ids, times and JSON are
+//! text here.
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
-    SqliteSynchronous,
-};
+use sqlx::sqlite::SqliteRow;
 use sqlx::Row;
 use uuid::Uuid;
 
-use super::rows::{
+use super::SqliteStore;
+use crate::model::{
+    Checkpoint, Event, Message, RunRecord, SessionRecord, SessionState, StepRecord,
+};
+use crate::store::rows::{
     checkpoint_from, corrupt, corrupt_event, message_from, run_from, session_from, step_from,
     Plain, StoredRow, CHECKPOINT_COLUMNS, EVENT_COLUMNS, MESSAGE_COLUMNS, RUN_COLUMNS,
     SESSION_COLUMNS, STEP_COLUMNS,
 };
-use super::sqlite_write::SqliteWriter;
-use super::{SessionQuery, Store, StoreError, StoreResult, WriteOp};
-use crate::model::{
-    Checkpoint, Event, Message, RunRecord, SessionRecord, SessionState, StepRecord,
-};
-
-pub struct SqliteStore {
-    /// Reads (and migrations) go through the sqlx pool.
-    pool: SqlitePool,
-    /// Writes go through one dedicated connection, a batch per hop.
-    writer: SqliteWriter,
-}
-
-impl SqliteStore {
-    /// Opens (creating if needed) the database at `url` and applies the migrations.
-    pub async fn open(url: &str) -> StoreResult<SqliteStore> {
-        let path = url
-            .trim_start_matches("sqlite://")
-            .trim_start_matches("sqlite:");
-        let path = path.split('?').next().unwrap_or("");
-        if path.is_empty() || path.starts_with(":memory:") || url.contains("mode=memory") {
-            // Every connection would see its own empty database.
-            return Err(StoreError::Unsupported(format!(
-                "{url}: an in-memory SQLite database cannot be shared by the server's connections; \
-                 give a file path"
-            )));
-        }
-        if let Some(parent) = std::path::Path::new(path).parent() {
-            if !parent.as_os_str().is_empty() {
-                std::fs::create_dir_all(parent)?;
-            }
-        }
-        let options = SqliteConnectOptions::from_str(url)?
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Normal)
-            .busy_timeout(Duration::from_secs(10))
-            .pragma("temp_store", "memory")
-            .pragma("cache_size", "-16000");
-        let pool = SqlitePoolOptions::new()
-            .max_connections(8)
-            .min_connections(1)
-            .connect_with(options)
-            .await?;
-        sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
-        let writer = SqliteWriter::open(std::path::Path::new(path))?;
-        Ok(SqliteStore { pool, writer })
-    }
-}
+use crate::store::{SessionQuery, Store, StoreResult, WriteOp};
 
 /// Ids, times and JSON are stored as text.
 impl StoredRow for SqliteRow {
@@ -131,6 +82,48 @@ fn event_from(row: &SqliteRow) -> StoreResult<Event> {
         row.time("created_at")?,
     )
     .map_err(|e| corrupt_event(&type_name, e))
+}
+
+/// Runs and steps: rows of a session with time-ordered ids, read a page or one at a time.
+impl SqliteStore {
+    async fn page<T>(
+        &self,
+        table: &str,
+        columns: &str,
+        session_id: Uuid,
+        after: Option<Uuid>,
+        limit: i64,
+        decode: fn(&SqliteRow) -> StoreResult<T>,
+    ) -> StoreResult<Vec<T>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {columns} FROM {table} \
+             WHERE session_id = ?1 AND (?2 IS NULL OR id > ?2) ORDER BY id LIMIT ?3"
+        ))
+        .bind(session_id.to_string())
+        .bind(after.map(|id| id.to_string()))
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(decode).collect()
+    }
+
+    async fn one<T>(
+        &self,
+        table: &str,
+        columns: &str,
+        session_id: Uuid,
+        id: Uuid,
+        decode: fn(&SqliteRow) -> StoreResult<T>,
+    ) -> StoreResult<Option<T>> {
+        let row = sqlx::query(&format!(
+            "SELECT {columns} FROM {table} WHERE session_id = ? AND id = ?"
+        ))
+        .bind(session_id.to_string())
+        .bind(id.to_string())
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(decode).transpose()
+    }
 }
 
 #[async_trait]
@@ -238,27 +231,13 @@ impl Store for SqliteStore {
         after: Option<Uuid>,
         limit: i64,
     ) -> StoreResult<Vec<StepRecord>> {
-        let rows = sqlx::query(&format!(
-            "SELECT {STEP_COLUMNS} FROM steps \
-             WHERE session_id = ?1 AND (?2 IS NULL OR id > ?2) ORDER BY id LIMIT ?3"
-        ))
-        .bind(session_id.to_string())
-        .bind(after.map(|id| id.to_string()))
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(step_from).collect()
+        self.page("steps", STEP_COLUMNS, session_id, after, limit, step_from)
+            .await
     }
 
     async fn step(&self, session_id: Uuid, step_id: Uuid) -> StoreResult<Option<StepRecord>> {
-        let row = sqlx::query(&format!(
-            "SELECT {STEP_COLUMNS} FROM steps WHERE session_id = ? AND id = ?"
-        ))
-        .bind(session_id.to_string())
-        .bind(step_id.to_string())
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(step_from).transpose()
+        self.one("steps", STEP_COLUMNS, session_id, step_id, step_from)
+            .await
     }
 
     async fn runs(
@@ -267,27 +246,13 @@ impl Store for SqliteStore {
         after: Option<Uuid>,
         limit: i64,
     ) -> StoreResult<Vec<RunRecord>> {
-        let rows = sqlx::query(&format!(
-            "SELECT {RUN_COLUMNS} FROM runs \
-             WHERE session_id = ?1 AND (?2 IS NULL OR id > ?2) ORDER BY id LIMIT ?3"
-        ))
-        .bind(session_id.to_string())
-        .bind(after.map(|id| id.to_string()))
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(run_from).collect()
+        self.page("runs", RUN_COLUMNS, session_id, after, limit, run_from)
+            .await
     }
 
     async fn run(&self, session_id: Uuid, run_id: Uuid) -> StoreResult<Option<RunRecord>> {
-        let row = sqlx::query(&format!(
-            "SELECT {RUN_COLUMNS} FROM runs WHERE session_id = ? AND id = ?"
-        ))
-        .bind(session_id.to_string())
-        .bind(run_id.to_string())
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(run_from).transpose()
+        self.one("runs", RUN_COLUMNS, session_id, run_id, run_from)
+            .await
     }
 
     async fn latest_checkpoint(&self, session_id: Uuid) -> StoreResult<Option<Checkpoint>> {
