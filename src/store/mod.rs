@@ -5,6 +5,12 @@
 //! The store owns the tables; it knows nothing of actors or HTTP. All writes are expressed as
 //! [`WriteOp`]s and applied by the [`writer::Writer`] task in batched transactions, so every
 //! session's changes and events commit together and many sessions share few fsyncs.
+//!
+//! - `sqlite/`: the embedded store; reads over sqlx, the writer's batches on one `rusqlite`
+//!   connection.
+//! - `postgres/`: the scale-out store; reads, writes, and the [`Cluster`] coordination.
+//! - `rows.rs`: what both backends share: the column lists and the decoding of rows.
+//! - `writer.rs`: the group-commit task.
 
 pub mod postgres;
 mod rows;
