@@ -1,10 +1,11 @@
-//! What both backends read the same way: the column list of every `SELECT`, and the decoding
-//! of a row into a record. A backend only says how it stores the values that have no common
-//! SQL form (ids, times and JSON are text in SQLite; `uuid`, `timestamptz` and `jsonb` in
-//! PostgreSQL) by implementing [`StoredRow`]; state, role, kind and status are text in both and
-//! are parsed here. A value that cannot be decoded is a [`StoreError::Corrupt`] that names its
-//! column. Events are decoded by each backend (their `data` is text in one, `jsonb` in the
-//! other), with [`corrupt_event`] for the error.
+//! What both backends know alike of the tables: the column list of every `SELECT`, the tables
+//! that belong to a session, how token counts are stored, and the decoding of a row into a
+//! record. A backend only says how it stores the values that have no common SQL form (ids,
+//! times and JSON are text in SQLite; `uuid`, `timestamptz` and `jsonb` in PostgreSQL) by
+//! implementing [`StoredRow`]; state, role, kind and status are text in both and are parsed
+//! here. A value that cannot be decoded is a [`StoreError::Corrupt`] that names its column.
+//! Events are decoded by each backend (their `data` is text in one, `jsonb` in the other), with
+//! [`corrupt_event`] for the error.
 
 use std::fmt::Display;
 
