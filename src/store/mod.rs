@@ -5,10 +5,16 @@
 //! The store owns the tables; it knows nothing of actors or HTTP. All writes are expressed as
 //! [`WriteOp`]s and applied by the [`writer::Writer`] task in batched transactions, so every
 //! session's changes and events commit together and many sessions share few fsyncs.
+//!
+//! - `sqlite/`: the embedded store; reads over sqlx, the writer's batches on one `rusqlite`
+//!   connection.
+//! - `postgres/`: the scale-out store; reads, writes, and the [`Cluster`] coordination.
+//! - `rows.rs`: what both backends share: the column lists and the decoding of rows.
+//! - `writer.rs`: the group-commit task.
 
 pub mod postgres;
+mod rows;
 pub mod sqlite;
-mod sqlite_write;
 pub mod writer;
 
 use std::sync::Arc;
@@ -27,16 +33,20 @@ pub enum StoreError {
     Database(#[from] sqlx::Error),
     #[error("migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    /// A stored value that cannot be decoded (an unknown state, malformed JSON…).
     #[error("corrupt row: {0}")]
     Corrupt(String),
     #[error("unsupported database URL: {0}")]
     Unsupported(String),
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    /// SQLite's write connection failed to apply a batch (its cause as SQLite reports it).
     #[error("database write failed: {0}")]
     Write(String),
     #[error("the writer has stopped")]
     WriterGone,
+    /// The writer refuses every later commit of an actor whose earlier commit failed, so a
+    /// lost write can never leave a gap in `seq`; the session's next actor writes again.
     #[error("an earlier write of this session failed")]
     Poisoned,
     /// The write carried a lease epoch that is no longer the session's: another replica took

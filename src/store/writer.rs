@@ -3,8 +3,10 @@
 //!
 //! Actors hand a [`Commit`] to the writer and may go on producing; events reach subscribers
 //! only after their transaction has committed (publish-after-commit), and the ack tells the
-//! actor its writes are durable. If a commit fails, later commits from the same actor are
-//! refused until that actor is replaced, so a failed write can never leave a gap in `seq`.
+//! actor its writes are durable. If a commit fails, its ack carries the store's own error
+//! (a batch that fails is retried commit by commit to find which one it was), and later
+//! commits from the same actor are refused with [`StoreError::Poisoned`] until that actor is
+//! replaced, so a failed write can never leave a gap in `seq`.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -106,9 +108,10 @@ async fn run(store: Arc<dyn Store>, mut rx: mpsc::Receiver<Commit>) {
             Ok(()) => accepted.into_iter().for_each(|c| finish(c, Ok(()))),
             Err(error) if accepted.len() == 1 => {
                 tracing::error!(%error, "commit failed");
-                for commit in accepted {
+                if let Some(commit) = accepted.into_iter().next() {
                     poisoned.insert(commit.origin);
-                    finish(commit, Err(error_copy(&error)));
+                    // Its one waiter gets the store's own error, variant and all.
+                    finish(commit, Err(error));
                 }
             }
             Err(error) => {
@@ -131,10 +134,6 @@ async fn run(store: Arc<dyn Store>, mut rx: mpsc::Receiver<Commit>) {
     }
 }
 
-fn error_copy(error: &StoreError) -> StoreError {
-    StoreError::Corrupt(error.to_string())
-}
-
 /// Acks a commit and, when it succeeded, publishes its events in order.
 fn finish(commit: Commit, result: StoreResult<()>) {
     if result.is_ok() {
@@ -150,5 +149,180 @@ fn finish(commit: Commit, result: StoreResult<()>) {
     if let Some(ack) = commit.ack {
         // The actor may have gone away (cancelled); the write stands either way.
         let _ = ack.send(result);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use async_trait::async_trait;
+    use chrono::Utc;
+
+    use super::*;
+    use crate::model::{
+        Checkpoint, EventKind, Message, RunRecord, SessionRecord, SessionState, StepRecord,
+    };
+    use crate::store::SessionQuery;
+
+    /// A store that refuses (as fenced) every transaction that deletes `refused`, and records
+    /// how many groups each transaction it was asked for held.
+    struct FakeStore {
+        refused: Uuid,
+        transactions: Mutex<Vec<usize>>,
+    }
+
+    #[async_trait]
+    impl Store for FakeStore {
+        async fn commit(&self, batch: &[&[WriteOp]]) -> StoreResult<()> {
+            self.transactions
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(batch.len());
+            let refused = batch
+                .iter()
+                .flat_map(|ops| ops.iter())
+                .any(|op| matches!(op, WriteOp::DeleteSession(id) if *id == self.refused));
+            if refused {
+                Err(StoreError::Fenced)
+            } else {
+                Ok(())
+            }
+        }
+        async fn session(&self, _: Uuid) -> StoreResult<Option<SessionRecord>> {
+            Ok(None)
+        }
+        async fn sessions(&self, _: &SessionQuery) -> StoreResult<Vec<SessionRecord>> {
+            Ok(Vec::new())
+        }
+        async fn active_sessions(&self) -> StoreResult<Vec<Uuid>> {
+            Ok(Vec::new())
+        }
+        async fn messages(&self, _: Uuid, _: i64, _: i64) -> StoreResult<Vec<Message>> {
+            Ok(Vec::new())
+        }
+        async fn nth_user_message(&self, _: Uuid, _: u64) -> StoreResult<Option<i64>> {
+            Ok(None)
+        }
+        async fn message_count(&self, _: Uuid) -> StoreResult<i64> {
+            Ok(0)
+        }
+        async fn events(&self, _: Uuid, _: i64, _: i64) -> StoreResult<Vec<Event>> {
+            Ok(Vec::new())
+        }
+        async fn last_seq(&self, _: Uuid) -> StoreResult<i64> {
+            Ok(0)
+        }
+        async fn steps(&self, _: Uuid, _: Option<Uuid>, _: i64) -> StoreResult<Vec<StepRecord>> {
+            Ok(Vec::new())
+        }
+        async fn step(&self, _: Uuid, _: Uuid) -> StoreResult<Option<StepRecord>> {
+            Ok(None)
+        }
+        async fn runs(&self, _: Uuid, _: Option<Uuid>, _: i64) -> StoreResult<Vec<RunRecord>> {
+            Ok(Vec::new())
+        }
+        async fn run(&self, _: Uuid, _: Uuid) -> StoreResult<Option<RunRecord>> {
+            Ok(None)
+        }
+        async fn latest_checkpoint(&self, _: Uuid) -> StoreResult<Option<Checkpoint>> {
+            Ok(None)
+        }
+    }
+
+    fn started(session_id: Uuid) -> WriteOp {
+        let kind = EventKind::StateChanged {
+            from: SessionState::Idle,
+            to: SessionState::Running,
+        };
+        WriteOp::InsertEvent(Arc::new(Event::new(session_id, 1, kind, Utc::now())))
+    }
+
+    /// Queues a commit without waiting for it; the returned receiver gets its ack.
+    async fn queue(
+        writer: &Writer,
+        origin: Origin,
+        ops: Vec<WriteOp>,
+        publish: Option<broadcast::Sender<Arc<Event>>>,
+    ) -> oneshot::Receiver<StoreResult<()>> {
+        let (ack, done) = oneshot::channel();
+        let commit = Commit {
+            origin,
+            ops,
+            publish,
+            ack: Some(ack),
+        };
+        writer.submit(commit).await.expect("the writer runs");
+        done
+    }
+
+    fn setup() -> (Arc<FakeStore>, Writer, Uuid) {
+        let refused = Uuid::new_v4();
+        let store = Arc::new(FakeStore {
+            refused,
+            transactions: Mutex::new(Vec::new()),
+        });
+        let (writer, _task) = Writer::spawn(store.clone());
+        (store, writer, refused)
+    }
+
+    #[tokio::test]
+    async fn a_failed_commit_gets_the_stores_error_and_later_ones_are_refused() {
+        let (_store, writer, refused) = setup();
+        let origin = (refused, 1);
+        let failed = writer
+            .commit(
+                origin,
+                vec![WriteOp::DeleteSession(refused)],
+                /*publish*/ None,
+            )
+            .await;
+        assert!(matches!(failed, Err(StoreError::Fenced)), "{failed:?}");
+        let later = writer
+            .commit(origin, vec![started(refused)], /*publish*/ None)
+            .await;
+        assert!(matches!(later, Err(StoreError::Poisoned)), "{later:?}");
+        // A new incarnation of the session's actor writes again.
+        let fresh = writer
+            .commit((refused, 2), vec![started(refused)], /*publish*/ None)
+            .await;
+        assert!(fresh.is_ok(), "{fresh:?}");
+    }
+
+    #[tokio::test]
+    async fn a_failed_batch_is_retried_one_by_one_and_fails_only_its_culprit() {
+        let (store, writer, refused) = setup();
+        let good = Uuid::new_v4();
+        let (events, mut subscriber) = broadcast::channel(8);
+        // Queued before the writer task runs, so the three commits share one batch.
+        let bad = queue(
+            &writer,
+            (refused, 1),
+            vec![WriteOp::DeleteSession(refused)],
+            /*publish*/ None,
+        )
+        .await;
+        let again = queue(
+            &writer,
+            (refused, 1),
+            vec![started(refused)],
+            /*publish*/ None,
+        )
+        .await;
+        let fine = queue(&writer, (good, 1), vec![started(good)], Some(events)).await;
+
+        let bad = bad.await.expect("acked");
+        assert!(matches!(bad, Err(StoreError::Fenced)), "{bad:?}");
+        let again = again.await.expect("acked");
+        assert!(matches!(again, Err(StoreError::Poisoned)), "{again:?}");
+        assert!(fine.await.expect("acked").is_ok());
+        // Published after its own commit succeeded.
+        let event = subscriber
+            .try_recv()
+            .expect("the good commit's event is published");
+        assert_eq!(event.session_id, good);
+        // One transaction for the batch, then one per commit not refused outright.
+        let transactions = store.transactions.lock().map(|t| t.clone());
+        assert_eq!(transactions.ok(), Some(vec![3, 1, 1]));
     }
 }

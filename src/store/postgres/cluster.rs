@@ -1,0 +1,295 @@
+//! Coordination of the replicas that share one PostgreSQL database: the [`Cluster`] side of
+//! [`PostgresStore`]. Session leases (owner, epoch, expiry; times from the database's clock),
+//! the fence a commit checks against them, and the notifications: commits announce their
+//! newest events with `NOTIFY`, replicas ask each other to cancel a run, and every replica
+//! `LISTEN`s on one dedicated connection.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::postgres::{PgConnection, PgListener};
+use sqlx::Row;
+use uuid::Uuid;
+
+use super::PostgresStore;
+use crate::store::{Cluster, ClusterListener, ClusterNotice, StoreError, StoreResult, WriteOp};
+
+/// The channel on which commits announce `replica:session:seq`.
+const EVENTS_CHANNEL: &str = "tah_events";
+/// The channel on which replicas ask each other to act on a session (`cancel:session`).
+const COMMANDS_CHANNEL: &str = "tah_commands";
+
+/// Refuses the commit unless `owner` still holds the session's lease at `epoch`.
+pub(super) async fn check_fence(
+    conn: &mut PgConnection,
+    session_id: Uuid,
+    owner: Uuid,
+    epoch: i64,
+) -> StoreResult<()> {
+    // FOR SHARE orders this check against a takeover's UPDATE of the lease.
+    let held: Option<bool> = sqlx::query_scalar(
+        "SELECT lease_owner = $2 AND lease_epoch = $3 FROM sessions WHERE id = $1 FOR SHARE",
+    )
+    .bind(session_id)
+    .bind(owner)
+    .bind(epoch)
+    .fetch_optional(conn)
+    .await?
+    .flatten();
+    // A session deleted in the meantime has nothing left to protect.
+    if held == Some(false) {
+        return Err(StoreError::Fenced);
+    }
+    Ok(())
+}
+
+/// Announces the newest seq of each session the ops insert events into, inside the commit's
+/// transaction: PostgreSQL delivers the notifications only if it commits.
+pub(super) async fn announce_events(
+    conn: &mut PgConnection,
+    replica: Uuid,
+    ops: &[&WriteOp],
+) -> Result<(), sqlx::Error> {
+    let payloads: Vec<String> = newest_seqs(ops)
+        .into_iter()
+        .map(|(session_id, seq)| events_payload(replica, session_id, seq))
+        .collect();
+    if payloads.is_empty() {
+        return Ok(());
+    }
+    sqlx::query("SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p")
+        .bind(EVENTS_CHANNEL)
+        .bind(&payloads)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// The newest seq of each session that the ops insert events into, in order of first mention.
+fn newest_seqs(ops: &[&WriteOp]) -> Vec<(Uuid, i64)> {
+    let mut newest: Vec<(Uuid, i64)> = Vec::new();
+    for op in ops {
+        if let WriteOp::InsertEvent(e) = op {
+            match newest.iter_mut().find(|(id, _)| *id == e.session_id) {
+                Some(entry) => entry.1 = entry.1.max(e.seq),
+                None => newest.push((e.session_id, e.seq)),
+            }
+        }
+    }
+    newest
+}
+
+fn events_payload(replica: Uuid, session_id: Uuid, seq: i64) -> String {
+    format!("{replica}:{session_id}:{seq}")
+}
+
+fn cancel_payload(session_id: Uuid) -> String {
+    format!("cancel:{session_id}")
+}
+
+/// A notification as a notice; `None` for a malformed one.
+fn parse_notice(channel: &str, payload: &str) -> Option<ClusterNotice> {
+    match channel {
+        EVENTS_CHANNEL => {
+            let mut parts = payload.splitn(3, ':');
+            match (
+                parts.next().and_then(|s| Uuid::parse_str(s).ok()),
+                parts.next().and_then(|s| Uuid::parse_str(s).ok()),
+                parts.next().and_then(|s| s.parse().ok()),
+            ) {
+                (Some(origin), Some(session_id), Some(seq)) => Some(ClusterNotice::Events {
+                    origin,
+                    session_id,
+                    seq,
+                }),
+                _ => None,
+            }
+        }
+        COMMANDS_CHANNEL => payload
+            .strip_prefix("cancel:")
+            .and_then(|s| Uuid::parse_str(s).ok())
+            .map(|session_id| ClusterNotice::Cancel { session_id }),
+        _ => None,
+    }
+}
+
+fn millis(ttl: Duration) -> i64 {
+    i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)
+}
+
+#[async_trait]
+impl Cluster for PostgresStore {
+    async fn acquire(
+        &self,
+        session_id: Uuid,
+        owner: Uuid,
+        ttl: Duration,
+    ) -> StoreResult<Option<i64>> {
+        let epoch: Option<i64> = sqlx::query_scalar(
+            "UPDATE sessions SET \
+               lease_epoch = CASE WHEN lease_owner = $2 AND lease_expires_at > now() \
+                             THEN lease_epoch ELSE lease_epoch + 1 END, \
+               lease_owner = $2, \
+               lease_expires_at = now() + make_interval(secs => $3::double precision / 1000) \
+             WHERE id = $1 AND (lease_owner IS NULL OR lease_owner = $2 OR lease_expires_at <= now()) \
+             RETURNING lease_epoch",
+        )
+        .bind(session_id)
+        .bind(owner)
+        .bind(millis(ttl))
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(epoch)
+    }
+
+    async fn renew(&self, owner: Uuid, ttl: Duration) -> StoreResult<Vec<(Uuid, i64)>> {
+        let rows = sqlx::query(
+            "UPDATE sessions SET lease_expires_at = now() + make_interval(secs => $2::double precision / 1000) \
+             WHERE lease_owner = $1 AND lease_expires_at > now() RETURNING id, lease_epoch",
+        )
+        .bind(owner)
+        .bind(millis(ttl))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| Ok((r.try_get("id")?, r.try_get("lease_epoch")?)))
+            .collect()
+    }
+
+    async fn release(&self, session_id: Uuid, owner: Uuid) -> StoreResult<()> {
+        sqlx::query(
+            "UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL \
+             WHERE id = $1 AND lease_owner = $2",
+        )
+        .bind(session_id)
+        .bind(owner)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn release_all(&self, owner: Uuid) -> StoreResult<()> {
+        sqlx::query("UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL WHERE lease_owner = $1")
+            .bind(owner)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn orphaned(&self, limit: i64) -> StoreResult<Vec<Uuid>> {
+        let ids: Vec<Uuid> = sqlx::query_scalar(
+            "SELECT id FROM sessions WHERE state IN ('running', 'waiting_tool') \
+             AND (lease_owner IS NULL OR lease_expires_at <= now()) \
+             LIMIT $1 FOR UPDATE SKIP LOCKED",
+        )
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(ids)
+    }
+
+    async fn send_cancel(&self, session_id: Uuid) -> StoreResult<()> {
+        sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(COMMANDS_CHANNEL)
+            .bind(cancel_payload(session_id))
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn listen(&self) -> StoreResult<Box<dyn ClusterListener>> {
+        let mut listener = PgListener::connect_with(&self.pool).await?;
+        listener
+            .listen_all([EVENTS_CHANNEL, COMMANDS_CHANNEL])
+            .await?;
+        Ok(Box::new(PgNotices { listener }))
+    }
+}
+
+/// Notifications from a dedicated connection; sqlx reconnects it after a loss, which is
+/// reported as [`ClusterNotice::Reconnected`] so subscribers catch up from the table.
+struct PgNotices {
+    listener: PgListener,
+}
+
+#[async_trait]
+impl ClusterListener for PgNotices {
+    async fn next(&mut self) -> StoreResult<ClusterNotice> {
+        loop {
+            let Some(notification) = self.listener.try_recv().await? else {
+                return Ok(ClusterNotice::Reconnected);
+            };
+            let notice = parse_notice(notification.channel(), notification.payload());
+            match notice {
+                Some(notice) => return Ok(notice),
+                None => tracing::warn!(
+                    payload = notification.payload(),
+                    "ignored a malformed notification"
+                ),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use chrono::Utc;
+
+    use super::*;
+    use crate::model::{Event, EventKind, SessionState};
+
+    fn event(session_id: Uuid, seq: i64) -> WriteOp {
+        let kind = EventKind::StateChanged {
+            from: SessionState::Idle,
+            to: SessionState::Running,
+        };
+        WriteOp::InsertEvent(Arc::new(Event::new(session_id, seq, kind, Utc::now())))
+    }
+
+    #[test]
+    fn a_commit_announces_the_newest_seq_of_each_session() {
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        let ops = [
+            event(a, 4),
+            event(b, 1),
+            WriteOp::DeleteSession(b),
+            event(a, 5),
+        ];
+        let ops: Vec<&WriteOp> = ops.iter().collect();
+        assert_eq!(newest_seqs(&ops), vec![(a, 5), (b, 1)]);
+        assert_eq!(newest_seqs(&[&WriteOp::DeleteSession(a)]), vec![]);
+    }
+
+    #[test]
+    fn notices_read_back_what_was_sent() {
+        let (replica, session_id) = (Uuid::new_v4(), Uuid::new_v4());
+        assert_eq!(
+            parse_notice(EVENTS_CHANNEL, &events_payload(replica, session_id, 7)),
+            Some(ClusterNotice::Events {
+                origin: replica,
+                session_id,
+                seq: 7
+            })
+        );
+        assert_eq!(
+            parse_notice(COMMANDS_CHANNEL, &cancel_payload(session_id)),
+            Some(ClusterNotice::Cancel { session_id })
+        );
+    }
+
+    #[test]
+    fn malformed_notifications_are_no_notices() {
+        let id = Uuid::new_v4();
+        for (channel, payload) in [
+            (EVENTS_CHANNEL, format!("{id}:{id}")),
+            (EVENTS_CHANNEL, format!("{id}:{id}:seven")),
+            (EVENTS_CHANNEL, format!("replica:{id}:7")),
+            (COMMANDS_CHANNEL, format!("pause:{id}")),
+            ("elsewhere", cancel_payload(id)),
+        ] {
+            assert_eq!(parse_notice(channel, &payload), None, "{channel} {payload}");
+        }
+    }
+}

@@ -1,0 +1,369 @@
+//! The write side of the PostgreSQL store: a commit is one transaction, with one function per
+//! op. Runs of consecutive `InsertEvent` ops go in as one multi-row
+//! `INSERT … SELECT FROM UNNEST(…)`; a fence is checked where it stands among the ops, and the
+//! newest events are announced to the other replicas (`cluster.rs`) inside the transaction, so
+//! the announcement is delivered only if it commits. Text and JSON are cleared of U+0000 on the
+//! way in (see the module doc of [`super`]).
+
+use std::borrow::Cow;
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::postgres::PgConnection;
+use sqlx::types::Json;
+use uuid::Uuid;
+
+use super::{cluster, PostgresStore};
+use crate::model::{
+    Checkpoint, Event, FinishReason, Message, RunRecord, SessionRecord, StepRecord, ToolCall,
+};
+use crate::store::rows::{tokens, SESSION_TABLES};
+use crate::store::{StoreResult, WriteOp};
+
+/// Applies every group of ops in one transaction: all or nothing.
+pub(super) async fn commit(store: &PostgresStore, batch: &[&[WriteOp]]) -> StoreResult<()> {
+    let ops: Vec<&WriteOp> = batch.iter().flat_map(|ops| ops.iter()).collect();
+    let mut tx = store.pool.begin().await?;
+    let mut rest = ops.as_slice();
+    while !rest.is_empty() {
+        // A run of consecutive event inserts (across groups) becomes one statement; order
+        // relative to the other ops is kept, so a later op still sees these rows.
+        let events = rest
+            .iter()
+            .take_while(|op| matches!(op, WriteOp::InsertEvent(_)))
+            .count();
+        if events > 1 {
+            insert_events(&mut tx, &rest[..events]).await?;
+            rest = &rest[events..];
+        } else {
+            apply(&mut tx, rest[0]).await?;
+            rest = &rest[1..];
+        }
+    }
+    cluster::announce_events(&mut tx, store.replica, &ops).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Applies one op inside the caller's transaction.
+async fn apply(conn: &mut PgConnection, op: &WriteOp) -> StoreResult<()> {
+    match op {
+        WriteOp::InsertSession(s) => insert_session(conn, s).await?,
+        WriteOp::UpdateSession(s) => update_session(conn, s).await?,
+        WriteOp::DeleteSession(id) => delete_session(conn, *id).await?,
+        WriteOp::InsertMessage {
+            session_id,
+            message,
+        } => insert_message(conn, *session_id, message).await?,
+        WriteOp::CopyMessages { from, to, upto } => copy_messages(conn, *from, *to, *upto).await?,
+        WriteOp::UpsertRun(r) => upsert_run(conn, r).await?,
+        WriteOp::UpsertStep(s) => upsert_step(conn, s).await?,
+        WriteOp::InsertEvent(e) => insert_event(conn, e).await?,
+        WriteOp::Fence {
+            session_id,
+            owner,
+            epoch,
+        } => cluster::check_fence(conn, *session_id, *owner, *epoch).await?,
+        WriteOp::FailOpenSteps {
+            session_id,
+            run_id,
+            error,
+            at,
+        } => fail_open_steps(conn, *session_id, *run_id, error, *at).await?,
+        WriteOp::InsertCheckpoint(c) => insert_checkpoint(conn, c).await?,
+    }
+    Ok(())
+}
+
+async fn insert_session(conn: &mut PgConnection, s: &SessionRecord) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO sessions (id, parent_id, title, metadata, system_prompt, state, error, \
+         input_tokens, output_tokens, last_run_id, created_at, updated_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+    )
+    .bind(s.id)
+    .bind(s.parent_id)
+    .bind(opt_text(&s.title))
+    .bind(json(&s.metadata))
+    .bind(opt_text(&s.system_prompt))
+    .bind(s.state.as_str())
+    .bind(opt_text(&s.error))
+    .bind(tokens(s.usage.input_tokens))
+    .bind(tokens(s.usage.output_tokens))
+    .bind(s.last_run_id)
+    .bind(s.created_at)
+    .bind(s.updated_at)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+async fn update_session(conn: &mut PgConnection, s: &SessionRecord) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE sessions SET title = $1, metadata = $2, state = $3, error = $4, \
+         input_tokens = $5, output_tokens = $6, last_run_id = $7, updated_at = $8 \
+         WHERE id = $9",
+    )
+    .bind(opt_text(&s.title))
+    .bind(json(&s.metadata))
+    .bind(s.state.as_str())
+    .bind(opt_text(&s.error))
+    .bind(tokens(s.usage.input_tokens))
+    .bind(tokens(s.usage.output_tokens))
+    .bind(s.last_run_id)
+    .bind(s.updated_at)
+    .bind(s.id)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+async fn delete_session(conn: &mut PgConnection, id: Uuid) -> Result<(), sqlx::Error> {
+    for table in SESSION_TABLES {
+        sqlx::query(&format!("DELETE FROM {table} WHERE session_id = $1"))
+            .bind(id)
+            .execute(&mut *conn)
+            .await?;
+    }
+    sqlx::query("DELETE FROM sessions WHERE id = $1")
+        .bind(id)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+async fn insert_message(
+    conn: &mut PgConnection,
+    session_id: Uuid,
+    m: &Message,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO messages (session_id, idx, role, content, tool_calls, tool_call_id, created_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+    )
+    .bind(session_id)
+    .bind(m.index)
+    .bind(m.role.as_str())
+    .bind(text(&m.content))
+    .bind(tool_calls_json(&m.tool_calls)?)
+    .bind(opt_text(&m.tool_call_id))
+    .bind(m.created_at)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+async fn copy_messages(
+    conn: &mut PgConnection,
+    from: Uuid,
+    to: Uuid,
+    upto: Option<i64>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO messages (session_id, idx, role, content, tool_calls, tool_call_id, created_at) \
+         SELECT $1, idx, role, content, tool_calls, tool_call_id, created_at FROM messages \
+         WHERE session_id = $2 AND idx < $3",
+    )
+    .bind(to)
+    .bind(from)
+    .bind(upto.unwrap_or(i64::MAX))
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+async fn upsert_run(conn: &mut PgConnection, r: &RunRecord) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO runs (id, session_id, kind, status, input, text, finish_reason, \
+         input_tokens, output_tokens, steps, error, start_seq, created_at, finished_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
+         ON CONFLICT (id) DO UPDATE SET status = excluded.status, text = excluded.text, \
+         finish_reason = excluded.finish_reason, input_tokens = excluded.input_tokens, \
+         output_tokens = excluded.output_tokens, steps = excluded.steps, \
+         error = excluded.error, finished_at = excluded.finished_at",
+    )
+    .bind(r.id)
+    .bind(r.session_id)
+    .bind(r.kind.as_str())
+    .bind(r.status.as_str())
+    .bind(opt_text(&r.input))
+    .bind(opt_text(&r.text))
+    .bind(r.finish_reason.as_ref().map(FinishReason::as_str))
+    .bind(tokens(r.usage.input_tokens))
+    .bind(tokens(r.usage.output_tokens))
+    .bind(r.steps)
+    .bind(opt_text(&r.error))
+    .bind(r.start_seq)
+    .bind(r.created_at)
+    .bind(r.finished_at)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+async fn upsert_step(conn: &mut PgConnection, s: &StepRecord) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO steps (id, session_id, run_id, kind, status, request, response, \
+         input_tokens, output_tokens, error, created_at, finished_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+         ON CONFLICT (id) DO UPDATE SET status = excluded.status, \
+         response = excluded.response, input_tokens = excluded.input_tokens, \
+         output_tokens = excluded.output_tokens, error = excluded.error, \
+         finished_at = excluded.finished_at",
+    )
+    .bind(s.id)
+    .bind(s.session_id)
+    .bind(s.run_id)
+    .bind(s.kind.as_str())
+    .bind(s.status.as_str())
+    .bind(json(&s.request))
+    .bind(s.response.as_ref().map(json))
+    .bind(s.usage.map(|u| tokens(u.input_tokens)))
+    .bind(s.usage.map(|u| tokens(u.output_tokens)))
+    .bind(opt_text(&s.error))
+    .bind(s.created_at)
+    .bind(s.finished_at)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+async fn insert_event(conn: &mut PgConnection, e: &Event) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO events (session_id, seq, type, data, created_at) \
+         VALUES ($1, $2, $3, $4, $5)",
+    )
+    .bind(e.session_id)
+    .bind(e.seq)
+    .bind(e.type_name())
+    .bind(json(&e.kind.data_value()))
+    .bind(e.created_at)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Inserts the events of several `InsertEvent` ops with one statement (one round trip): the
+/// columns go as five arrays and `UNNEST` zips them back into rows. A duplicate
+/// `(session_id, seq)` fails the statement.
+async fn insert_events(conn: &mut PgConnection, ops: &[&WriteOp]) -> Result<(), sqlx::Error> {
+    let mut session_ids = Vec::with_capacity(ops.len());
+    let mut seqs = Vec::with_capacity(ops.len());
+    let mut kinds = Vec::with_capacity(ops.len());
+    let mut data = Vec::with_capacity(ops.len());
+    let mut created = Vec::with_capacity(ops.len());
+    for op in ops {
+        if let WriteOp::InsertEvent(e) = op {
+            session_ids.push(e.session_id);
+            seqs.push(e.seq);
+            kinds.push(e.type_name());
+            data.push(Json(strip_nul(&e.kind.data_value())));
+            created.push(e.created_at);
+        }
+    }
+    sqlx::query(
+        "INSERT INTO events (session_id, seq, type, data, created_at) \
+         SELECT * FROM UNNEST($1::uuid[], $2::bigint[], $3::text[], $4::jsonb[], $5::timestamptz[])",
+    )
+    .bind(session_ids)
+    .bind(seqs)
+    .bind(kinds)
+    .bind(data)
+    .bind(created)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+async fn fail_open_steps(
+    conn: &mut PgConnection,
+    session_id: Uuid,
+    run_id: Uuid,
+    error: &str,
+    at: DateTime<Utc>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE steps SET status = 'failed', error = $1, finished_at = $2 \
+         WHERE session_id = $3 AND run_id = $4 AND status IN ('pending', 'streaming', 'running')",
+    )
+    .bind(text(error).as_ref())
+    .bind(at)
+    .bind(session_id)
+    .bind(run_id)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+async fn insert_checkpoint(conn: &mut PgConnection, c: &Checkpoint) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO checkpoints (id, session_id, run_id, step_id, message_count, seq, created_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+    )
+    .bind(c.id)
+    .bind(c.session_id)
+    .bind(c.run_id)
+    .bind(c.step_id)
+    .bind(c.message_count)
+    .bind(c.seq)
+    .bind(c.created_at)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Text without U+0000 (which PostgreSQL cannot store); borrowed when there is none.
+fn text(s: &str) -> Cow<'_, str> {
+    if s.contains('\0') {
+        Cow::Owned(s.replace('\0', "\u{FFFD}"))
+    } else {
+        Cow::Borrowed(s)
+    }
+}
+
+fn opt_text(s: &Option<String>) -> Option<Cow<'_, str>> {
+    s.as_deref().map(text)
+}
+
+/// JSON without U+0000 in any string or key (`jsonb` rejects `\u0000`); borrowed when clean.
+fn json(v: &Value) -> Json<Cow<'_, Value>> {
+    if has_nul(v) {
+        Json(Cow::Owned(strip_nul(v)))
+    } else {
+        Json(Cow::Borrowed(v))
+    }
+}
+
+fn has_nul(v: &Value) -> bool {
+    match v {
+        Value::String(s) => s.contains('\0'),
+        Value::Array(items) => items.iter().any(has_nul),
+        Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || has_nul(v)),
+        Value::Null | Value::Bool(_) | Value::Number(_) => false,
+    }
+}
+
+fn strip_nul(v: &Value) -> Value {
+    match v {
+        Value::String(s) => Value::String(text(s).into_owned()),
+        Value::Array(items) => Value::Array(items.iter().map(strip_nul).collect()),
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| (text(k).into_owned(), strip_nul(v)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+fn tool_calls_json(calls: &[ToolCall]) -> Result<Option<Json<Value>>, sqlx::Error> {
+    if calls.is_empty() {
+        return Ok(None);
+    }
+    let value = serde_json::to_value(calls).map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
+    Ok(Some(Json(if has_nul(&value) {
+        strip_nul(&value)
+    } else {
+        value
+    })))
+}

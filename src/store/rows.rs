@@ -1,0 +1,207 @@
+//! What both backends know alike of the tables: the column list of every `SELECT`, the tables
+//! that belong to a session, how token counts are stored, and the decoding of a row into a
+//! record. A backend only says how it stores the values that have no common SQL form (ids,
+//! times and JSON are text in SQLite; `uuid`, `timestamptz` and `jsonb` in PostgreSQL) by
+//! implementing [`StoredRow`]; state, role, kind and status are text in both and are parsed
+//! here. A value that cannot be decoded is a [`StoreError::Corrupt`] that names its column.
+//! Events are decoded by each backend (their `data` is text in one, `jsonb` in the other), with
+//! [`corrupt_event`] for the error.
+
+use std::fmt::Display;
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::{Decode, Postgres, Sqlite, Type};
+use uuid::Uuid;
+
+use super::{StoreError, StoreResult};
+use crate::model::{
+    Checkpoint, FinishReason, Message, Role, RunKind, RunRecord, RunStatus, SessionRecord,
+    SessionState, StepKind, StepRecord, StepStatus, ToolCall, Usage,
+};
+
+/// A session with its derived counters; the table is aliased `s`.
+pub const SESSION_COLUMNS: &str = "s.id, s.parent_id, s.title, s.metadata, s.system_prompt, \
+     s.state, s.error, s.input_tokens, s.output_tokens, s.last_run_id, s.created_at, \
+     s.updated_at, \
+     (SELECT COALESCE(MAX(idx) + 1, 0) FROM messages m WHERE m.session_id = s.id) AS message_count, \
+     (SELECT COALESCE(MAX(seq), 0) FROM events e WHERE e.session_id = s.id) AS last_seq";
+
+pub const MESSAGE_COLUMNS: &str = "idx, role, content, tool_calls, tool_call_id, created_at";
+
+pub const EVENT_COLUMNS: &str = "session_id, seq, type, data, created_at";
+
+pub const RUN_COLUMNS: &str = "id, session_id, kind, status, input, text, finish_reason, \
+     input_tokens, output_tokens, steps, error, start_seq, created_at, finished_at";
+
+pub const STEP_COLUMNS: &str = "id, session_id, run_id, kind, status, request, response, \
+     input_tokens, output_tokens, error, created_at, finished_at";
+
+pub const CHECKPOINT_COLUMNS: &str =
+    "id, session_id, run_id, step_id, message_count, seq, created_at";
+
+/// The tables whose rows belong to one session (`session_id`), deleted with it.
+pub const SESSION_TABLES: [&str; 5] = ["events", "messages", "steps", "runs", "checkpoints"];
+
+/// A value both backends store alike (integers, text, and NULL of either), read as it is.
+pub trait Plain:
+    for<'r> Decode<'r, Sqlite> + Type<Sqlite> + for<'r> Decode<'r, Postgres> + Type<Postgres>
+{
+}
+
+impl<T> Plain for T where
+    T: for<'r> Decode<'r, Sqlite> + Type<Sqlite> + for<'r> Decode<'r, Postgres> + Type<Postgres>
+{
+}
+
+/// A row of either backend, read column by column in the backend's storage form.
+pub trait StoredRow {
+    fn get<T: Plain>(&self, col: &str) -> StoreResult<T>;
+    fn uuid(&self, col: &str) -> StoreResult<Uuid>;
+    fn opt_uuid(&self, col: &str) -> StoreResult<Option<Uuid>>;
+    fn time(&self, col: &str) -> StoreResult<DateTime<Utc>>;
+    fn opt_time(&self, col: &str) -> StoreResult<Option<DateTime<Utc>>>;
+    fn json(&self, col: &str) -> StoreResult<Value>;
+    fn opt_json(&self, col: &str) -> StoreResult<Option<Value>>;
+}
+
+/// A stored value that cannot be decoded: its column and the value as stored.
+pub fn corrupt(col: &str, value: &str) -> StoreError {
+    StoreError::Corrupt(format!("{col}: {value:?}"))
+}
+
+/// A stored event whose `data` does not fit its `type`.
+pub fn corrupt_event(type_name: &str, error: impl Display) -> StoreError {
+    StoreError::Corrupt(format!("event of type {type_name:?}: {error}"))
+}
+
+/// A text column that holds one of an enum's names.
+fn named<R: StoredRow, T>(row: &R, col: &str, parse: fn(&str) -> Option<T>) -> StoreResult<T> {
+    let name: String = row.get(col)?;
+    parse(&name).ok_or_else(|| corrupt(col, &name))
+}
+
+fn run_kind(name: &str) -> Option<RunKind> {
+    match name {
+        "run" => Some(RunKind::Run),
+        "resume" => Some(RunKind::Resume),
+        _ => None,
+    }
+}
+
+/// A token count as stored (`bigint`/`INTEGER`).
+pub fn tokens(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// A stored token count; a negative one (never written) reads as 0.
+fn token_count(n: i64) -> u64 {
+    n.max(0) as u64
+}
+
+fn usage<R: StoredRow>(row: &R) -> StoreResult<Usage> {
+    Ok(Usage {
+        input_tokens: token_count(row.get("input_tokens")?),
+        output_tokens: token_count(row.get("output_tokens")?),
+    })
+}
+
+/// A step's usage, recorded only once the model reported it.
+fn opt_usage<R: StoredRow>(row: &R) -> StoreResult<Option<Usage>> {
+    let input: Option<i64> = row.get("input_tokens")?;
+    let output: Option<i64> = row.get("output_tokens")?;
+    Ok(match (input, output) {
+        (Some(input), Some(output)) => Some(Usage {
+            input_tokens: token_count(input),
+            output_tokens: token_count(output),
+        }),
+        _ => None,
+    })
+}
+
+/// A row of [`SESSION_COLUMNS`].
+pub fn session_from<R: StoredRow>(row: &R) -> StoreResult<SessionRecord> {
+    Ok(SessionRecord {
+        id: row.uuid("id")?,
+        parent_id: row.opt_uuid("parent_id")?,
+        title: row.get("title")?,
+        metadata: row.json("metadata")?,
+        system_prompt: row.get("system_prompt")?,
+        state: named(row, "state", SessionState::parse)?,
+        error: row.get("error")?,
+        message_count: row.get("message_count")?,
+        last_seq: row.get("last_seq")?,
+        usage: usage(row)?,
+        last_run_id: row.opt_uuid("last_run_id")?,
+        created_at: row.time("created_at")?,
+        updated_at: row.time("updated_at")?,
+    })
+}
+
+/// A row of [`MESSAGE_COLUMNS`].
+pub fn message_from<R: StoredRow>(row: &R) -> StoreResult<Message> {
+    let tool_calls: Vec<ToolCall> = match row.opt_json("tool_calls")? {
+        Some(calls) => serde_json::from_value(calls)
+            .map_err(|e| StoreError::Corrupt(format!("tool_calls: {e}")))?,
+        None => Vec::new(),
+    };
+    Ok(Message {
+        index: row.get("idx")?,
+        role: named(row, "role", Role::parse)?,
+        content: row.get("content")?,
+        tool_calls,
+        tool_call_id: row.get("tool_call_id")?,
+        created_at: row.time("created_at")?,
+    })
+}
+
+/// A row of [`RUN_COLUMNS`].
+pub fn run_from<R: StoredRow>(row: &R) -> StoreResult<RunRecord> {
+    Ok(RunRecord {
+        id: row.uuid("id")?,
+        session_id: row.uuid("session_id")?,
+        kind: named(row, "kind", run_kind)?,
+        status: named(row, "status", RunStatus::parse)?,
+        input: row.get("input")?,
+        text: row.get("text")?,
+        finish_reason: row
+            .get::<Option<String>>("finish_reason")?
+            .map(|r| FinishReason::parse(&r)),
+        usage: usage(row)?,
+        steps: row.get("steps")?,
+        error: row.get("error")?,
+        start_seq: row.get("start_seq")?,
+        created_at: row.time("created_at")?,
+        finished_at: row.opt_time("finished_at")?,
+    })
+}
+
+/// A row of [`STEP_COLUMNS`].
+pub fn step_from<R: StoredRow>(row: &R) -> StoreResult<StepRecord> {
+    Ok(StepRecord {
+        id: row.uuid("id")?,
+        session_id: row.uuid("session_id")?,
+        run_id: row.uuid("run_id")?,
+        kind: named(row, "kind", StepKind::parse)?,
+        status: named(row, "status", StepStatus::parse)?,
+        request: row.json("request")?,
+        response: row.opt_json("response")?,
+        usage: opt_usage(row)?,
+        error: row.get("error")?,
+        created_at: row.time("created_at")?,
+        finished_at: row.opt_time("finished_at")?,
+    })
+}
+
+/// A row of [`CHECKPOINT_COLUMNS`].
+pub fn checkpoint_from<R: StoredRow>(row: &R) -> StoreResult<Checkpoint> {
+    Ok(Checkpoint {
+        id: row.uuid("id")?,
+        session_id: row.uuid("session_id")?,
+        run_id: row.uuid("run_id")?,
+        step_id: row.opt_uuid("step_id")?,
+        message_count: row.get("message_count")?,
+        seq: row.get("seq")?,
+        created_at: row.time("created_at")?,
+    })
+}

@@ -1,0 +1,71 @@
+//! The embedded SQLite store: WAL, `synchronous=NORMAL`, a busy timeout, and `BEGIN IMMEDIATE`
+//! for every write transaction. Ids are stored as text, JSON as text, times as RFC 3339. This
+//! file opens the database; `read.rs` answers the [`Store`](super::Store) reads, `write.rs`
+//! applies the writer's batches.
+//!
+//! Two drivers, on purpose. Reads and migrations use an sqlx pool: async, and WAL lets them run
+//! beside the writer. Writes use one `rusqlite` connection that applies a whole batch in one hop
+//! to a blocking thread, with cached prepared statements. sqlx runs SQLite on a worker thread
+//! and every statement is a round trip to it: when writes went through sqlx, 45% of all server
+//! samples at mock C=64 were in that worker thread, a turn at C=1 cost about 405 context
+//! switches and 450 futex calls, and the round trips capped the mock C=64 run at about 16,000
+//! events/s (~300 turns/s). Through one `rusqlite` connection a turn costs about 45 context
+//! switches and 43 futex calls, a hop 20–40 µs, and sqlx's worker threads are 2% of the samples
+//! or less (`BENCHMARKS.md`, "Where the time goes").
+
+mod read;
+mod write;
+
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::sqlite::SqliteSynchronous;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+
+use super::{StoreError, StoreResult};
+use write::SqliteWriter;
+
+pub struct SqliteStore {
+    /// Reads (and migrations) go through the sqlx pool.
+    pool: SqlitePool,
+    /// Writes go through one dedicated connection, a batch per hop.
+    writer: SqliteWriter,
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database at `url` and applies the migrations.
+    pub async fn open(url: &str) -> StoreResult<SqliteStore> {
+        let path = url
+            .trim_start_matches("sqlite://")
+            .trim_start_matches("sqlite:");
+        let path = path.split('?').next().unwrap_or("");
+        if path.is_empty() || path.starts_with(":memory:") || url.contains("mode=memory") {
+            // Every connection would see its own empty database.
+            return Err(StoreError::Unsupported(format!(
+                "{url}: an in-memory SQLite database cannot be shared by the server's connections; \
+                 give a file path"
+            )));
+        }
+        if let Some(parent) = Path::new(path).parent() {
+            if !parent.as_os_str().is_empty() {
+                std::fs::create_dir_all(parent)?;
+            }
+        }
+        let options = SqliteConnectOptions::from_str(url)?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(Duration::from_secs(10))
+            .pragma("temp_store", "memory")
+            .pragma("cache_size", "-16000");
+        let pool = SqlitePoolOptions::new()
+            .max_connections(8)
+            .min_connections(1)
+            .connect_with(options)
+            .await?;
+        sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
+        let writer = SqliteWriter::open(Path::new(path))?;
+        Ok(SqliteStore { pool, writer })
+    }
+}

@@ -1,0 +1,268 @@
+//! The reads of the SQLite store, over the sqlx pool; `commit` hands its ops to the single
+//! writer connection (`write.rs`). Rows decode through [`StoredRow`]: ids, times and JSON are
+//! text here.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::sqlite::SqliteRow;
+use sqlx::Row;
+use uuid::Uuid;
+
+use super::SqliteStore;
+use crate::model::{
+    Checkpoint, Event, Message, RunRecord, SessionRecord, SessionState, StepRecord,
+};
+use crate::store::rows::{
+    checkpoint_from, corrupt, corrupt_event, message_from, run_from, session_from, step_from,
+    Plain, StoredRow, CHECKPOINT_COLUMNS, EVENT_COLUMNS, MESSAGE_COLUMNS, RUN_COLUMNS,
+    SESSION_COLUMNS, STEP_COLUMNS,
+};
+use crate::store::{SessionQuery, Store, StoreResult, WriteOp};
+
+/// Ids, times and JSON are stored as text.
+impl StoredRow for SqliteRow {
+    fn get<T: Plain>(&self, col: &str) -> StoreResult<T> {
+        Ok(self.try_get(col)?)
+    }
+
+    fn uuid(&self, col: &str) -> StoreResult<Uuid> {
+        let s: String = self.try_get(col)?;
+        parse_uuid(col, &s)
+    }
+
+    fn opt_uuid(&self, col: &str) -> StoreResult<Option<Uuid>> {
+        let s: Option<String> = self.try_get(col)?;
+        s.map(|s| parse_uuid(col, &s)).transpose()
+    }
+
+    fn time(&self, col: &str) -> StoreResult<DateTime<Utc>> {
+        let s: String = self.try_get(col)?;
+        parse_time(col, &s)
+    }
+
+    fn opt_time(&self, col: &str) -> StoreResult<Option<DateTime<Utc>>> {
+        let s: Option<String> = self.try_get(col)?;
+        s.map(|s| parse_time(col, &s)).transpose()
+    }
+
+    fn json(&self, col: &str) -> StoreResult<Value> {
+        let s: String = self.try_get(col)?;
+        parse_json(col, &s)
+    }
+
+    fn opt_json(&self, col: &str) -> StoreResult<Option<Value>> {
+        let s: Option<String> = self.try_get(col)?;
+        s.map(|s| parse_json(col, &s)).transpose()
+    }
+}
+
+fn parse_uuid(col: &str, s: &str) -> StoreResult<Uuid> {
+    Uuid::parse_str(s).map_err(|_| corrupt(col, s))
+}
+
+fn parse_time(col: &str, s: &str) -> StoreResult<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(s)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|_| corrupt(col, s))
+}
+
+fn parse_json(col: &str, s: &str) -> StoreResult<Value> {
+    serde_json::from_str(s).map_err(|_| corrupt(col, s))
+}
+
+fn event_from(row: &SqliteRow) -> StoreResult<Event> {
+    let type_name: String = row.try_get("type")?;
+    let data: &str = row.try_get("data")?;
+    Event::from_stored(
+        row.uuid("session_id")?,
+        row.try_get("seq")?,
+        &type_name,
+        data,
+        row.time("created_at")?,
+    )
+    .map_err(|e| corrupt_event(&type_name, e))
+}
+
+/// Runs and steps: rows of a session with time-ordered ids, read a page or one at a time.
+impl SqliteStore {
+    async fn page<T>(
+        &self,
+        table: &str,
+        columns: &str,
+        session_id: Uuid,
+        after: Option<Uuid>,
+        limit: i64,
+        decode: fn(&SqliteRow) -> StoreResult<T>,
+    ) -> StoreResult<Vec<T>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {columns} FROM {table} \
+             WHERE session_id = ?1 AND (?2 IS NULL OR id > ?2) ORDER BY id LIMIT ?3"
+        ))
+        .bind(session_id.to_string())
+        .bind(after.map(|id| id.to_string()))
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(decode).collect()
+    }
+
+    async fn one<T>(
+        &self,
+        table: &str,
+        columns: &str,
+        session_id: Uuid,
+        id: Uuid,
+        decode: fn(&SqliteRow) -> StoreResult<T>,
+    ) -> StoreResult<Option<T>> {
+        let row = sqlx::query(&format!(
+            "SELECT {columns} FROM {table} WHERE session_id = ? AND id = ?"
+        ))
+        .bind(session_id.to_string())
+        .bind(id.to_string())
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(decode).transpose()
+    }
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn commit(&self, batch: &[&[WriteOp]]) -> StoreResult<()> {
+        let ops: Vec<WriteOp> = batch.iter().flat_map(|ops| ops.iter().cloned()).collect();
+        self.writer.commit(ops).await
+    }
+
+    async fn session(&self, id: Uuid) -> StoreResult<Option<SessionRecord>> {
+        let row = sqlx::query(&format!(
+            "SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.id = ?"
+        ))
+        .bind(id.to_string())
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(session_from).transpose()
+    }
+
+    async fn sessions(&self, query: &SessionQuery) -> StoreResult<Vec<SessionRecord>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {SESSION_COLUMNS} FROM sessions s \
+             WHERE (?1 IS NULL OR s.id < ?1) AND (?2 IS NULL OR s.state = ?2) \
+             ORDER BY s.id DESC LIMIT ?3"
+        ))
+        .bind(query.before.map(|id| id.to_string()))
+        .bind(query.state.map(SessionState::as_str))
+        .bind(query.limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(session_from).collect()
+    }
+
+    async fn active_sessions(&self) -> StoreResult<Vec<Uuid>> {
+        let rows =
+            sqlx::query("SELECT id FROM sessions WHERE state IN ('running', 'waiting_tool')")
+                .fetch_all(&self.pool)
+                .await?;
+        rows.iter().map(|r| r.uuid("id")).collect()
+    }
+
+    async fn messages(
+        &self,
+        session_id: Uuid,
+        after: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<Message>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {MESSAGE_COLUMNS} FROM messages \
+             WHERE session_id = ? AND idx > ? ORDER BY idx LIMIT ?"
+        ))
+        .bind(session_id.to_string())
+        .bind(after)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(message_from).collect()
+    }
+
+    async fn nth_user_message(&self, session_id: Uuid, n: u64) -> StoreResult<Option<i64>> {
+        let row = sqlx::query(
+            "SELECT idx FROM messages WHERE session_id = ? AND role = 'user' \
+             ORDER BY idx LIMIT 1 OFFSET ?",
+        )
+        .bind(session_id.to_string())
+        .bind(i64::try_from(n).unwrap_or(i64::MAX))
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.map(|r| r.try_get(0)).transpose()?)
+    }
+
+    async fn message_count(&self, session_id: Uuid) -> StoreResult<i64> {
+        let row =
+            sqlx::query("SELECT COALESCE(MAX(idx) + 1, 0) FROM messages WHERE session_id = ?")
+                .bind(session_id.to_string())
+                .fetch_one(&self.pool)
+                .await?;
+        Ok(row.try_get(0)?)
+    }
+
+    async fn events(&self, session_id: Uuid, after: i64, limit: i64) -> StoreResult<Vec<Event>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {EVENT_COLUMNS} FROM events \
+             WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?"
+        ))
+        .bind(session_id.to_string())
+        .bind(after)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(event_from).collect()
+    }
+
+    async fn last_seq(&self, session_id: Uuid) -> StoreResult<i64> {
+        let row = sqlx::query("SELECT COALESCE(MAX(seq), 0) FROM events WHERE session_id = ?")
+            .bind(session_id.to_string())
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(row.try_get(0)?)
+    }
+
+    async fn steps(
+        &self,
+        session_id: Uuid,
+        after: Option<Uuid>,
+        limit: i64,
+    ) -> StoreResult<Vec<StepRecord>> {
+        self.page("steps", STEP_COLUMNS, session_id, after, limit, step_from)
+            .await
+    }
+
+    async fn step(&self, session_id: Uuid, step_id: Uuid) -> StoreResult<Option<StepRecord>> {
+        self.one("steps", STEP_COLUMNS, session_id, step_id, step_from)
+            .await
+    }
+
+    async fn runs(
+        &self,
+        session_id: Uuid,
+        after: Option<Uuid>,
+        limit: i64,
+    ) -> StoreResult<Vec<RunRecord>> {
+        self.page("runs", RUN_COLUMNS, session_id, after, limit, run_from)
+            .await
+    }
+
+    async fn run(&self, session_id: Uuid, run_id: Uuid) -> StoreResult<Option<RunRecord>> {
+        self.one("runs", RUN_COLUMNS, session_id, run_id, run_from)
+            .await
+    }
+
+    async fn latest_checkpoint(&self, session_id: Uuid) -> StoreResult<Option<Checkpoint>> {
+        let row = sqlx::query(&format!(
+            "SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE session_id = ? \
+             ORDER BY id DESC LIMIT 1"
+        ))
+        .bind(session_id.to_string())
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(checkpoint_from).transpose()
+    }
+}

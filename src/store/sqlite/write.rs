@@ -1,0 +1,292 @@
+//! The write side of the SQLite store: one `rusqlite` connection applies a whole batch of ops
+//! in one `BEGIN IMMEDIATE` transaction on a blocking thread, with cached prepared statements
+//! and one function per op. Why writes do not go through sqlx like the reads: see the module
+//! doc of [`super`].
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use rusqlite::{params, Connection, Transaction, TransactionBehavior};
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::model::{
+    Checkpoint, Event, FinishReason, Message, RunRecord, SessionRecord, StepRecord, ToolCall,
+};
+use crate::store::rows::{tokens, SESSION_TABLES};
+use crate::store::{StoreError, StoreResult, WriteOp};
+
+#[derive(Clone)]
+pub struct SqliteWriter {
+    conn: Arc<Mutex<Connection>>,
+}
+
+impl SqliteWriter {
+    pub fn open(path: &Path) -> StoreResult<SqliteWriter> {
+        let conn = Connection::open(path).map_err(write_error)?;
+        conn.busy_timeout(Duration::from_secs(10))
+            .map_err(write_error)?;
+        // WAL was set when the database was created; these are per connection.
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(write_error)?;
+        conn.pragma_update(None, "temp_store", "MEMORY")
+            .map_err(write_error)?;
+        conn.set_prepared_statement_cache_capacity(64);
+        Ok(SqliteWriter {
+            conn: Arc::new(Mutex::new(conn)),
+        })
+    }
+
+    /// Applies every op in one transaction: all or nothing.
+    pub async fn commit(&self, ops: Vec<WriteOp>) -> StoreResult<()> {
+        let conn = self.conn.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut conn = conn.lock().unwrap_or_else(|e| e.into_inner());
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(write_error)?;
+            for op in &ops {
+                apply(&tx, op).map_err(write_error)?;
+            }
+            tx.commit().map_err(write_error)
+        })
+        .await
+        .map_err(|e| StoreError::Write(format!("the writer thread failed: {e}")))?
+    }
+}
+
+fn write_error(error: rusqlite::Error) -> StoreError {
+    StoreError::Write(error.to_string())
+}
+
+fn tool_calls_json(calls: &[ToolCall]) -> Option<String> {
+    if calls.is_empty() {
+        None
+    } else {
+        serde_json::to_string(calls).ok()
+    }
+}
+
+/// Applies one op inside the batch's transaction.
+fn apply(tx: &Transaction<'_>, op: &WriteOp) -> rusqlite::Result<()> {
+    match op {
+        WriteOp::InsertSession(s) => insert_session(tx, s),
+        WriteOp::UpdateSession(s) => update_session(tx, s),
+        WriteOp::DeleteSession(id) => delete_session(tx, *id),
+        WriteOp::InsertMessage {
+            session_id,
+            message,
+        } => insert_message(tx, *session_id, message),
+        WriteOp::CopyMessages { from, to, upto } => copy_messages(tx, *from, *to, *upto),
+        WriteOp::UpsertRun(r) => upsert_run(tx, r),
+        WriteOp::UpsertStep(s) => upsert_step(tx, s),
+        WriteOp::InsertEvent(e) => insert_event(tx, e),
+        // One process owns a SQLite database: there is nothing to fence.
+        WriteOp::Fence { .. } => Ok(()),
+        WriteOp::FailOpenSteps {
+            session_id,
+            run_id,
+            error,
+            at,
+        } => fail_open_steps(tx, *session_id, *run_id, error, *at),
+        WriteOp::InsertCheckpoint(c) => insert_checkpoint(tx, c),
+    }
+}
+
+fn insert_session(tx: &Transaction<'_>, s: &SessionRecord) -> rusqlite::Result<()> {
+    tx.prepare_cached(
+        "INSERT INTO sessions (id, parent_id, title, metadata, system_prompt, state, error, \
+         input_tokens, output_tokens, last_run_id, created_at, updated_at) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    )?
+    .execute(params![
+        s.id.to_string(),
+        s.parent_id.map(|id| id.to_string()),
+        s.title,
+        s.metadata.to_string(),
+        s.system_prompt,
+        s.state.as_str(),
+        s.error,
+        tokens(s.usage.input_tokens),
+        tokens(s.usage.output_tokens),
+        s.last_run_id.map(|id| id.to_string()),
+        s.created_at.to_rfc3339(),
+        s.updated_at.to_rfc3339(),
+    ])?;
+    Ok(())
+}
+
+fn update_session(tx: &Transaction<'_>, s: &SessionRecord) -> rusqlite::Result<()> {
+    tx.prepare_cached(
+        "UPDATE sessions SET title = ?, metadata = ?, state = ?, error = ?, \
+         input_tokens = ?, output_tokens = ?, last_run_id = ?, updated_at = ? WHERE id = ?",
+    )?
+    .execute(params![
+        s.title,
+        s.metadata.to_string(),
+        s.state.as_str(),
+        s.error,
+        tokens(s.usage.input_tokens),
+        tokens(s.usage.output_tokens),
+        s.last_run_id.map(|id| id.to_string()),
+        s.updated_at.to_rfc3339(),
+        s.id.to_string(),
+    ])?;
+    Ok(())
+}
+
+fn delete_session(tx: &Transaction<'_>, id: Uuid) -> rusqlite::Result<()> {
+    let id = id.to_string();
+    for table in SESSION_TABLES {
+        tx.prepare_cached(&format!("DELETE FROM {table} WHERE session_id = ?"))?
+            .execute([&id])?;
+    }
+    tx.prepare_cached("DELETE FROM sessions WHERE id = ?")?
+        .execute([&id])?;
+    Ok(())
+}
+
+fn insert_message(tx: &Transaction<'_>, session_id: Uuid, m: &Message) -> rusqlite::Result<()> {
+    tx.prepare_cached(
+        "INSERT INTO messages (session_id, idx, role, content, tool_calls, tool_call_id, created_at) \
+         VALUES (?, ?, ?, ?, ?, ?, ?)",
+    )?
+    .execute(params![
+        session_id.to_string(),
+        m.index,
+        m.role.as_str(),
+        m.content,
+        tool_calls_json(&m.tool_calls),
+        m.tool_call_id,
+        m.created_at.to_rfc3339(),
+    ])?;
+    Ok(())
+}
+
+fn copy_messages(
+    tx: &Transaction<'_>,
+    from: Uuid,
+    to: Uuid,
+    upto: Option<i64>,
+) -> rusqlite::Result<()> {
+    tx.prepare_cached(
+        "INSERT INTO messages (session_id, idx, role, content, tool_calls, tool_call_id, created_at) \
+         SELECT ?, idx, role, content, tool_calls, tool_call_id, created_at FROM messages \
+         WHERE session_id = ? AND idx < ?",
+    )?
+    .execute(params![
+        to.to_string(),
+        from.to_string(),
+        upto.unwrap_or(i64::MAX)
+    ])?;
+    Ok(())
+}
+
+fn upsert_run(tx: &Transaction<'_>, r: &RunRecord) -> rusqlite::Result<()> {
+    tx.prepare_cached(
+        "INSERT INTO runs (id, session_id, kind, status, input, text, finish_reason, \
+         input_tokens, output_tokens, steps, error, start_seq, created_at, finished_at) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+         ON CONFLICT (id) DO UPDATE SET status = excluded.status, text = excluded.text, \
+         finish_reason = excluded.finish_reason, input_tokens = excluded.input_tokens, \
+         output_tokens = excluded.output_tokens, steps = excluded.steps, \
+         error = excluded.error, finished_at = excluded.finished_at",
+    )?
+    .execute(params![
+        r.id.to_string(),
+        r.session_id.to_string(),
+        r.kind.as_str(),
+        r.status.as_str(),
+        r.input,
+        r.text,
+        r.finish_reason.as_ref().map(FinishReason::as_str),
+        tokens(r.usage.input_tokens),
+        tokens(r.usage.output_tokens),
+        r.steps,
+        r.error,
+        r.start_seq,
+        r.created_at.to_rfc3339(),
+        r.finished_at.map(|t| t.to_rfc3339()),
+    ])?;
+    Ok(())
+}
+
+fn upsert_step(tx: &Transaction<'_>, s: &StepRecord) -> rusqlite::Result<()> {
+    tx.prepare_cached(
+        "INSERT INTO steps (id, session_id, run_id, kind, status, request, response, \
+         input_tokens, output_tokens, error, created_at, finished_at) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+         ON CONFLICT (id) DO UPDATE SET status = excluded.status, \
+         response = excluded.response, input_tokens = excluded.input_tokens, \
+         output_tokens = excluded.output_tokens, error = excluded.error, \
+         finished_at = excluded.finished_at",
+    )?
+    .execute(params![
+        s.id.to_string(),
+        s.session_id.to_string(),
+        s.run_id.to_string(),
+        s.kind.as_str(),
+        s.status.as_str(),
+        s.request.to_string(),
+        s.response.as_ref().map(Value::to_string),
+        s.usage.map(|u| tokens(u.input_tokens)),
+        s.usage.map(|u| tokens(u.output_tokens)),
+        s.error,
+        s.created_at.to_rfc3339(),
+        s.finished_at.map(|t| t.to_rfc3339()),
+    ])?;
+    Ok(())
+}
+
+fn insert_event(tx: &Transaction<'_>, e: &Event) -> rusqlite::Result<()> {
+    tx.prepare_cached(
+        "INSERT INTO events (session_id, seq, type, data, created_at) VALUES (?, ?, ?, ?, ?)",
+    )?
+    .execute(params![
+        e.session_id.to_string(),
+        e.seq,
+        e.type_name(),
+        e.kind.data_json(),
+        e.created_at.to_rfc3339(),
+    ])?;
+    Ok(())
+}
+
+fn fail_open_steps(
+    tx: &Transaction<'_>,
+    session_id: Uuid,
+    run_id: Uuid,
+    error: &str,
+    at: DateTime<Utc>,
+) -> rusqlite::Result<()> {
+    tx.prepare_cached(
+        "UPDATE steps SET status = 'failed', error = ?, finished_at = ? \
+         WHERE session_id = ? AND run_id = ? AND status IN ('pending', 'streaming', 'running')",
+    )?
+    .execute(params![
+        error,
+        at.to_rfc3339(),
+        session_id.to_string(),
+        run_id.to_string()
+    ])?;
+    Ok(())
+}
+
+fn insert_checkpoint(tx: &Transaction<'_>, c: &Checkpoint) -> rusqlite::Result<()> {
+    tx.prepare_cached(
+        "INSERT INTO checkpoints (id, session_id, run_id, step_id, message_count, seq, created_at) \
+         VALUES (?, ?, ?, ?, ?, ?, ?)",
+    )?
+    .execute(params![
+        c.id.to_string(),
+        c.session_id.to_string(),
+        c.run_id.to_string(),
+        c.step_id.map(|id| id.to_string()),
+        c.message_count,
+        c.seq,
+        c.created_at.to_rfc3339(),
+    ])?;
+    Ok(())
+}
