@@ -8,7 +8,7 @@ use reqwest::header::LOCATION;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use crate::harness::*;
+use crate::support::*;
 
 const INPUT: &str = "What is in this workspace?";
 
@@ -299,7 +299,7 @@ async fn default_mode_answers_202_and_the_run_completes() {
         "Location {location}"
     );
 
-    let location_path = location.trim_start_matches(&server.base_url).to_string();
+    let location_path = location.trim_start_matches(&server.base).to_string();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     let done = loop {
         let current = server.get_ok(&location_path).await;
