@@ -33,7 +33,6 @@ use tah::model::{
     Usage,
 };
 use tah::store::{Store, WriteOp};
-use tokio::io::{AsyncBufReadExt, BufReader};
 use uuid::Uuid;
 
 const SESSIONS: usize = 10_000;
@@ -293,18 +292,11 @@ async fn start_server(
         .spawn()
         .with_context(|| format!("spawning {}", exe.display()))?;
     let stdout = child.stdout.take().context("no stdout")?;
-    let mut lines = BufReader::new(stdout).lines();
-    let address = loop {
-        let Some(line) = lines.next_line().await? else {
-            bail!("the server exited before listening");
-        };
-        if let Some(ready) = ReadyLine::parse(&line) {
-            break ready.listening;
-        }
+    let Some(ready) = ReadyLine::read(stdout).await else {
+        bail!("the server exited before listening");
     };
+    let address = ready.listening;
     let listening = start.elapsed();
-    // Keep draining stdout so the server never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
     let base = format!("http://{address}");
     loop {
         if let Ok(r) = http.get(format!("{base}/readyz")).send().await {

@@ -10,6 +10,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -203,6 +204,21 @@ impl ReadyLine {
     /// Reads a ready line (surrounding whitespace allowed); `None` for any other line.
     pub fn parse(line: &str) -> Option<ReadyLine> {
         serde_json::from_str(line.trim()).ok()
+    }
+
+    /// Reads a started server's stdout up to its ready line; `None` if stdout ends (or fails)
+    /// first. The rest of stdout is drained by a task, so that the server never blocks on a
+    /// full pipe.
+    pub async fn read(stdout: impl AsyncRead + Unpin + Send + 'static) -> Option<ReadyLine> {
+        let mut lines = BufReader::new(stdout).lines();
+        let ready = loop {
+            let line = lines.next_line().await.ok()??;
+            if let Some(ready) = ReadyLine::parse(&line) {
+                break ready;
+            }
+        };
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Some(ready)
     }
 }
 

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use support::fakes::{self, FakeServer, FakeToolCall, Flavor, Reply};
-use support::{is_terminal, percentile, run_events, ServerOptions, TestServer, README};
+use support::{is_terminal, percentile, roles, run_events, ServerOptions, TestServer, README};
 
 const OPENAI_KEY: &str = "sk-e2e-SECRET-openai-5b1f0c9e77a2";
 const ANTHROPIC_KEY: &str = "sk-ant-e2e-SECRET-anthropic-93d4c1aa08";
@@ -24,6 +24,21 @@ const MODEL: &str = "e2e-model";
 const SYSTEM_PROMPT: &str = "You are the e2e test assistant.";
 const FINAL_TEXT: &str = "Done: héllo 世界 🎉";
 const FINAL_PIECES: &[&str] = &["Done: h", "é", "llo 世", "界 🎉"];
+
+/// A test per provider of one body taking the provider's flavor.
+macro_rules! both_providers {
+    ($body:ident: $openai:ident, $anthropic:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $openai() {
+            $body(Flavor::OpenAi).await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $anthropic() {
+            $body(Flavor::Anthropic).await;
+        }
+    };
+}
 
 // ---- the server under test ----------------------------------------------------------------
 
@@ -238,10 +253,7 @@ async fn full_turn_and_replay(flavor: Flavor) {
     assert_eq!(fake.request_count(), 2, "{provider}: requests of turn 1");
 
     let messages = server.messages(&id).await;
-    let roles: Vec<&str> = messages
-        .iter()
-        .map(|m| m["role"].as_str().unwrap_or("?"))
-        .collect();
+    let roles = roles(&messages);
     assert_eq!(
         roles,
         ["system", "user", "assistant", "tool", "tool", "assistant"],
@@ -397,10 +409,7 @@ async fn full_turn_and_replay(flavor: Flavor) {
 
 fn assert_openai_replay(body: &Value) {
     let messages = body["messages"].as_array().expect("messages");
-    let roles: Vec<&str> = messages
-        .iter()
-        .map(|m| m["role"].as_str().unwrap_or("?"))
-        .collect();
+    let roles = roles(messages);
     assert_eq!(
         roles,
         [
@@ -464,10 +473,7 @@ fn assert_anthropic_replay(body: &Value) {
         messages.iter().all(|m| m["role"] != "system"),
         "no system role in messages: {body}"
     );
-    let roles: Vec<&str> = messages
-        .iter()
-        .map(|m| m["role"].as_str().unwrap_or("?"))
-        .collect();
+    let roles = roles(messages);
     assert_eq!(
         roles,
         ["user", "assistant", "user", "assistant", "user"],
@@ -515,15 +521,7 @@ fn assert_anthropic_replay(body: &Value) {
     assert_eq!(content_text(&messages[4]["content"]), "And now?");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn openai_full_turn_with_tools_and_replay() {
-    full_turn_and_replay(Flavor::OpenAi).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn anthropic_full_turn_with_tools_and_replay() {
-    full_turn_and_replay(Flavor::Anthropic).await;
-}
+both_providers!(full_turn_and_replay: openai_full_turn_with_tools_and_replay, anthropic_full_turn_with_tools_and_replay);
 
 // ---- retries ------------------------------------------------------------------------------
 
@@ -655,10 +653,7 @@ async fn unauthorized_fails_cleanly(flavor: Flavor) {
     let session = server.session(&id).await;
     assert_eq!(session["state"], "failed", "{provider}: {session}");
     let messages = server.messages(&id).await;
-    let roles: Vec<&str> = messages
-        .iter()
-        .map(|m| m["role"].as_str().unwrap_or("?"))
-        .collect();
+    let roles = roles(&messages);
     assert_eq!(
         roles,
         ["system", "user"],
@@ -667,15 +662,7 @@ async fn unauthorized_fails_cleanly(flavor: Flavor) {
     assert_key_never_shown(&server, flavor, &id).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn openai_401_fails_cleanly() {
-    unauthorized_fails_cleanly(Flavor::OpenAi).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn anthropic_401_fails_cleanly() {
-    unauthorized_fails_cleanly(Flavor::Anthropic).await;
-}
+both_providers!(unauthorized_fails_cleanly: openai_401_fails_cleanly, anthropic_401_fails_cleanly);
 
 // ---- a broken stream is retried without duplicated text ------------------------------------
 
@@ -743,15 +730,7 @@ async fn cut_stream_then_success(flavor: Flavor) {
     assert_key_never_shown(&server, flavor, &id).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn openai_cut_stream_is_retried_without_duplicates() {
-    cut_stream_then_success(Flavor::OpenAi).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn anthropic_cut_stream_is_retried_without_duplicates() {
-    cut_stream_then_success(Flavor::Anthropic).await;
-}
+both_providers!(cut_stream_then_success: openai_cut_stream_is_retried_without_duplicates, anthropic_cut_stream_is_retried_without_duplicates);
 
 // ---- cancel during a slow stream -----------------------------------------------------------
 
@@ -817,15 +796,7 @@ async fn cancel_during_slow_stream(flavor: Flavor) {
     assert_key_never_shown(&server, flavor, &id).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn openai_cancel_during_slow_stream() {
-    cancel_during_slow_stream(Flavor::OpenAi).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn anthropic_cancel_during_slow_stream() {
-    cancel_during_slow_stream(Flavor::Anthropic).await;
-}
+both_providers!(cancel_during_slow_stream: openai_cancel_during_slow_stream, anthropic_cancel_during_slow_stream);
 
 // ---- overhead per request ------------------------------------------------------------------
 
@@ -888,12 +859,4 @@ async fn overhead(flavor: Flavor) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn openai_overhead_per_request() {
-    overhead(Flavor::OpenAi).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn anthropic_overhead_per_request() {
-    overhead(Flavor::Anthropic).await;
-}
+both_providers!(overhead: openai_overhead_per_request, anthropic_overhead_per_request);

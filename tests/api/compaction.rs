@@ -286,10 +286,7 @@ async fn a_budget_compacts_earlier_turns_and_keeps_every_request_within_it() {
         .await;
     let sent = view["request"]["messages"].as_array().expect("messages");
     assert!(request_chars(sent) <= BUDGET, "{view}");
-    let roles: Vec<&str> = sent
-        .iter()
-        .map(|m| m["role"].as_str().unwrap_or("?"))
-        .collect();
+    let roles = roles(sent);
     assert_eq!(
         roles,
         ["system", "user"],

@@ -265,10 +265,7 @@ async fn kill_9_mid_turn_then_resume_completes_the_turn() {
     let messages = server.messages(&id).await;
     assert_indexes_contiguous(&messages);
     assert_tool_calls_answered(&messages);
-    let roles: Vec<&str> = messages
-        .iter()
-        .map(|m| m["role"].as_str().unwrap_or("?"))
-        .collect();
+    let roles = roles(&messages);
     assert_eq!(
         roles,
         [

@@ -60,10 +60,7 @@ async fn a_turn_records_the_whole_history() {
     let result = server.run_wait(&id, INPUT).await;
 
     let messages = server.messages(&id).await;
-    let roles: Vec<&str> = messages
-        .iter()
-        .map(|m| m["role"].as_str().unwrap_or("?"))
-        .collect();
+    let roles = roles(&messages);
     assert_eq!(
         roles,
         [

@@ -54,6 +54,14 @@ pub fn types(events: &[Value]) -> Vec<String> {
         .collect()
 }
 
+/// The roles of some messages, in order.
+pub fn roles(messages: &[Value]) -> Vec<String> {
+    messages
+        .iter()
+        .map(|m| m["role"].as_str().unwrap_or("?").to_string())
+        .collect()
+}
+
 /// One line per event: seq, type and the interesting part of its data.
 pub fn describe(events: &[Value]) -> String {
     events

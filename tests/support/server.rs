@@ -24,7 +24,7 @@ use tah::app::{AppError, Application, ReadyLine, StopHandle};
 use tah::cli::ServeArgs;
 use tah::config::Settings;
 use tempfile::TempDir;
-use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::task::JoinHandle;
 
@@ -343,7 +343,7 @@ impl TestServer {
                 log.push_back(strip_ansi(&line));
             }
         });
-        match tokio::time::timeout(STARTUP_TIMEOUT, ready_line(stdout)).await {
+        match tokio::time::timeout(STARTUP_TIMEOUT, ReadyLine::read(stdout)).await {
             Ok(Some(ready)) => (ready.listening, Running::Process { child, pid }),
             Ok(None) => {
                 let status = child.wait().await;
@@ -609,20 +609,6 @@ fn refuse_serve_env() {
         set.is_empty(),
         "unset {set:?}: in-process test servers would read them as tah serve flags"
     );
-}
-
-/// The server's ready line, the first line of its stdout that is one (`None` if stdout ends
-/// first); the rest of stdout is drained.
-async fn ready_line(stdout: impl AsyncRead + Unpin + Send + 'static) -> Option<ReadyLine> {
-    let mut lines = BufReader::new(stdout).lines();
-    let ready = loop {
-        let line = lines.next_line().await.ok()??;
-        if let Some(ready) = ReadyLine::parse(&line) {
-            break ready;
-        }
-    };
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    Some(ready)
 }
 
 /// Removes ANSI colour sequences, in case the log is coloured despite NO_COLOR.

@@ -13,7 +13,7 @@ use anyhow::{anyhow, bail, Context as _};
 use tah::app::ReadyLine;
 use tah::cli::{BenchArgs, BenchProvider};
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, ChildStdout};
+use tokio::process::Child;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -186,17 +186,17 @@ impl Environment {
         };
         let log = Arc::new(ServerLog::default());
         tokio::spawn(drain_stderr(stderr, log.clone()));
-        let address = match tokio::time::timeout(Duration::from_secs(60), ready_line(stdout)).await
-        {
-            Ok(Some(ready)) => ready.listening,
-            _ => {
-                let _ = child.start_kill();
-                bail!(
-                    "the server did not report its address; its last lines:\n{}",
-                    log.tail()
-                );
-            }
-        };
+        let address =
+            match tokio::time::timeout(Duration::from_secs(60), ReadyLine::read(stdout)).await {
+                Ok(Some(ready)) => ready.listening,
+                _ => {
+                    let _ = child.start_kill();
+                    bail!(
+                        "the server did not report its address; its last lines:\n{}",
+                        log.tail()
+                    );
+                }
+            };
         let base = format!("http://{address}");
         wait_ready(&base).await.with_context(|| {
             format!(
@@ -275,20 +275,6 @@ async fn drain_stderr(stderr: tokio::process::ChildStderr, log: Arc<ServerLog>) 
     while let Ok(Some(line)) = lines.next_line().await {
         log.line(&line);
     }
-}
-
-/// The server's ready line, the first line of its stdout (`None` if stdout ends first). The
-/// rest of stdout is drained, so the server never blocks on a full pipe.
-async fn ready_line(stdout: ChildStdout) -> Option<ReadyLine> {
-    let mut lines = BufReader::new(stdout).lines();
-    let ready = loop {
-        let line = lines.next_line().await.ok()??;
-        if let Some(ready) = ReadyLine::parse(&line) {
-            break ready;
-        }
-    };
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    Some(ready)
 }
 
 async fn wait_ready(base: &str) -> anyhow::Result<()> {
