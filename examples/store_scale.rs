@@ -8,8 +8,8 @@
 //! (median of 20 each). Then it starts `target/release/tah serve` on the database five times
 //! with the database in the page cache (warm) and five times after evicting its files from the
 //! page cache (cold, with GNU `dd iflag=nocache`), and times each start from spawning the
-//! process to its `listening on` log line and to the first `GET /readyz` answered 200; on the
-//! last warm server it times the same pages over HTTP
+//! process to its ready line (`{"listening":…}` on stdout) and to the first `GET /readyz`
+//! answered 200; on the last warm server it times the same pages over HTTP
 //! (`GET /v1/sessions/{id}/events?after=…&limit=500`, median of 20 each).
 //!
 //! The server binary must be built first:
@@ -27,12 +27,12 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use chrono::{DateTime, Utc};
 use serde_json::json;
+use tah::app::ReadyLine;
 use tah::model::{
     Event, EventKind, FinishReason, Message, Role, RunKind, SessionRecord, SessionState, ToolCall,
     Usage,
 };
 use tah::store::{Store, WriteOp};
-use tokio::io::{AsyncBufReadExt, BufReader};
 use uuid::Uuid;
 
 const SESSIONS: usize = 10_000;
@@ -286,29 +286,17 @@ async fn start_server(
         .env("RUST_LOG", "info")
         .env("NO_COLOR", "1")
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
         .kill_on_drop(true)
         .spawn()
         .with_context(|| format!("spawning {}", exe.display()))?;
-    let stderr = child.stderr.take().context("no stderr")?;
-    let mut lines = BufReader::new(stderr).lines();
-    const MARK: &str = "listening on http://";
-    let address = loop {
-        let Some(line) = lines.next_line().await? else {
-            bail!("the server exited before listening");
-        };
-        if let Some(at) = line.find(MARK) {
-            let rest = &line[at + MARK.len()..];
-            let end = rest
-                .find(|c: char| !(c.is_ascii_alphanumeric() || ".:[]".contains(c)))
-                .unwrap_or(rest.len());
-            break rest[..end].to_string();
-        }
+    let stdout = child.stdout.take().context("no stdout")?;
+    let Some(ready) = ReadyLine::read(stdout).await else {
+        bail!("the server exited before listening");
     };
+    let address = ready.listening;
     let listening = start.elapsed();
-    // Keep draining the log so the server never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
     let base = format!("http://{address}");
     loop {
         if let Ok(r) = http.get(format!("{base}/readyz")).send().await {

@@ -22,11 +22,12 @@ mkdir -p "$work/ws/src"
 printf '# Fuzz\n\nA workspace for contract fuzzing.\n' >"$work/ws/README.md"
 echo 'fn main() {}' >"$work/ws/src/main.rs"
 
+# The server writes one line to stdout once it accepts connections: {"listening":"ADDR"}.
 "$tah" serve --listen 127.0.0.1:0 --database-url "sqlite://$work/fuzz.db" \
-    --workspace "$work/ws" 2>"$work/log" &
+    --workspace "$work/ws" >"$work/ready" 2>"$work/log" &
 pid=$!
 for _ in $(seq 1 100); do
-    addr=$(grep -o 'listening on http://[0-9.:]*' "$work/log" | head -n1 | sed 's/listening on //') || true
+    addr=$(sed -n 's/^{"listening":"\([^"]*\)"}$/http:\/\/\1/p' "$work/ready" | head -n1) || true
     [[ -n ${addr:-} ]] && break
     sleep 0.1
 done

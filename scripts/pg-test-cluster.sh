@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# A throwaway PostgreSQL 15 cluster for the store tests and CI.
+# A throwaway PostgreSQL 15 cluster for the tests and CI. The test binaries run it themselves
+# when TAH_TEST_PG_URL is not set (tests/support/postgres.rs); CI starts one for all of them.
 #
 #   eval "$(scripts/pg-test-cluster.sh start)"   # exports TAH_TEST_PG_URL and TAH_TEST_PG_DIR
 #   cargo test --test store
@@ -53,7 +54,12 @@ as_owner() {
 }
 
 free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+    if command -v python3 >/dev/null 2>&1; then
+        python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+    else
+        # A random high port; start() retries if it is taken.
+        shuf -i 20000-60999 -n 1
+    fi
 }
 
 start() {

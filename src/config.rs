@@ -1,213 +1,295 @@
-//! Command-line configuration: every flag has an environment fallback (the flag wins), and the
-//! whole configuration is validated once, at start.
+//! The server's settings: `tah serve`'s flags ([`ServeArgs`]) parsed once, at start, into
+//! typed and validated values. A [`Settings`] can only be made by [`Settings::parse`], so the
+//! runtime and the HTTP layer never see an unchecked configuration (tokens too short, an origin
+//! that is not one, a public address without tokens), and values derived from several flags
+//! (the provider in force, auto-resume, the step limit) are decided here and nowhere else.
 
+use std::fmt;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+pub use crate::cli::{LogFormat, Provider, ServeArgs, DEFAULT_SYSTEM_PROMPT};
 
-/// tah — an agent session server: long-running LLM agent sessions over REST and SSE.
-#[derive(Debug, Parser)]
-#[command(name = "tah", version, about, long_about = None)]
-pub struct Cli {
-    #[command(subcommand)]
-    pub command: Command,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum Command {
-    /// Serve the HTTP API (sessions, runs, events over SSE) until SIGINT/SIGTERM.
-    Serve(Box<ServeConfig>),
-    /// Serve a fake OpenAI-compatible model (streaming Chat Completions) for tests and
-    /// benchmarks.
-    #[command(hide = true)]
-    FakeModel(crate::bench::FakeModelArgs),
-    /// Drive a tah server with concurrent sessions and report throughput, latency, CPU and
-    /// memory, side by side with the same workload sent straight to the model.
-    Bench(Box<crate::bench::BenchArgs>),
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Provider {
-    /// Deterministic offline model: lists the workspace, reads its README, summarises.
-    Mock,
-    /// Any OpenAI-compatible Chat Completions endpoint (OpenAI, vLLM, Ollama, llama.cpp…).
-    Openai,
-    /// Anthropic's Messages API.
-    Anthropic,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    Text,
-    Json,
-}
-
-pub const DEFAULT_SYSTEM_PROMPT: &str = "You are tah, a careful assistant working in a \
-     workspace of files. Use the tools to look at files before you answer, and answer concisely.";
-
-#[derive(Debug, Clone, Args)]
-pub struct ServeConfig {
-    /// Address to listen on.
-    #[arg(long, env = "TAH_LISTEN", default_value = "127.0.0.1:8080")]
-    pub listen: SocketAddr,
-
-    /// Database URL: sqlite://PATH (the parent directory is created).
-    #[arg(
-        long,
-        env = "TAH_DATABASE_URL",
-        default_value = "sqlite://.tah/data.db"
+/// Why a configuration was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error(
+        "refusing to listen on {0} without API tokens: set --api-token (or TAH_API_TOKENS), \
+         or pass --allow-unauthenticated if something else guards this address"
     )]
-    pub database_url: String,
-
-    /// Directory the file tools may read; nothing outside it is reachable.
-    #[arg(long, env = "TAH_WORKSPACE", default_value = ".")]
-    pub workspace: PathBuf,
-
-    /// Model provider. Default: openai if OPENAI_API_KEY is set, else anthropic if
-    /// ANTHROPIC_API_KEY is set, else mock.
-    #[arg(long, env = "TAH_PROVIDER", value_enum)]
-    pub provider: Option<Provider>,
-
-    /// Model name (default per provider).
-    #[arg(long, env = "TAH_MODEL")]
-    pub model: Option<String>,
-
-    /// Provider base URL (default: the provider's public endpoint).
-    #[arg(long, env = "TAH_BASE_URL")]
-    pub base_url: Option<String>,
-
-    /// Name of the environment variable holding the provider's API key (default
-    /// OPENAI_API_KEY or ANTHROPIC_API_KEY). Keys are never taken from a flag value.
-    #[arg(long, env = "TAH_API_KEY_ENV")]
-    pub api_key_env: Option<String>,
-
-    /// System prompt of every run (current configuration wins, also for older sessions that
-    /// did not set their own).
-    #[arg(long, env = "TAH_SYSTEM_PROMPT", default_value = DEFAULT_SYSTEM_PROMPT, hide_default_value = true)]
-    pub system_prompt: String,
-
-    /// LLM calls per run at most; 0 = unlimited.
-    #[arg(long, env = "TAH_MAX_STEPS", default_value_t = 20)]
-    pub max_steps: u32,
-
-    /// Character budget of each model request; unset = send the full history.
-    #[arg(long, env = "TAH_CONTEXT_CHARS", value_parser = clap::value_parser!(u64).range(1..))]
-    pub context_chars: Option<u64>,
-
-    /// Delay between the mock model's text pieces, in milliseconds.
-    #[arg(long, env = "TAH_MOCK_DELAY_MS", default_value_t = 0)]
-    pub mock_delay_ms: u64,
-
-    /// Largest accepted request body, in bytes.
-    #[arg(long, env = "TAH_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
-    pub max_body_bytes: usize,
-
-    /// API token clients must send as `Authorization: Bearer <token>` on every /v1 route
-    /// (repeatable; the env var takes a comma-separated list). None: no authentication.
-    #[arg(
-        long = "api-token",
-        env = "TAH_API_TOKENS",
-        value_delimiter = ',',
-        hide_env_values = true
-    )]
-    pub api_tokens: Vec<String>,
-
-    /// Allow listening on a non-loopback address without API tokens.
-    #[arg(long, env = "TAH_ALLOW_UNAUTHENTICATED")]
-    pub allow_unauthenticated: bool,
-
-    /// Origin allowed to call the API from a browser (repeatable; the env var takes a
-    /// comma-separated list). None: no cross-origin access.
-    #[arg(long = "cors-origin", env = "TAH_CORS_ORIGINS", value_delimiter = ',')]
-    pub cors_origins: Vec<String>,
-
-    /// Runs (turns, resumes, compactions excluded) in progress at once in this process;
-    /// further run requests get 429 with Retry-After.
-    #[arg(long, env = "TAH_MAX_CONCURRENT_RUNS", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
-    pub max_concurrent_runs: u32,
-
-    /// Time limit for ordinary requests, in seconds (never applied to SSE streams or
-    /// `?wait=true` runs).
-    #[arg(long, env = "TAH_REQUEST_TIMEOUT_SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
-    pub request_timeout_secs: u64,
-
-    /// Resume runs interrupted by a crash or a stop by itself, at start (and, with
-    /// PostgreSQL, when taking over a dead replica's sessions). Default: on with PostgreSQL,
-    /// off with SQLite (resume stays the client's call).
-    #[arg(long, env = "TAH_AUTO_RESUME", num_args = 0..=1, default_missing_value = "true")]
-    pub auto_resume: Option<bool>,
-
-    /// Seconds a replica's lease on a session lasts without renewal (PostgreSQL): a dead
-    /// replica's runs are taken over after at most this long.
-    #[arg(long, env = "TAH_LEASE_TTL_SECS", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=3600))]
-    pub lease_ttl_secs: u64,
-
-    /// Log format.
-    #[arg(long, env = "TAH_LOG_FORMAT", value_enum, default_value = "text")]
-    pub log_format: LogFormat,
+    ExposedWithoutTokens(SocketAddr),
+    #[error("API tokens must be at least 16 characters without spaces")]
+    WeakToken,
+    #[error("--cors-origin {0:?} must look like https://example.com")]
+    CorsOrigin(String),
 }
 
-impl ServeConfig {
-    /// The provider in force: the flag, or the first provider whose key is present.
-    pub fn provider(&self) -> Provider {
-        if let Some(p) = self.provider {
-            return p;
-        }
-        let has = |name: &str| std::env::var(name).is_ok_and(|v| !v.is_empty());
-        if has("OPENAI_API_KEY") {
-            Provider::Openai
-        } else if has("ANTHROPIC_API_KEY") {
-            Provider::Anthropic
-        } else {
-            Provider::Mock
-        }
+/// A value that must not show up in logs or debug output (API keys, API tokens).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn expose(&self) -> &str {
+        &self.0
     }
+}
 
-    /// Checks what clap cannot: exposure without tokens, token and origin syntax.
-    pub fn validate(&self) -> Result<(), String> {
-        let tokens: Vec<&String> = self.api_tokens.iter().filter(|t| !t.is_empty()).collect();
-        if tokens.is_empty() && !self.listen.ip().is_loopback() && !self.allow_unauthenticated {
-            return Err(format!(
-                "refusing to listen on {} without API tokens: set --api-token (or TAH_API_TOKENS), \
-                 or pass --allow-unauthenticated if something else guards this address",
-                self.listen
-            ));
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+/// The model the runtime talks to.
+#[derive(Debug, Clone)]
+pub struct ModelSettings {
+    /// The provider in force: the flag, or the first provider whose key is present.
+    pub provider: Provider,
+    /// `--model`; `None` = the provider's default.
+    pub model: Option<String>,
+    /// `--base-url`; `None` = the provider's public endpoint.
+    pub base_url: Option<String>,
+    /// The provider's API key, read from the environment variable `--api-key-env` names.
+    pub api_key: Option<Secret>,
+    /// The mock model's delay between text pieces.
+    pub mock_delay: Duration,
+}
+
+/// A validated configuration of `tah serve`.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    listen: SocketAddr,
+    database_url: String,
+    workspace: PathBuf,
+    model: ModelSettings,
+    system_prompt: String,
+    max_steps: Option<u32>,
+    context_chars: Option<usize>,
+    max_body_bytes: usize,
+    api_tokens: Vec<Secret>,
+    cors_origins: Vec<String>,
+    max_concurrent_runs: usize,
+    request_timeout: Duration,
+    auto_resume: bool,
+    lease_ttl: Duration,
+    log_format: LogFormat,
+}
+
+impl Settings {
+    /// Checks what clap cannot (exposure without tokens, token and origin syntax) and decides
+    /// the derived values. The environment is read here for the provider's key and the default
+    /// provider, as `--provider` documents.
+    pub fn parse(args: ServeArgs) -> Result<Settings, ConfigError> {
+        let tokens: Vec<String> = args
+            .api_tokens
+            .into_iter()
+            .filter(|t| !t.is_empty())
+            .collect();
+        if tokens.is_empty() && !args.listen.ip().is_loopback() && !args.allow_unauthenticated {
+            return Err(ConfigError::ExposedWithoutTokens(args.listen));
         }
         let weak =
-            |t: &&&String| t.len() < 16 || t.chars().any(|c| c.is_whitespace() || c.is_control());
-        if tokens.iter().any(|t| weak(&t)) {
-            return Err("API tokens must be at least 16 characters without spaces".to_string());
+            |t: &String| t.len() < 16 || t.chars().any(|c| c.is_whitespace() || c.is_control());
+        if tokens.iter().any(weak) {
+            return Err(ConfigError::WeakToken);
         }
-        for origin in &self.cors_origins {
-            if origin != "*" && !(origin.starts_with("http://") || origin.starts_with("https://")) {
-                return Err(format!(
-                    "--cors-origin {origin:?} must look like https://example.com"
-                ));
-            }
+        if let Some(origin) = args
+            .cors_origins
+            .iter()
+            .find(|o| *o != "*" && !(o.starts_with("http://") || o.starts_with("https://")))
+        {
+            return Err(ConfigError::CorsOrigin(origin.clone()));
         }
-        Ok(())
+        let provider = args.provider.unwrap_or_else(default_provider);
+        let model = ModelSettings {
+            provider,
+            api_key: api_key(args.api_key_env.as_deref(), provider),
+            model: args.model,
+            base_url: args.base_url,
+            mock_delay: Duration::from_millis(args.mock_delay_ms),
+        };
+        let auto_resume = args
+            .auto_resume
+            .unwrap_or_else(|| args.database_url.starts_with("postgres"));
+        Ok(Settings {
+            listen: args.listen,
+            database_url: args.database_url,
+            workspace: args.workspace,
+            model,
+            system_prompt: args.system_prompt,
+            max_steps: (args.max_steps > 0).then_some(args.max_steps),
+            context_chars: args.context_chars.map(|c| c as usize),
+            max_body_bytes: args.max_body_bytes,
+            api_tokens: tokens.into_iter().map(Secret).collect(),
+            cors_origins: args.cors_origins,
+            max_concurrent_runs: args.max_concurrent_runs as usize,
+            request_timeout: Duration::from_secs(args.request_timeout_secs),
+            auto_resume,
+            lease_ttl: Duration::from_secs(args.lease_ttl_secs),
+            log_format: args.log_format,
+        })
     }
 
-    /// Whether interrupted runs resume by themselves (see `--auto-resume`).
+    /// The address to listen on (port 0: one the system picks).
+    pub fn listen(&self) -> SocketAddr {
+        self.listen
+    }
+
+    pub fn database_url(&self) -> &str {
+        &self.database_url
+    }
+
+    /// The directory the file tools are confined to.
+    pub fn workspace(&self) -> &Path {
+        &self.workspace
+    }
+
+    pub fn model(&self) -> &ModelSettings {
+        &self.model
+    }
+
+    pub fn system_prompt(&self) -> &str {
+        &self.system_prompt
+    }
+
+    /// LLM calls per run at most (`None` = unlimited).
+    pub fn max_steps(&self) -> Option<u32> {
+        self.max_steps
+    }
+
+    /// Character budget of each model request (`None` = the full history).
+    pub fn context_chars(&self) -> Option<usize> {
+        self.context_chars
+    }
+
+    pub fn max_body_bytes(&self) -> usize {
+        self.max_body_bytes
+    }
+
+    /// The accepted API tokens, none empty; no tokens = no authentication.
+    pub fn api_tokens(&self) -> &[Secret] {
+        &self.api_tokens
+    }
+
+    /// Origins allowed by CORS (`*` or `http(s)://…`); none = no cross-origin access.
+    pub fn cors_origins(&self) -> &[String] {
+        &self.cors_origins
+    }
+
+    pub fn max_concurrent_runs(&self) -> usize {
+        self.max_concurrent_runs
+    }
+
+    /// Time limit of ordinary requests (not SSE streams, not `?wait=true` runs).
+    pub fn request_timeout(&self) -> Duration {
+        self.request_timeout
+    }
+
+    /// Whether interrupted runs resume by themselves: `--auto-resume`, by default on with
+    /// PostgreSQL and off with SQLite.
     pub fn auto_resume(&self) -> bool {
         self.auto_resume
-            .unwrap_or_else(|| self.database_url.starts_with("postgres"))
     }
 
-    /// `max_steps` as a limit (`None` = unlimited).
-    pub fn max_steps(&self) -> Option<u32> {
-        (self.max_steps > 0).then_some(self.max_steps)
+    /// How long a replica's lease on a session lasts without renewal.
+    pub fn lease_ttl(&self) -> Duration {
+        self.lease_ttl
     }
 
-    /// The provider's API key, read from the environment.
-    pub fn api_key(&self, provider: Provider) -> Option<String> {
-        let name = match (&self.api_key_env, provider) {
-            (Some(name), _) => name.as_str(),
-            (None, Provider::Openai) => "OPENAI_API_KEY",
-            (None, Provider::Anthropic) => "ANTHROPIC_API_KEY",
-            (None, Provider::Mock) => return None,
-        };
-        std::env::var(name).ok().filter(|v| !v.is_empty())
+    pub fn log_format(&self) -> LogFormat {
+        self.log_format
+    }
+}
+
+/// The first provider whose key is present, else the mock.
+fn default_provider() -> Provider {
+    let has = |name: &str| std::env::var(name).is_ok_and(|v| !v.is_empty());
+    if has("OPENAI_API_KEY") {
+        Provider::Openai
+    } else if has("ANTHROPIC_API_KEY") {
+        Provider::Anthropic
+    } else {
+        Provider::Mock
+    }
+}
+
+/// The provider's API key, from `--api-key-env` or the provider's usual variable.
+fn api_key(api_key_env: Option<&str>, provider: Provider) -> Option<Secret> {
+    let name = match (api_key_env, provider) {
+        (Some(name), _) => name,
+        (None, Provider::Openai) => "OPENAI_API_KEY",
+        (None, Provider::Anthropic) => "ANTHROPIC_API_KEY",
+        (None, Provider::Mock) => return None,
+    };
+    std::env::var(name)
+        .ok()
+        .filter(|v| !v.is_empty())
+        .map(Secret)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Settings, ConfigError> {
+        let argv = std::iter::once("serve").chain(args.iter().copied());
+        Settings::parse(ServeArgs::try_parse_from(argv).expect("valid flags"))
+    }
+
+    #[test]
+    fn a_public_address_needs_tokens_unless_allowed() {
+        assert!(matches!(
+            parse(&["--listen", "0.0.0.0:8080"]),
+            Err(ConfigError::ExposedWithoutTokens(_))
+        ));
+        assert!(parse(&["--listen", "0.0.0.0:8080", "--allow-unauthenticated"]).is_ok());
+        let token = "a-token-of-enough-length";
+        let settings = parse(&["--listen", "0.0.0.0:8080", "--api-token", token]).expect("ok");
+        assert_eq!(settings.api_tokens()[0].expose(), token);
+        assert!(
+            !format!("{settings:?}").contains(token),
+            "tokens are redacted"
+        );
+    }
+
+    #[test]
+    fn weak_tokens_and_odd_origins_are_refused() {
+        assert!(matches!(
+            parse(&["--api-token", "short"]),
+            Err(ConfigError::WeakToken)
+        ));
+        assert!(matches!(
+            parse(&["--api-token", "sixteen chars ok!"]),
+            Err(ConfigError::WeakToken)
+        ));
+        assert!(matches!(
+            parse(&["--cors-origin", "example.com"]),
+            Err(ConfigError::CorsOrigin(_))
+        ));
+        assert!(parse(&["--cors-origin", "*", "--cors-origin", "https://example.com"]).is_ok());
+        // An empty token (e.g. TAH_API_TOKENS="") means no token.
+        assert!(parse(&["--api-token", ""])
+            .expect("ok")
+            .api_tokens()
+            .is_empty());
+    }
+
+    #[test]
+    fn derived_values_are_decided_once() {
+        let sqlite = parse(&["--max-steps", "0", "--context-chars", "700"]).expect("ok");
+        assert_eq!(sqlite.max_steps(), None);
+        assert_eq!(sqlite.context_chars(), Some(700));
+        assert!(!sqlite.auto_resume());
+        let postgres = parse(&["--database-url", "postgres://h/db", "--provider", "mock"]);
+        let postgres = postgres.expect("ok");
+        assert!(postgres.auto_resume());
+        assert_eq!(postgres.max_steps(), Some(20));
+        assert_eq!(postgres.model().provider, Provider::Mock);
+        assert!(postgres.model().api_key.is_none());
+        let off = parse(&["--database-url", "postgres://h/db", "--auto-resume=false"]);
+        assert!(!off.expect("ok").auto_resume());
     }
 }

@@ -1,6 +1,6 @@
 //! The runtime: the store, the group-commit writer, the model client, the tools, the agent
-//! settings and the session registry, put together from a configuration. Usable without HTTP:
-//! build one and drive sessions through [`Runtime::sessions`].
+//! settings and the session registry, put together from validated [`Settings`]. Usable without
+//! HTTP: build one and drive sessions through [`Runtime::sessions`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +11,7 @@ use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
 use crate::agent::{AgentDeps, AgentSettings};
-use crate::config::{Provider, ServeConfig};
+use crate::config::{Provider, Settings};
 use crate::llm::wire::HttpModelConfig;
 use crate::llm::{anthropic, mock::MockModel, openai, ModelClient};
 use crate::session::{SessionDeps, Sessions};
@@ -59,19 +59,20 @@ pub struct Runtime {
 }
 
 impl Runtime {
-    pub async fn build(config: &ServeConfig) -> Result<Runtime, RuntimeError> {
+    pub async fn build(config: &Settings) -> Result<Runtime, RuntimeError> {
         let model = model_client(config)?;
         let replica = crate::model::new_id();
-        let opened = store::open(&config.database_url, replica).await?;
-        let tools =
-            ToolRegistry::builtin(&config.workspace).map_err(|source| RuntimeError::Workspace {
-                path: config.workspace.display().to_string(),
+        let opened = store::open(config.database_url(), replica).await?;
+        let tools = ToolRegistry::builtin(config.workspace()).map_err(|source| {
+            RuntimeError::Workspace {
+                path: config.workspace().display().to_string(),
                 source,
-            })?;
+            }
+        })?;
         let settings = AgentSettings {
-            system_prompt: config.system_prompt.clone(),
+            system_prompt: config.system_prompt().to_string(),
             max_steps: config.max_steps(),
-            context_chars: config.context_chars.map(|c| c as usize),
+            context_chars: config.context_chars(),
         };
         Runtime::assemble(RuntimeParts {
             store: opened.store,
@@ -79,9 +80,9 @@ impl Runtime {
             model,
             tools,
             settings,
-            max_concurrent_runs: config.max_concurrent_runs as usize,
+            max_concurrent_runs: config.max_concurrent_runs(),
             auto_resume: config.auto_resume(),
-            lease_ttl: Duration::from_secs(config.lease_ttl_secs),
+            lease_ttl: config.lease_ttl(),
             replica,
         })
         .await
@@ -172,18 +173,18 @@ impl Runtime {
     }
 }
 
-fn model_client(config: &ServeConfig) -> Result<Arc<dyn ModelClient>, RuntimeError> {
-    let provider = config.provider();
-    let http = |base: &str, model: &str| HttpModelConfig {
-        base_url: config.base_url.clone().unwrap_or_else(|| base.to_string()),
-        api_key: config.api_key(provider),
-        model: config.model.clone().unwrap_or_else(|| model.to_string()),
+fn model_client(config: &Settings) -> Result<Arc<dyn ModelClient>, RuntimeError> {
+    let model = config.model();
+    let http = |base: &str, name: &str| HttpModelConfig {
+        base_url: model.base_url.clone().unwrap_or_else(|| base.to_string()),
+        api_key: model.api_key.as_ref().map(|key| key.expose().to_string()),
+        model: model.model.clone().unwrap_or_else(|| name.to_string()),
         max_tokens: 8192,
         timeouts: Default::default(),
         retry: Default::default(),
     };
-    Ok(match provider {
-        Provider::Mock => Arc::new(MockModel::new(Duration::from_millis(config.mock_delay_ms))),
+    Ok(match model.provider {
+        Provider::Mock => Arc::new(MockModel::new(model.mock_delay)),
         Provider::Openai => Arc::new(openai::OpenAiClient::new(http(
             openai::DEFAULT_BASE_URL,
             openai::DEFAULT_MODEL,

@@ -1,6 +1,7 @@
-//! End-to-end tests of the real `tah` binary against fake LLM providers (`fakes`): `tah serve
-//! --provider openai|anthropic --base-url <fake>` is driven over its HTTP API only, and the
-//! fake records exactly what the server sent.
+//! End-to-end tests of the real `tah` binary against fake LLM providers (`support::fakes`):
+//! `tah serve --provider openai|anthropic --base-url <fake>` is driven over its HTTP API only,
+//! and the fake records exactly what the server sent. The binary rather than the in-process
+//! application, because the tests read the process's log (the API key must never be in it).
 //!
 //! For each provider: a full turn with tool calls (streamed multi-byte text, usage, messages,
 //! events), the replay of that turn into the next request in the provider's own format, the
@@ -8,46 +9,38 @@
 //! stream retried without duplicated text, cancel during a slow stream, and a measurement of
 //! the server's overhead per model request.
 
-#[path = "fakes/mod.rs"]
-mod fakes;
+mod support;
 
-use std::process::Stdio;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use fakes::{FakeServer, FakeToolCall, Flavor, Reply};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use tempfile::TempDir;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use support::fakes::{self, FakeServer, FakeToolCall, Flavor, Reply};
+use support::{is_terminal, percentile, roles, run_events, ServerOptions, TestServer, README};
 
 const OPENAI_KEY: &str = "sk-e2e-SECRET-openai-5b1f0c9e77a2";
 const ANTHROPIC_KEY: &str = "sk-ant-e2e-SECRET-anthropic-93d4c1aa08";
 const MODEL: &str = "e2e-model";
 const SYSTEM_PROMPT: &str = "You are the e2e test assistant.";
-const README: &str = "# Demo\n\nDemo is a small sample project. It exists for tests.\n";
 const FINAL_TEXT: &str = "Done: héllo 世界 🎉";
 const FINAL_PIECES: &[&str] = &["Done: h", "é", "llo 世", "界 🎉"];
-const STARTUP_TIMEOUT: Duration = Duration::from_secs(20);
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// A test per provider of one body taking the provider's flavor.
+macro_rules! both_providers {
+    ($body:ident: $openai:ident, $anthropic:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $openai() {
+            $body(Flavor::OpenAi).await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $anthropic() {
+            $body(Flavor::Anthropic).await;
+        }
+    };
+}
 
 // ---- the server under test ----------------------------------------------------------------
-
-struct Server {
-    base: String,
-    client: reqwest::Client,
-    child: Child,
-    log: Arc<Mutex<Vec<String>>>,
-    _data: TempDir,
-    _workspace: TempDir,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.start_kill();
-    }
-}
 
 fn provider_name(flavor: Flavor) -> &'static str {
     match flavor {
@@ -70,236 +63,75 @@ fn key_env(flavor: Flavor) -> &'static str {
     }
 }
 
-impl Server {
-    /// Starts `tah serve` against `fake` with the provider's key in its environment variable.
-    async fn start(flavor: Flavor, fake: &FakeServer) -> Server {
-        let data = tempfile::Builder::new()
-            .prefix("tah-e2e-data-")
-            .tempdir()
-            .expect("create the data dir");
-        let workspace = tempfile::Builder::new()
-            .prefix("tah-e2e-ws-")
-            .tempdir()
-            .expect("create the workspace");
-        std::fs::write(workspace.path().join("README.md"), README).expect("write README.md");
-        std::fs::create_dir_all(workspace.path().join("src")).expect("create src/");
-        std::fs::write(workspace.path().join("src/main.rs"), "fn main() {}\n")
-            .expect("write src/main.rs");
+/// Starts `tah serve` against `fake` with the provider's key in its environment variable.
+async fn start_server(flavor: Flavor, fake: &FakeServer) -> TestServer {
+    TestServer::start(
+        ServerOptions::new()
+            .process()
+            .args(&[
+                "--provider",
+                provider_name(flavor),
+                "--base-url",
+                &fake.base_url,
+            ])
+            .args(&[
+                "--model",
+                MODEL,
+                "--system-prompt",
+                SYSTEM_PROMPT,
+                "--max-steps",
+                "10",
+            ])
+            .rust_log("info,tah=debug")
+            .env(key_env(flavor), key_of(flavor))
+            .paged_by(100),
+    )
+    .await
+}
 
-        let mut command = Command::new(env!("CARGO_BIN_EXE_tah"));
-        command
-            .arg("serve")
-            .arg("--listen")
-            .arg("127.0.0.1:0")
-            .arg("--database-url")
-            .arg(format!("sqlite://{}/d.db", data.path().display()))
-            .arg("--workspace")
-            .arg(workspace.path())
-            .arg("--provider")
-            .arg(provider_name(flavor))
-            .arg("--base-url")
-            .arg(&fake.base_url)
-            .arg("--model")
-            .arg(MODEL)
-            .arg("--system-prompt")
-            .arg(SYSTEM_PROMPT)
-            .arg("--max-steps")
-            .arg("10")
-            .current_dir(data.path())
-            .env_remove("OPENAI_API_KEY")
-            .env_remove("ANTHROPIC_API_KEY")
-            .env("RUST_LOG", "info,tah=debug")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        for (name, _) in std::env::vars_os() {
-            if name.to_string_lossy().starts_with("TAH_") {
-                command.env_remove(name);
-            }
-        }
-        command.env(key_env(flavor), key_of(flavor));
-        let mut child = command.spawn().expect("spawn the tah binary");
-        let stderr = child.stderr.take().expect("piped stderr");
-        let log: Arc<Mutex<Vec<String>>> = Arc::default();
-        let (tx, rx) = tokio::sync::oneshot::channel::<String>();
-        let lines_log = log.clone();
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(stderr).lines();
-            let mut tx = Some(tx);
-            while let Ok(Some(line)) = lines.next_line().await {
-                if let Some(at) = line.find("listening on http://") {
-                    let address: String = line[at + "listening on http://".len()..]
-                        .chars()
-                        .take_while(|c| !c.is_whitespace() && *c != '"' && *c != '\u{1b}')
-                        .collect();
-                    if let Some(tx) = tx.take() {
-                        let _ = tx.send(address);
-                    }
-                }
-                lines_log.lock().unwrap().push(line);
-            }
-        });
-        let address = match tokio::time::timeout(STARTUP_TIMEOUT, rx).await {
-            Ok(Ok(address)) => address,
-            other => {
-                let _ = child.start_kill();
-                panic!(
-                    "tah did not log its address ({other:?}); its log:\n{}",
-                    log.lock().unwrap().join("\n")
-                );
-            }
-        };
-        Server {
-            base: format!("http://{address}"),
-            client: reqwest::Client::builder()
-                .timeout(REQUEST_TIMEOUT)
-                .build()
-                .expect("build the HTTP client"),
-            child,
-            log,
-            _data: data,
-            _workspace: workspace,
-        }
-    }
-
-    fn log(&self) -> String {
-        self.log.lock().unwrap().join("\n")
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{}", self.base, path)
-    }
-
-    async fn send(&self, request: reqwest::RequestBuilder, what: &str) -> (StatusCode, Value) {
-        let response = request
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("{what}: {e}; server log:\n{}", self.log()));
-        let status = response.status();
-        let bytes = response.bytes().await.expect("read the body");
-        let body = if bytes.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_slice(&bytes)
-                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
-        };
-        (status, body)
-    }
-
-    async fn get(&self, path: &str) -> Value {
-        let (status, body) = self.send(self.client.get(self.url(path)), path).await;
-        assert_eq!(status, StatusCode::OK, "GET {path}: {body}");
-        body
-    }
-
-    async fn post(&self, path: &str, body: &Value) -> (StatusCode, Value) {
-        self.send(self.client.post(self.url(path)).json(body), path)
-            .await
-    }
-
-    async fn create_session(&self) -> String {
-        let (status, body) = self.post("/v1/sessions", &json!({})).await;
-        assert_eq!(status, StatusCode::CREATED, "POST /v1/sessions: {body}");
-        body["id"].as_str().expect("session id").to_string()
-    }
-
-    /// `POST /runs?wait=true`; returns the RunResult.
-    async fn run_wait(&self, id: &str, input: &str) -> Value {
-        let path = format!("/v1/sessions/{id}/runs?wait=true");
-        let (status, body) = self.post(&path, &json!({ "input": input })).await;
-        assert_eq!(
-            status,
-            StatusCode::OK,
-            "POST {path}: {body}; server log:\n{}",
-            self.log()
-        );
-        body
-    }
-
-    async fn pages(&self, path: &str, cursor_param: &str) -> Vec<Value> {
-        let mut out = Vec::new();
-        let mut cursor: Option<String> = None;
-        loop {
-            let url = match &cursor {
-                None => format!("{path}?limit=100"),
-                Some(c) => format!("{path}?limit=100&{cursor_param}={c}"),
-            };
-            let page = self.get(&url).await;
-            out.extend(
-                page["data"]
-                    .as_array()
-                    .expect("a data array")
-                    .iter()
-                    .cloned(),
+/// Asserts that the key appears nowhere the server shows: its log, events, messages,
+/// steps (and each step's recorded request) and runs.
+async fn assert_key_never_shown(server: &TestServer, flavor: Flavor, id: &str) {
+    let key = key_of(flavor);
+    let log = server.log();
+    assert!(
+        log.contains("listening on http://"),
+        "the server's log was not captured:\n{log}"
+    );
+    assert!(
+        !log.contains(key),
+        "the API key appears in the server's log:\n{log}"
+    );
+    let events = Value::Array(server.events(id).await).to_string();
+    assert!(
+        !events.contains(key),
+        "the API key appears in an event: {events}"
+    );
+    let messages = Value::Array(server.messages(id).await).to_string();
+    assert!(!messages.contains(key), "the API key appears in a message");
+    let steps = server
+        .pages(&format!("/v1/sessions/{id}/steps"), "cursor")
+        .await;
+    for step in &steps {
+        if let Some(step_id) = step["id"].as_str() {
+            let detail = server
+                .get_ok(&format!("/v1/sessions/{id}/steps/{step_id}"))
+                .await;
+            assert!(
+                !detail.to_string().contains(key),
+                "the API key appears in step {step_id}: {detail}"
             );
-            match &page["next_cursor"] {
-                Value::String(next) => cursor = Some(next.clone()),
-                _ => return out,
-            }
-            assert!(out.len() < 100_000, "{path}: paging does not end");
         }
     }
-
-    async fn events(&self, id: &str) -> Vec<Value> {
-        self.pages(&format!("/v1/sessions/{id}/events"), "after")
-            .await
-    }
-
-    async fn messages(&self, id: &str) -> Vec<Value> {
-        self.pages(&format!("/v1/sessions/{id}/messages"), "after")
-            .await
-    }
-
-    async fn session(&self, id: &str) -> Value {
-        self.get(&format!("/v1/sessions/{id}")).await
-    }
-
-    /// Asserts that the key appears nowhere the server shows: its log, events, messages,
-    /// steps (and each step's recorded request) and runs.
-    async fn assert_key_never_shown(&self, flavor: Flavor, id: &str) {
-        let key = key_of(flavor);
-        let log = self.log();
-        assert!(
-            log.contains("listening on http://"),
-            "the server's log was not captured:\n{log}"
-        );
-        assert!(
-            !log.contains(key),
-            "the API key appears in the server's log:\n{log}"
-        );
-        let events = Value::Array(self.events(id).await).to_string();
-        assert!(
-            !events.contains(key),
-            "the API key appears in an event: {events}"
-        );
-        let messages = Value::Array(self.messages(id).await).to_string();
-        assert!(!messages.contains(key), "the API key appears in a message");
-        let steps = self
-            .pages(&format!("/v1/sessions/{id}/steps"), "cursor")
-            .await;
-        for step in &steps {
-            if let Some(step_id) = step["id"].as_str() {
-                let detail = self
-                    .get(&format!("/v1/sessions/{id}/steps/{step_id}"))
-                    .await;
-                assert!(
-                    !detail.to_string().contains(key),
-                    "the API key appears in step {step_id}: {detail}"
-                );
-            }
-        }
-        let runs = self
-            .pages(&format!("/v1/sessions/{id}/runs"), "cursor")
-            .await;
-        assert!(
-            !Value::Array(runs).to_string().contains(key),
-            "the API key appears in a run"
-        );
-        let session = self.session(id).await;
-        assert!(!session.to_string().contains(key));
-    }
+    let runs = server
+        .pages(&format!("/v1/sessions/{id}/runs"), "cursor")
+        .await;
+    assert!(
+        !Value::Array(runs).to_string().contains(key),
+        "the API key appears in a run"
+    );
+    let session = server.session(id).await;
+    assert!(!session.to_string().contains(key));
 }
 
 // ---- helpers ------------------------------------------------------------------------------
@@ -338,24 +170,6 @@ fn usage(input: u64, output: u64) -> Value {
     json!({"input_tokens": input, "output_tokens": output})
 }
 
-fn run_events<'a>(events: &'a [Value], run_id: &str) -> &'a [Value] {
-    let start = events
-        .iter()
-        .position(|e| e["type"] == "agent.started" && e["data"]["run_id"] == run_id)
-        .unwrap_or_else(|| panic!("no agent.started for run {run_id}"));
-    let end = events[start..]
-        .iter()
-        .position(|e| {
-            matches!(
-                e["type"].as_str(),
-                Some("agent.finished" | "agent.failed" | "agent.cancelled")
-            ) && e["data"]["run_id"] == run_id
-        })
-        .map(|i| start + i + 1)
-        .unwrap_or(events.len());
-    &events[start..end]
-}
-
 /// The text of a message content: a string, or an array of `text` blocks.
 fn content_text(content: &Value) -> String {
     match content {
@@ -387,7 +201,7 @@ fn assert_no_partial_assistant(messages: &[Value]) {
 }
 
 async fn wait_for_event(
-    server: &Server,
+    server: &TestServer,
     id: &str,
     within: Duration,
     done: impl Fn(&[Value]) -> bool,
@@ -423,7 +237,7 @@ async fn full_turn_and_replay(flavor: Flavor) {
         ],
     )
     .await;
-    let server = Server::start(flavor, &fake).await;
+    let server = start_server(flavor, &fake).await;
     let id = server.create_session().await;
 
     // Turn 1: list_files + read_file, then the streamed text.
@@ -439,10 +253,7 @@ async fn full_turn_and_replay(flavor: Flavor) {
     assert_eq!(fake.request_count(), 2, "{provider}: requests of turn 1");
 
     let messages = server.messages(&id).await;
-    let roles: Vec<&str> = messages
-        .iter()
-        .map(|m| m["role"].as_str().unwrap_or("?"))
-        .collect();
+    let roles = roles(&messages);
     assert_eq!(
         roles,
         ["system", "user", "assistant", "tool", "tool", "assistant"],
@@ -593,15 +404,12 @@ async fn full_turn_and_replay(flavor: Flavor) {
         Flavor::Anthropic => assert_anthropic_replay(replay),
     }
 
-    server.assert_key_never_shown(flavor, &id).await;
+    assert_key_never_shown(&server, flavor, &id).await;
 }
 
 fn assert_openai_replay(body: &Value) {
     let messages = body["messages"].as_array().expect("messages");
-    let roles: Vec<&str> = messages
-        .iter()
-        .map(|m| m["role"].as_str().unwrap_or("?"))
-        .collect();
+    let roles = roles(messages);
     assert_eq!(
         roles,
         [
@@ -665,10 +473,7 @@ fn assert_anthropic_replay(body: &Value) {
         messages.iter().all(|m| m["role"] != "system"),
         "no system role in messages: {body}"
     );
-    let roles: Vec<&str> = messages
-        .iter()
-        .map(|m| m["role"].as_str().unwrap_or("?"))
-        .collect();
+    let roles = roles(messages);
     assert_eq!(
         roles,
         ["user", "assistant", "user", "assistant", "user"],
@@ -716,15 +521,7 @@ fn assert_anthropic_replay(body: &Value) {
     assert_eq!(content_text(&messages[4]["content"]), "And now?");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn openai_full_turn_with_tools_and_replay() {
-    full_turn_and_replay(Flavor::OpenAi).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn anthropic_full_turn_with_tools_and_replay() {
-    full_turn_and_replay(Flavor::Anthropic).await;
-}
+both_providers!(full_turn_and_replay: openai_full_turn_with_tools_and_replay, anthropic_full_turn_with_tools_and_replay);
 
 // ---- retries ------------------------------------------------------------------------------
 
@@ -738,7 +535,7 @@ async fn retried_then_completes(flavor: Flavor, first: Reply, code: &str) {
         ],
     )
     .await;
-    let server = Server::start(flavor, &fake).await;
+    let server = start_server(flavor, &fake).await;
     let id = server.create_session().await;
     let result = server.run_wait(&id, "hello").await;
     assert_eq!(result["status"], "completed", "{provider} {code}: {result}");
@@ -770,7 +567,7 @@ async fn retried_then_completes(flavor: Flavor, first: Reply, code: &str) {
         "{provider} {code}: one assistant message"
     );
     assert_eq!(assistants[0]["content"], "After retry.");
-    server.assert_key_never_shown(flavor, &id).await;
+    assert_key_never_shown(&server, flavor, &id).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -823,7 +620,7 @@ async fn unauthorized_fails_cleanly(flavor: Flavor) {
         ),
     };
     let fake = fakes::start(flavor, vec![Reply::status(401, body)]).await;
-    let server = Server::start(flavor, &fake).await;
+    let server = start_server(flavor, &fake).await;
     let id = server.create_session().await;
     let result = server.run_wait(&id, "hello").await;
     assert_eq!(result["status"], "failed", "{provider}: {result}");
@@ -856,27 +653,16 @@ async fn unauthorized_fails_cleanly(flavor: Flavor) {
     let session = server.session(&id).await;
     assert_eq!(session["state"], "failed", "{provider}: {session}");
     let messages = server.messages(&id).await;
-    let roles: Vec<&str> = messages
-        .iter()
-        .map(|m| m["role"].as_str().unwrap_or("?"))
-        .collect();
+    let roles = roles(&messages);
     assert_eq!(
         roles,
         ["system", "user"],
         "{provider}: no half assistant message"
     );
-    server.assert_key_never_shown(flavor, &id).await;
+    assert_key_never_shown(&server, flavor, &id).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn openai_401_fails_cleanly() {
-    unauthorized_fails_cleanly(Flavor::OpenAi).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn anthropic_401_fails_cleanly() {
-    unauthorized_fails_cleanly(Flavor::Anthropic).await;
-}
+both_providers!(unauthorized_fails_cleanly: openai_401_fails_cleanly, anthropic_401_fails_cleanly);
 
 // ---- a broken stream is retried without duplicated text ------------------------------------
 
@@ -897,7 +683,7 @@ async fn cut_stream_then_success(flavor: Flavor) {
         ],
     )
     .await;
-    let server = Server::start(flavor, &fake).await;
+    let server = start_server(flavor, &fake).await;
     let id = server.create_session().await;
     let result = server.run_wait(&id, "hello").await;
     assert_eq!(result["status"], "completed", "{provider}: {result}");
@@ -941,18 +727,10 @@ async fn cut_stream_then_success(flavor: Flavor) {
     );
     let finished = of_type(&events, "agent.finished");
     assert_eq!(finished[0]["data"]["text"], "Complete answer.");
-    server.assert_key_never_shown(flavor, &id).await;
+    assert_key_never_shown(&server, flavor, &id).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn openai_cut_stream_is_retried_without_duplicates() {
-    cut_stream_then_success(Flavor::OpenAi).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn anthropic_cut_stream_is_retried_without_duplicates() {
-    cut_stream_then_success(Flavor::Anthropic).await;
-}
+both_providers!(cut_stream_then_success: openai_cut_stream_is_retried_without_duplicates, anthropic_cut_stream_is_retried_without_duplicates);
 
 // ---- cancel during a slow stream -----------------------------------------------------------
 
@@ -963,14 +741,15 @@ async fn cancel_during_slow_stream(flavor: Flavor) {
     let slow =
         Reply::sse_events(&text_reply(flavor, &pieces)).with_delay(Duration::from_millis(300));
     let fake = fakes::start(flavor, vec![slow]).await;
-    let server = Server::start(flavor, &fake).await;
+    let server = start_server(flavor, &fake).await;
     let id = server.create_session().await;
-    let (status, run) = server
-        .post(
+    let reply = server
+        .post_json(
             &format!("/v1/sessions/{id}/runs"),
             &json!({"input": "go slowly"}),
         )
         .await;
+    let (status, run) = (reply.status, reply.body);
     assert_eq!(status, StatusCode::ACCEPTED, "{provider}: {run}");
     let run_id = run["id"]
         .as_str()
@@ -986,9 +765,8 @@ async fn cancel_during_slow_stream(flavor: Flavor) {
 
     let started = Instant::now();
     let cancel = format!("/v1/sessions/{id}/cancel");
-    let (status, body) = server
-        .send(server.client.post(server.url(&cancel)), &cancel)
-        .await;
+    let reply = server.post_empty(&cancel).await;
+    let (status, body) = (reply.status, reply.body);
     assert!(status.is_success(), "{provider}: cancel: {status} {body}");
     let events = wait_for_event(&server, &id, Duration::from_secs(5), |events| {
         events
@@ -1005,43 +783,22 @@ async fn cancel_during_slow_stream(flavor: Flavor) {
         fake.wait_aborted(Duration::from_secs(2)).await,
         "{provider}: the fake did not see the connection dropped"
     );
-    let terminal: Vec<&Value> = events
-        .iter()
-        .filter(|e| {
-            matches!(
-                e["type"].as_str(),
-                Some("agent.finished" | "agent.failed" | "agent.cancelled")
-            )
-        })
-        .collect();
+    let terminal: Vec<&Value> = events.iter().filter(|e| is_terminal(e)).collect();
     assert_eq!(terminal.len(), 1, "{provider}: exactly one terminal event");
     assert_no_partial_assistant(&server.messages(&id).await);
     let session = server.session(&id).await;
     assert_eq!(session["state"], "cancelled", "{provider}: {session}");
     let run = server
-        .get(&format!("/v1/sessions/{id}/runs/{run_id}"))
+        .get_ok(&format!("/v1/sessions/{id}/runs/{run_id}"))
         .await;
     assert_eq!(run["status"], "cancelled", "{provider}: {run}");
     eprintln!("{provider}: cancel during a slow stream took {elapsed:?}");
-    server.assert_key_never_shown(flavor, &id).await;
+    assert_key_never_shown(&server, flavor, &id).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn openai_cancel_during_slow_stream() {
-    cancel_during_slow_stream(Flavor::OpenAi).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn anthropic_cancel_during_slow_stream() {
-    cancel_during_slow_stream(Flavor::Anthropic).await;
-}
+both_providers!(cancel_during_slow_stream: openai_cancel_during_slow_stream, anthropic_cancel_during_slow_stream);
 
 // ---- overhead per request ------------------------------------------------------------------
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
 
 async fn overhead(flavor: Flavor) {
     const TURNS: usize = 20;
@@ -1077,7 +834,7 @@ async fn overhead(flavor: Flavor) {
     let fake_median = percentile(&alone, 50.0);
     let direct_requests = fake.request_count();
 
-    let server = Server::start(flavor, &fake).await;
+    let server = start_server(flavor, &fake).await;
     let id = server.create_session().await;
     let mut overheads = Vec::new();
     for turn in 0..TURNS {
@@ -1102,12 +859,4 @@ async fn overhead(flavor: Flavor) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn openai_overhead_per_request() {
-    overhead(Flavor::OpenAi).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn anthropic_overhead_per_request() {
-    overhead(Flavor::Anthropic).await;
-}
+both_providers!(overhead: openai_overhead_per_request, anthropic_overhead_per_request);

@@ -1,15 +1,15 @@
 //! Black-box tests of the real providers (OpenAI-compatible and Anthropic) against the fake
-//! provider server in `fakes`: streaming, tool-call assembly, UTF-8 across chunk boundaries,
+//! provider server in `support::fakes`: streaming, tool-call assembly, UTF-8 across chunk boundaries,
 //! usage, retries and backoff, broken streams, protocol and auth errors, cancellation by drop,
 //! and the exact shape of the requests sent.
 
-mod fakes;
+mod support;
 
 use std::time::Duration;
 
-use fakes::{FakeServer, FakeToolCall, Flavor, Reply};
 use futures::StreamExt;
 use serde_json::{json, Value};
+use support::fakes::{self, FakeServer, FakeToolCall, Flavor, Reply};
 use tah::llm::anthropic::AnthropicClient;
 use tah::llm::openai::OpenAiClient;
 use tah::llm::wire::{HttpModelConfig, RetryPolicy, Timeouts};

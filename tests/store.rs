@@ -1,18 +1,16 @@
 //! The store conformance suite: every case is a function of an `Arc<dyn Store>` and runs twice,
 //! as `sqlite::<case>` on a fresh SQLite file in a tempdir and as `postgres::<case>` on a fresh
-//! PostgreSQL database (created per test, dropped after) when `TAH_TEST_PG_URL` is set:
-//!
-//! ```sh
-//! eval "$(scripts/pg-test-cluster.sh start)" && cargo test --test store; scripts/pg-test-cluster.sh stop
-//! ```
-//!
-//! Without `TAH_TEST_PG_URL` the PostgreSQL half is skipped (with a note on stderr), unless
-//! `TAH_REQUIRE_PG=1`, which makes it fail instead (for CI).
+//! PostgreSQL database (created per test, dropped after) on the test PostgreSQL server: the one
+//! `TAH_TEST_PG_URL` names, or a throwaway cluster this test binary starts (see
+//! `tests/support`). Where PostgreSQL's server binaries are not installed, the PostgreSQL half
+//! is reported as ignored.
+
+mod support;
+use support::postgres::{server_url, with_database, TestDatabase};
 
 use std::collections::HashSet;
 use std::future::Future;
-use std::io::Write;
-use std::sync::{Arc, Once};
+use std::sync::Arc;
 
 use chrono::Duration;
 use serde_json::{json, Value};
@@ -41,6 +39,10 @@ macro_rules! conformance {
         mod postgres {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                #[cfg_attr(
+                    not(pg_tests),
+                    ignore = "needs PostgreSQL: install its server binaries, or set TAH_TEST_PG=on and TAH_TEST_PG_URL"
+                )]
                 async fn $case() {
                     super::on_postgres(super::$case).await;
                 }
@@ -89,76 +91,18 @@ where
     F: FnOnce(Arc<dyn Store>) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    let Some(base) = std::env::var("TAH_TEST_PG_URL")
-        .ok()
-        .filter(|u| !u.is_empty())
-    else {
-        if std::env::var("TAH_REQUIRE_PG").as_deref() == Ok("1") {
-            panic!("TAH_REQUIRE_PG=1 but TAH_TEST_PG_URL is not set (start one with scripts/pg-test-cluster.sh)");
-        }
-        // Once per run, and past libtest's output capture, so the skip is seen.
-        static SKIPPED: Once = Once::new();
-        SKIPPED.call_once(|| {
-            let _ = writeln!(
-                std::io::stderr(),
-                "store conformance: skipped the PostgreSQL half (TAH_TEST_PG_URL is not set; \
-                 see scripts/pg-test-cluster.sh)"
-            );
-        });
-        return;
-    };
-    let db = format!("tah_t_{}", Uuid::now_v7().simple());
-    let mut admin = PgConnection::connect(&base)
-        .await
-        .expect("connect to TAH_TEST_PG_URL");
-    admin
-        .execute(format!("CREATE DATABASE {db}").as_str())
-        .await
-        .expect("create test database");
-    let store = store::open(&with_database(&base, &db), Uuid::nil())
+    let db = TestDatabase::new("tah_t");
+    db.create().await;
+    let store = store::open(&db.url, Uuid::nil())
         .await
         .expect("open postgres store")
         .store;
     // Run the case as a task so a failing assertion still lets us drop the database.
     let outcome = tokio::spawn(case(store)).await;
-    admin
-        .execute(format!("DROP DATABASE {db} WITH (FORCE)").as_str())
-        .await
-        .expect("drop test database");
-    let _ = admin.close().await;
+    drop(db);
     if let Err(error) = outcome {
         std::panic::resume_unwind(error.into_panic());
     }
-}
-
-/// `url` with its database name replaced by `db`.
-fn with_database(url: &str, db: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((b, q)) => (b, Some(q)),
-        None => (url, None),
-    };
-    let scheme_end = base.find("://").map_or(0, |i| i + 3);
-    let host_part = match base[scheme_end..].find('/') {
-        Some(i) => &base[..scheme_end + i],
-        None => base,
-    };
-    match query {
-        Some(q) => format!("{host_part}/{db}?{q}"),
-        None => format!("{host_part}/{db}"),
-    }
-}
-
-#[test]
-fn database_name_is_replaced_in_urls() {
-    assert_eq!(
-        with_database("postgres://u@h:5432/tah_test", "x"),
-        "postgres://u@h:5432/x"
-    );
-    assert_eq!(
-        with_database("postgresql://u:p@h/tah_test?sslmode=disable", "x"),
-        "postgresql://u:p@h/x?sslmode=disable"
-    );
-    assert_eq!(with_database("postgres://h", "x"), "postgres://h/x");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1233,13 +1177,12 @@ fn clean_json(v: &Value) -> Value {
 /// Not a trait case: `open` creates a missing database, and replicas starting together on a
 /// fresh database migrate it once (sqlx takes an advisory lock) and all come up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(pg_tests),
+    ignore = "needs PostgreSQL: install its server binaries, or set TAH_TEST_PG=on and TAH_TEST_PG_URL"
+)]
 async fn postgres_open_creates_the_database_and_replicas_start_together() {
-    let Some(base) = std::env::var("TAH_TEST_PG_URL")
-        .ok()
-        .filter(|u| !u.is_empty())
-    else {
-        return;
-    };
+    let base = server_url().to_string();
     let db = format!("tah_t_{}", Uuid::now_v7().simple());
     let url = with_database(&base, &db);
     let opens = (0..3).map(|_| {

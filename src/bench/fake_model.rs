@@ -384,11 +384,11 @@ fn whole_reply(fake: &Fake, tool_call: bool, prompt_tokens: usize) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::llm::openai::OpenAiClient;
-    use crate::llm::wire::HttpModelConfig;
-    use crate::llm::{ModelClient, ModelReply, ModelRequest, Purpose, StreamItem};
-    use crate::model::{Message, Role, ToolCall, ToolSchema};
     use futures::StreamExt;
+    use tah::llm::openai::OpenAiClient;
+    use tah::llm::wire::HttpModelConfig;
+    use tah::llm::{ModelClient, ModelReply, ModelRequest, Purpose, StreamItem};
+    use tah::model::{Message, Role, ToolCall, ToolSchema};
 
     fn schema() -> ToolSchema {
         serde_json::from_value(json!({

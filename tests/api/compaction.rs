@@ -5,7 +5,7 @@
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use crate::harness::*;
+use crate::support::*;
 
 /// The budget of every model request in these tests.
 const BUDGET: usize = 700;
@@ -286,10 +286,7 @@ async fn a_budget_compacts_earlier_turns_and_keeps_every_request_within_it() {
         .await;
     let sent = view["request"]["messages"].as_array().expect("messages");
     assert!(request_chars(sent) <= BUDGET, "{view}");
-    let roles: Vec<&str> = sent
-        .iter()
-        .map(|m| m["role"].as_str().unwrap_or("?"))
-        .collect();
+    let roles = roles(sent);
     assert_eq!(
         roles,
         ["system", "user"],
@@ -322,7 +319,11 @@ async fn compact_of_a_session_that_never_ran_is_204() {
         "POST /compact of a new session: {}",
         reply.text()
     );
-    assert!(reply.body.is_empty(), "a 204 has no body: {}", reply.text());
+    assert!(
+        reply.bytes.is_empty(),
+        "a 204 has no body: {}",
+        reply.text()
+    );
     let reply = server.post_json(&path, &json!({})).await;
     assert_eq!(reply.status, StatusCode::NO_CONTENT, "{}", reply.text());
     assert_eq!(types(&server.events(&id).await), ["session.created"]);

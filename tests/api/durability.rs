@@ -1,7 +1,7 @@
 //! Restarts lose nothing: after SIGTERM, and after kill -9 right after a turn completed, every
 //! read of the API answers byte for byte as before, and the event sequence goes on with no gap.
 
-use crate::harness::*;
+use crate::support::*;
 
 /// Every read a client can make of these sessions, as raw response bodies.
 async fn snapshot(server: &TestServer, ids: &[String]) -> Vec<(String, Vec<bytes::Bytes>)> {
@@ -11,7 +11,7 @@ async fn snapshot(server: &TestServer, ids: &[String]) -> Vec<(String, Vec<bytes
     )];
     for id in ids {
         let one = format!("/v1/sessions/{id}");
-        out.push((one.clone(), vec![server.get(&one).await.body]));
+        out.push((one.clone(), vec![server.get(&one).await.bytes]));
         for (what, cursor, limit) in [
             ("messages", "after", 5),
             ("events", "after", 7),
@@ -43,7 +43,7 @@ fn assert_same(before: &[(String, Vec<bytes::Bytes>)], after: &[(String, Vec<byt
 
 #[tokio::test]
 async fn a_sigterm_restart_keeps_everything_byte_for_byte() {
-    let mut server = TestServer::start(ServerOptions::new()).await;
+    let mut server = TestServer::start(ServerOptions::new().process()).await;
     let two_turns = server.create_session().await;
     server.run_wait(&two_turns, "first turn").await;
     server.run_wait(&two_turns, "second turn").await;
@@ -81,7 +81,7 @@ async fn a_sigterm_restart_keeps_everything_byte_for_byte() {
 
 #[tokio::test]
 async fn kill_9_right_after_a_completed_turn_loses_nothing() {
-    let mut server = TestServer::start(ServerOptions::new()).await;
+    let mut server = TestServer::start(ServerOptions::new().process()).await;
     let id = server.create_session().await;
     let result = server.run_wait(&id, "remember this").await;
     assert_eq!(result["status"], "completed", "{result}");

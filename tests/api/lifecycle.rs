@@ -7,24 +7,7 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use crate::harness::*;
-
-fn is_terminal(frame: &SseFrame) -> bool {
-    matches!(
-        frame.event.as_str(),
-        "agent.finished" | "agent.failed" | "agent.cancelled"
-    )
-}
-
-/// Asserts a 409 problem whose `type` names the conflict.
-fn assert_conflict(reply: &Reply, what: &str) {
-    let problem = reply.expect_problem(StatusCode::CONFLICT, what);
-    let kind = problem["type"].as_str().unwrap_or("");
-    assert!(
-        !kind.is_empty() && kind != "about:blank",
-        "{what}: the problem type does not name the conflict: {problem}"
-    );
-}
+use crate::support::*;
 
 #[tokio::test]
 async fn cancel_during_a_slow_stream_ends_the_run_cancelled() {
@@ -39,7 +22,7 @@ async fn cancel_during_a_slow_stream_ends_the_run_cancelled() {
     let outcome = server.cancel(&id).await;
     assert_eq!(outcome["cancelled"], true, "{outcome}");
     assert_eq!(outcome["run_id"], run_id.as_str(), "{outcome}");
-    let rest = sse.until(is_terminal).await;
+    let rest = sse.until(|f| is_terminal(&f.data)).await;
     let latency = asked.elapsed();
     let terminal = rest.last().expect("frames");
     assert_eq!(terminal.event, "agent.cancelled", "{terminal:?}");
@@ -122,7 +105,7 @@ async fn cancel_latency_over_five_runs() {
         let outcome = server.cancel(&id).await;
         assert_eq!(outcome["cancelled"], true, "round {round}: {outcome}");
         let terminal = sse
-            .until(is_terminal)
+            .until(|f| is_terminal(&f.data))
             .await
             .pop()
             .expect("a terminal frame");
@@ -212,7 +195,7 @@ async fn cancel_right_after_post_runs_cancels_that_run() {
 
 #[tokio::test]
 async fn kill_9_mid_turn_then_resume_completes_the_turn() {
-    let mut server = TestServer::start(ServerOptions::new().mock_delay_ms(50)).await;
+    let mut server = TestServer::start(ServerOptions::new().mock_delay_ms(50).process()).await;
     let id = server.create_session().await;
     let mut sse = server.sse(&id, SseFrom::Start).await;
     let run = server.start_run(&id, "survive a crash").await;
@@ -282,10 +265,7 @@ async fn kill_9_mid_turn_then_resume_completes_the_turn() {
     let messages = server.messages(&id).await;
     assert_indexes_contiguous(&messages);
     assert_tool_calls_answered(&messages);
-    let roles: Vec<&str> = messages
-        .iter()
-        .map(|m| m["role"].as_str().unwrap_or("?"))
-        .collect();
+    let roles = roles(&messages);
     assert_eq!(
         roles,
         [
@@ -542,7 +522,8 @@ async fn of_two_simultaneous_runs_exactly_one_starts() {
 
 #[tokio::test]
 async fn max_steps_fails_the_run_and_the_current_configuration_wins_after_a_restart() {
-    let mut server = TestServer::start(ServerOptions::new().arg("--max-steps").arg("1")).await;
+    let mut server =
+        TestServer::start(ServerOptions::new().arg("--max-steps").arg("1").process()).await;
     let id = server.create_session().await;
     let limited = server.run_wait(&id, "too many steps").await;
     assert_eq!(limited["finish_reason"], "max_steps", "{limited}");
@@ -606,7 +587,7 @@ async fn max_steps_fails_the_run_and_the_current_configuration_wins_after_a_rest
 
 #[tokio::test]
 async fn sigterm_during_a_slow_run_stops_gracefully_and_the_run_resumes() {
-    let mut server = TestServer::start(ServerOptions::new().mock_delay_ms(50)).await;
+    let mut server = TestServer::start(ServerOptions::new().mock_delay_ms(50).process()).await;
     let id = server.create_session().await;
     let mut sse = server.sse(&id, SseFrom::Start).await;
     let run = server.start_run(&id, "stop the server").await;

@@ -1,16 +1,16 @@
-//! Black-box tests of `tah serve`: the real binary, started on port 0 with a fresh database
-//! and a small workspace, driven through HTTP and SSE only (the mock model).
+//! Black-box tests of `tah serve`: the server on port 0 with a fresh database and a small
+//! workspace, driven through HTTP and SSE only (the mock model). It runs in-process (the
+//! library's `Application`) unless a test stops, kills or restarts it: then it is the real
+//! binary. See `tests/support`.
 //!
-//! The backend is SQLite by default; `TAH_TEST_BACKEND=postgres` with `TAH_TEST_PG_URL` runs
-//! the same tests against PostgreSQL (a fresh database per server):
+//! The backend is SQLite by default; `TAH_TEST_BACKEND=postgres` runs the same tests against
+//! PostgreSQL (a fresh database per server, on `TAH_TEST_PG_URL` or on a throwaway cluster the
+//! suite starts itself):
 //!
 //! ```text
-//! eval "$(scripts/pg-test-cluster.sh start)"
 //! TAH_TEST_BACKEND=postgres cargo test --test api
-//! scripts/pg-test-cluster.sh stop
 //! ```
 //!
-//! - `harness`: starting, stopping and killing the server; requests, pages and SSE frames.
 //! - `turns`: one turn and its messages, steps and events; run modes; session lists.
 //! - `streaming`: SSE replay after any id, live hand-off, run streams, many subscribers.
 //! - `durability`: restarts (SIGTERM and kill -9) keep everything, byte for byte.
@@ -20,10 +20,12 @@
 //! - `compaction`: `--context-chars`: automatic and manual compaction, trimming, every
 //!   rebuilt request within the budget, forks before a summary.
 
+#[path = "../support/mod.rs"]
+mod support;
+
 mod bad_input;
 mod compaction;
 mod durability;
-mod harness;
 mod lifecycle;
 mod streaming;
 mod turns;

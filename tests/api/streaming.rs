@@ -6,7 +6,7 @@ use std::time::Duration;
 use reqwest::header::CONTENT_TYPE;
 use tokio::sync::mpsc;
 
-use crate::harness::*;
+use crate::support::*;
 
 #[tokio::test]
 async fn replay_after_any_id_is_the_tail_of_the_log() {
@@ -236,7 +236,7 @@ async fn an_idle_stream_gets_a_heartbeat_within_15_seconds() {
     let server = TestServer::start(ServerOptions::new()).await;
     let id = server.create_session().await;
     let response = server
-        .client
+        .http
         .get(server.url(&format!("/v1/sessions/{id}/events")))
         .header(reqwest::header::ACCEPT, "text/event-stream")
         .send()

@@ -8,7 +8,7 @@ use reqwest::header::LOCATION;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use crate::harness::*;
+use crate::support::*;
 
 const INPUT: &str = "What is in this workspace?";
 
@@ -60,10 +60,7 @@ async fn a_turn_records_the_whole_history() {
     let result = server.run_wait(&id, INPUT).await;
 
     let messages = server.messages(&id).await;
-    let roles: Vec<&str> = messages
-        .iter()
-        .map(|m| m["role"].as_str().unwrap_or("?"))
-        .collect();
+    let roles = roles(&messages);
     assert_eq!(
         roles,
         [
@@ -299,7 +296,7 @@ async fn default_mode_answers_202_and_the_run_completes() {
         "Location {location}"
     );
 
-    let location_path = location.trim_start_matches(&server.base_url).to_string();
+    let location_path = location.trim_start_matches(&server.base).to_string();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     let done = loop {
         let current = server.get_ok(&location_path).await;

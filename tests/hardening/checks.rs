@@ -3,17 +3,11 @@
 //! the events that announced them. Violations are collected (not panicked on), so a failing
 //! test reports all of them.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use serde_json::Value;
 
-use crate::server::Api;
-
-pub const TERMINAL: [&str; 3] = ["agent.finished", "agent.failed", "agent.cancelled"];
-
-pub fn is_terminal(event: &Value) -> bool {
-    TERMINAL.contains(&event["type"].as_str().unwrap_or(""))
-}
+use crate::support::{is_terminal, seq_break, tool_call_problems, Api};
 
 /// Violations found so far, with a cap on how many are kept verbatim.
 #[derive(Default)]
@@ -68,19 +62,13 @@ impl Facts {
 
 /// Checks that event seqs run 1, 2, 3, … ; returns the number of gaps and duplicates.
 pub fn seq_breaks(events: &[Value], id: &str, problems: &mut Problems) -> usize {
-    let mut breaks = 0;
-    for (i, event) in events.iter().enumerate() {
-        let expected = i as i64 + 1;
-        if event["seq"].as_i64() != Some(expected) {
-            breaks += 1;
-            problems.push(format!(
-                "session {id}: event #{i} has seq {} where {expected} belongs (gap or duplicate)",
-                event["seq"]
-            ));
-            break;
+    match seq_break(events, 1) {
+        Some(why) => {
+            problems.push(format!("session {id}: {why}"));
+            1
         }
+        None => 0,
     }
-    breaks
 }
 
 /// Reads one session's events, runs and messages and checks them. `all_answered`: every tool
@@ -290,54 +278,11 @@ fn check_messages(session: &Value, facts: &Facts, all_answered: bool, problems: 
             ));
         }
     }
-    // Tool results, turn by turn (the mock's call ids repeat across turns): every call gets
-    // exactly one result, and every result answers an earlier call of its turn.
-    let mut turn_calls: HashMap<String, usize> = HashMap::new();
-    let mut turn_start = 0usize;
-    let close_turn = |calls: &HashMap<String, usize>,
-                      at: usize,
-                      last: bool,
-                      problems: &mut Problems| {
-        for (call, answers) in calls {
-            let unanswered_ok = last && !all_answered && *answers == 0;
-            if *answers != 1 && !unanswered_ok {
-                problems.push(format!(
-                    "session {id}: tool call {call} of the turn at message {at} has {answers} results"
-                ));
-            }
-        }
-    };
-    for m in messages {
-        match m["role"].as_str() {
-            Some("user") => {
-                close_turn(&turn_calls, turn_start, false, problems);
-                turn_calls.clear();
-                turn_start = m["index"].as_u64().unwrap_or(0) as usize;
-            }
-            Some("assistant") => {
-                for call in m["tool_calls"].as_array().into_iter().flatten() {
-                    let cid = call["id"].as_str().unwrap_or("?").to_string();
-                    if turn_calls.insert(cid.clone(), 0).is_some() {
-                        problems.push(format!(
-                            "session {id}: tool call id {cid} repeats within the turn at message {turn_start}"
-                        ));
-                    }
-                }
-            }
-            Some("tool") => {
-                let cid = m["tool_call_id"].as_str().unwrap_or("?");
-                match turn_calls.get_mut(cid) {
-                    Some(n) => *n += 1,
-                    None => problems.push(format!(
-                        "session {id}: tool message {} answers {cid}, no call of its turn",
-                        m["index"]
-                    )),
-                }
-            }
-            _ => {}
-        }
+    // Tool results, turn by turn: every call gets exactly one result, and every result
+    // answers an earlier call of its turn; the last turn of an interrupted session may wait.
+    for problem in tool_call_problems(messages, /*open_last_turn*/ !all_answered) {
+        problems.push(format!("session {id}: {problem}"));
     }
-    close_turn(&turn_calls, turn_start, true, problems);
 }
 
 /// The checks themselves catch what they are meant to catch (a checker that passes everything

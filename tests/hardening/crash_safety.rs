@@ -10,7 +10,6 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use reqwest::{Method, StatusCode};
@@ -18,8 +17,7 @@ use serde_json::{json, Value};
 use sqlx::Connection;
 
 use crate::checks::{check_session, Problems};
-use crate::server::{Api, Server};
-use crate::sse;
+use crate::support::{is_terminal, Api, Next, ServerOptions, SseFrom, TestServer};
 
 const CLIENTS: usize = 20;
 const KILLS: usize = 5;
@@ -67,7 +65,7 @@ async fn client(n: usize, api: Api, shared: Arc<Shared>, mut rng: StdRng) {
         let id = if !owned.is_empty() && rng.gen_bool(0.35) {
             owned[rng.gen_range(0..owned.len())].clone()
         } else {
-            match api.create_session().await {
+            match api.try_create_session().await {
                 Ok(reply) if reply.status == StatusCode::CREATED => {
                     let id = reply.body["id"].as_str().unwrap_or_default().to_string();
                     shared.acked.lock().unwrap().sessions.insert(id.clone());
@@ -170,21 +168,19 @@ async fn watch(
     start_seq: i64,
     shared: &Shared,
 ) -> Result<(), String> {
-    let mut frames = sse::connect(api, id, sse::From::After(start_seq - 1)).await?;
+    let mut frames = api.open_events(id, SseFrom::After(start_seq - 1)).await?;
     loop {
-        let frame = match tokio::time::timeout(Duration::from_secs(10), frames.next()).await {
-            Err(_) => return Err(format!("session {id}: no SSE frame for 10 s")),
-            Ok(None) => {
+        let event: Value = match frames.next_within(Duration::from_secs(10)).await {
+            Next::Timeout => return Err(format!("session {id}: no SSE frame for 10 s")),
+            Next::End => {
                 return Err(format!(
                     "session {id}: the SSE stream ended before run {run_id} did"
                 ))
             }
-            Ok(Some(Err(e))) => return Err(format!("session {id}: SSE: {e}")),
-            Ok(Some(Ok(frame))) => frame,
+            Next::Error(e) | Next::Bad(e) => return Err(format!("session {id}: SSE: {e}")),
+            Next::Frame(frame) => frame.data,
         };
-        let event: Value = serde_json::from_str(&frame.data)
-            .map_err(|e| format!("session {id}: SSE data is not JSON ({e}): {frame:?}"))?;
-        let end = crate::checks::is_terminal(&event) && event["data"]["run_id"] == run_id;
+        let end = is_terminal(&event) && event["data"]["run_id"] == run_id;
         shared
             .acked
             .lock()
@@ -201,7 +197,13 @@ pub async fn run() {
     let seed = crate::seed("crash_safety");
     let mut rng = StdRng::seed_from_u64(seed);
     let started = Instant::now();
-    let mut server = Server::start(&["--mock-delay-ms", "1"]).await;
+    let mut server = TestServer::start(
+        ServerOptions::new()
+            .args(&["--mock-delay-ms", "1"])
+            .process()
+            .paged_by(500),
+    )
+    .await;
     let shared = Arc::new(Shared {
         acked: Mutex::default(),
         owned: (0..CLIENTS).map(|_| Mutex::default()).collect(),
@@ -212,7 +214,7 @@ pub async fn run() {
     let mut kills = 0;
     for cycle in 0..KILLS {
         shared.killed.store(false, Ordering::SeqCst);
-        let api = server.api();
+        let api = server.api.clone();
         let clients: Vec<_> = (0..CLIENTS)
             .map(|n| {
                 let rng = StdRng::seed_from_u64(rng.gen());
@@ -239,7 +241,7 @@ pub async fn run() {
 
     // Settle: the restart recorded the interrupted runs; nothing else is going on.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let api = server.api();
+    let api = server.api.clone();
     let mut problems = Problems::default();
     let acked = std::mem::take(&mut *shared.acked.lock().unwrap());
     for what in &acked.unexpected {
@@ -387,8 +389,8 @@ pub async fn run() {
 }
 
 /// `PRAGMA integrity_check` on the database file, with the server stopped.
-pub async fn integrity_check(server: &Server) -> Vec<String> {
-    let url = format!("sqlite://{}", server.db_path().display());
+pub async fn integrity_check(server: &TestServer) -> Vec<String> {
+    let url = format!("sqlite://{}", server.database_path().display());
     let mut conn = sqlx::sqlite::SqliteConnection::connect(&url)
         .await
         .expect("open the SQLite file");

@@ -18,8 +18,8 @@ use serde_json::json;
 use tokio::sync::{watch, Semaphore};
 
 use crate::checks::{seq_breaks, Problems};
-use crate::server::{Api, Server};
 use crate::sse::{compare, follow};
+use crate::support::{Api, ServerOptions, TestServer};
 
 const SESSIONS: usize = 300;
 const TURNS: usize = 3;
@@ -97,8 +97,13 @@ async fn drive(
 }
 
 pub async fn run() {
-    let mut server = Server::start(&["--mock-delay-ms", "0"]).await;
-    let api = server.api();
+    let mut server = TestServer::start(
+        ServerOptions::new()
+            .args(&["--mock-delay-ms", "0"])
+            .paged_by(500),
+    )
+    .await;
+    let api = server.api.clone();
     let counters = Arc::new(Counters::default());
 
     // Sessions, 32 creations at a time.
@@ -107,7 +112,7 @@ pub async fn run() {
         let (api, creations) = (api.clone(), creations.clone());
         async move {
             let _permit = creations.acquire().await.expect("the semaphore");
-            let reply = api.create_session().await.expect("POST /v1/sessions");
+            let reply = api.try_create_session().await.expect("POST /v1/sessions");
             assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.body);
             reply.body["id"].as_str().expect("id").to_string()
         }

@@ -1,5 +1,7 @@
-//! Hardening tests of `tah serve`, black-box: the real binary on 127.0.0.1 with a fresh SQLite
-//! database and the mock model, driven over HTTP and SSE only.
+//! Hardening tests of `tah serve`, black-box: the server on 127.0.0.1 with a fresh SQLite
+//! database and the mock model, driven over HTTP and SSE only — the real binary where it is
+//! killed or stopped with a signal (`crash_safety`, `shutdown_under_load`), the library's
+//! `Application` in-process elsewhere (see `tests/support`).
 //!
 //! - `crash_safety`: concurrent clients, five kill -9 cycles, then every session's log, runs
 //!   and messages are whole and consistent, interrupted runs resume, and SQLite is intact.
@@ -19,9 +21,10 @@ mod checks;
 mod crash_safety;
 mod load;
 mod reconnect_chaos;
-mod server;
 mod shutdown_under_load;
 mod sse;
+#[path = "../support/mod.rs"]
+mod support;
 
 use std::future::Future;
 use std::sync::{Mutex, MutexGuard};

@@ -12,8 +12,8 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use crate::checks::{check_session, Problems};
-use crate::server::{Api, Server};
 use crate::sse::{compare, follow};
+use crate::support::{Api, ServerOptions, TestServer};
 
 const SESSIONS: usize = 4;
 const TURNS: usize = 3;
@@ -43,12 +43,17 @@ pub async fn run() {
     let seed = crate::seed("reconnect_chaos");
     let mut rng = StdRng::seed_from_u64(seed);
     let started = Instant::now();
-    let mut server = Server::start(&["--mock-delay-ms", "3"]).await;
-    let api = server.api();
+    let mut server = TestServer::start(
+        ServerOptions::new()
+            .args(&["--mock-delay-ms", "3"])
+            .paged_by(500),
+    )
+    .await;
+    let api = server.api.clone();
 
     let mut tasks = Vec::new();
     for _ in 0..SESSIONS {
-        let reply = api.create_session().await.expect("POST /v1/sessions");
+        let reply = api.try_create_session().await.expect("POST /v1/sessions");
         assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.body);
         let id = reply.body["id"].as_str().expect("id").to_string();
         let (target_tx, target_rx) = watch::channel(None);

@@ -10,22 +10,27 @@ use reqwest::{Method, StatusCode};
 use serde_json::json;
 
 use crate::checks::{check_session, Problems};
-use crate::server::Server;
-use crate::sse;
+use crate::support::{ServerOptions, SseFrom, TestServer};
 
 const RUNS: usize = 50;
 const WAITING: usize = 10;
 const EXIT_LIMIT: Duration = Duration::from_secs(5);
 
 pub async fn run() {
-    let mut server = Server::start(&["--mock-delay-ms", "20"]).await;
-    let api = server.api();
+    let mut server = TestServer::start(
+        ServerOptions::new()
+            .args(&["--mock-delay-ms", "20"])
+            .process()
+            .paged_by(500),
+    )
+    .await;
+    let api = server.api.clone();
     let mut problems = Problems::default();
 
     let ids: Vec<String> = join_all((0..RUNS).map(|_| {
         let api = api.clone();
         async move {
-            let reply = api.create_session().await.expect("POST /v1/sessions");
+            let reply = api.try_create_session().await.expect("POST /v1/sessions");
             assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.body);
             reply.body["id"].as_str().expect("id").to_string()
         }
@@ -51,7 +56,7 @@ pub async fn run() {
         .collect();
     let mut subscribers = Vec::new();
     for id in ids.iter().take(5) {
-        subscribers.push(sse::connect(&api, id, sse::From::Start).await.expect("SSE"));
+        subscribers.push(api.open_events(id, SseFrom::Start).await.expect("SSE"));
     }
     // Let every run get going: all 50 sessions active, then SIGTERM at once.
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -103,7 +108,7 @@ pub async fn run() {
     drop(subscribers);
 
     server.spawn().await;
-    let api = server.api();
+    let api = server.api.clone();
     let (mut completed, mut events) = (0, 0);
     let mut interrupted = Vec::new();
     for id in &ids {

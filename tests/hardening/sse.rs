@@ -2,67 +2,16 @@
 //! optionally dropping the connection at random moments and reconnecting with
 //! `Last-Event-ID` (or `?after=`), as a browser's EventSource on a flaky network would.
 
-use std::pin::Pin;
 use std::time::Duration;
 
-use eventsource_stream::{EventStreamError, Eventsource};
-use futures::{Stream, StreamExt};
 use rand::rngs::StdRng;
 use rand::Rng;
-use reqwest::header::{ACCEPT, CONTENT_TYPE};
-use reqwest::StatusCode;
 use serde_json::Value;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::checks::Problems;
-use crate::server::Api;
-
-type Frames = Pin<
-    Box<
-        dyn Stream<Item = Result<eventsource_stream::Event, EventStreamError<reqwest::Error>>>
-            + Send,
-    >,
->;
-
-#[derive(Debug, Clone, Copy)]
-pub enum From {
-    Start,
-    After(i64),
-    LastEventId(i64),
-}
-
-pub async fn connect(api: &Api, id: &str, from: From) -> Result<Frames, String> {
-    let mut path = format!("/v1/sessions/{id}/events");
-    if let From::After(k) = from {
-        path.push_str(&format!("?after={k}"));
-    }
-    let mut request = api
-        .http
-        .get(api.url(&path))
-        .header(ACCEPT, "text/event-stream");
-    if let From::LastEventId(k) = from {
-        request = request.header("Last-Event-ID", k.to_string());
-    }
-    let response = request
-        .send()
-        .await
-        .map_err(|e| format!("GET {path} (SSE, {from:?}): {e:#}"))?;
-    let status = response.status();
-    let content_type = response
-        .headers()
-        .get(CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_string();
-    if status != StatusCode::OK || !content_type.starts_with("text/event-stream") {
-        let body = response.text().await.unwrap_or_default();
-        return Err(format!(
-            "GET {path} (SSE, {from:?}): {status} {content_type:?} {body}"
-        ));
-    }
-    Ok(Box::pin(response.bytes_stream().eventsource()))
-}
+use crate::support::{first_difference, Api, Next, SseFrom};
 
 /// What a follower saw.
 #[derive(Default)]
@@ -108,15 +57,15 @@ pub async fn follow(
         }
         let coin = chaos.as_mut().map(|rng| rng.gen_bool(0.3));
         let from = match (coin, first) {
-            (_, true) => From::Start,
-            (Some(true), false) => From::After(last),
-            _ => From::LastEventId(last),
+            (_, true) => SseFrom::Start,
+            (Some(true), false) => SseFrom::After(last),
+            _ => SseFrom::LastEventId(last),
         };
         if !first {
             out.reconnects += 1;
         }
         first = false;
-        let mut frames = match connect(&api, &id, from).await {
+        let mut frames = match api.open_events(&id, from).await {
             Ok(frames) => frames,
             Err(e) => {
                 out.problems.push(e);
@@ -149,35 +98,25 @@ pub async fn follow(
                 }
                 wait = wait.min(at - now);
             }
-            match tokio::time::timeout(wait, frames.next()).await {
-                Err(_) => continue,
-                Ok(None) => {
+            match frames.next_within(wait).await {
+                Next::Timeout => continue,
+                Next::End => {
                     out.server_ends += 1;
                     break;
                 }
-                Ok(Some(Err(e))) => {
+                Next::Error(e) => {
                     out.problems
                         .push(format!("session {id}: the SSE stream broke: {e}"));
                     break;
                 }
-                Ok(Some(Ok(frame))) => {
+                Next::Bad(e) => {
                     got += 1;
-                    let data: Value = match serde_json::from_str(&frame.data) {
-                        Ok(data) => data,
-                        Err(e) => {
-                            out.problems.push(format!(
-                                "session {id}: frame data is not JSON ({e}): {frame:?}"
-                            ));
-                            continue;
-                        }
-                    };
+                    out.problems.push(format!("session {id}: {e}"));
+                }
+                Next::Frame(frame) => {
+                    got += 1;
+                    let data = frame.data;
                     let seq = data["seq"].as_i64().unwrap_or(-1);
-                    if frame.id != seq.to_string() || data["type"].as_str() != Some(&frame.event) {
-                        out.problems.push(format!(
-                            "session {id}: frame id {:?} / event {:?} do not match its data {data}",
-                            frame.id, frame.event
-                        ));
-                    }
                     if seq != last + 1 {
                         out.out_of_order += 1;
                         out.problems.push(format!(
@@ -194,14 +133,9 @@ pub async fn follow(
 
 /// Compares what a follower rebuilt with the stored log, event for event.
 pub fn compare(id: &str, seen: &[Value], log: &[Value], problems: &mut Problems) -> bool {
-    if seen == log {
+    let Some(first_difference) = first_difference(seen, log) else {
         return true;
-    }
-    let first_difference = seen
-        .iter()
-        .zip(log)
-        .position(|(a, b)| a != b)
-        .unwrap_or(seen.len().min(log.len()));
+    };
     problems.push(format!(
         "session {id}: the SSE events differ from the log at #{first_difference}: {} seen, {} stored; seen {:?}, stored {:?}",
         seen.len(),

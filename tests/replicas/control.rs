@@ -6,16 +6,18 @@ use std::time::{Duration, Instant};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
-use crate::checks::{assert_contiguous, assert_runs, describe, words};
-use crate::client::{deltas, has_terminal, Subscriber};
-use crate::replica::Replica;
-use crate::TestDb;
+use crate::replica;
+use crate::support::{
+    assert_conflict, assert_contiguous, assert_indexes_contiguous, assert_runs,
+    assert_tool_calls_answered, deltas, describe, has_terminal, is_terminal, words, Subscriber,
+    TestDatabase,
+};
 
 const RUN_LIMIT: Duration = Duration::from_secs(20);
 
-pub async fn cancel_via_b(db: TestDb) {
-    let a = Replica::start("A", &db.url, 50).await;
-    let b = Replica::start("B", &db.url, 50).await;
+pub async fn cancel_via_b(db: TestDatabase) {
+    let a = replica::start("A", &db.url, 50).await;
+    let b = replica::start("B", &db.url, 50).await;
     let id = a.api.create_session().await;
     let mut on_a = Subscriber::open(&a.api, &id, "subscriber on A").await;
     let run = a.api.start_run(&id, &words(60)).await;
@@ -47,7 +49,7 @@ pub async fn cancel_via_b(db: TestDb) {
         .await;
     let terminal = seen
         .iter()
-        .find(|s| crate::checks::is_terminal(&s.event))
+        .find(|s| is_terminal(&s.event))
         .expect("a terminal event");
     let took = terminal.at.saturating_duration_since(asked);
     eprintln!(
@@ -108,32 +110,9 @@ pub async fn cancel_via_b(db: TestDb) {
     assert_eq!(again["cancelled"], json!(false), "a second cancel: {again}");
 }
 
-/// A 409 answer with a problem+json body.
-fn assert_conflict(what: &str, reply: &crate::client::Reply) {
-    assert_eq!(
-        reply.status,
-        StatusCode::CONFLICT,
-        "{what}: expected 409, got {} {}",
-        reply.status,
-        reply.body
-    );
-    assert!(
-        reply.content_type.starts_with("application/problem+json"),
-        "{what}: content type {:?}",
-        reply.content_type
-    );
-    assert_eq!(reply.body["status"], json!(409), "{what}: {}", reply.body);
-    assert!(
-        reply.body["type"].as_str().is_some_and(|t| !t.is_empty())
-            && reply.body["detail"].as_str().is_some_and(|d| !d.is_empty()),
-        "{what}: the problem needs a type and a detail: {}",
-        reply.body
-    );
-}
-
-pub async fn conflicts_across_replicas(db: TestDb) {
-    let a = Replica::start("A", &db.url, 30).await;
-    let b = Replica::start("B", &db.url, 30).await;
+pub async fn conflicts_across_replicas(db: TestDatabase) {
+    let a = replica::start("A", &db.url, 30).await;
+    let b = replica::start("B", &db.url, 30).await;
     let id = a.api.create_session().await;
     let mut on_b = Subscriber::open(&b.api, &id, "subscriber on B").await;
     let run = a.api.start_run(&id, &words(50)).await;
@@ -150,13 +129,13 @@ pub async fn conflicts_across_replicas(db: TestDb) {
         )
         .await
         .expect("POST /runs on B");
-    assert_conflict("POST /runs on B while A runs the session", &conflict);
+    assert_conflict(&conflict, "POST /runs on B while A runs the session");
     let compact = b
         .api
         .call(Method::POST, &format!("/v1/sessions/{id}/compact"), None)
         .await
         .expect("POST /compact on B");
-    assert_conflict("POST /compact on B while A runs the session", &compact);
+    assert_conflict(&compact, "POST /compact on B while A runs the session");
     // A refuses too (the run is its own).
     let on_a = a
         .api
@@ -167,7 +146,7 @@ pub async fn conflicts_across_replicas(db: TestDb) {
         )
         .await
         .expect("POST /runs on A");
-    assert_conflict("POST /runs on A while A runs the session", &on_a);
+    assert_conflict(&on_a, "POST /runs on A while A runs the session");
     eprintln!(
         "[conflicts_across_replicas] B answered {} / {} (run / compact)",
         conflict.body["type"], compact.body["type"]
@@ -221,7 +200,8 @@ pub async fn conflicts_across_replicas(db: TestDb) {
     assert_eq!(log_a, log, "A and B read different logs");
     assert_eq!(a.api.session(&id).await["state"], "completed");
     let messages = b.api.messages(&id).await;
-    crate::checks::assert_tool_calls_answered("the history", &messages);
+    assert_tool_calls_answered(&messages);
+    assert_indexes_contiguous(&messages);
     assert_eq!(
         messages.iter().filter(|m| m["role"] == "user").count(),
         2,

@@ -7,12 +7,11 @@ use serde_json::Value;
 use sqlx::Row;
 use uuid::Uuid;
 
-use crate::checks::{
-    assert_contiguous, assert_runs, assert_tool_calls_answered, describe, words, LoggedRun,
+use crate::replica::{self, Replica};
+use crate::support::{
+    assert_contiguous, assert_indexes_contiguous, assert_runs, assert_tool_calls_answered, deltas,
+    describe, words, LoggedRun, Seen, Subscriber, TestDatabase,
 };
-use crate::client::{deltas, Seen, Subscriber};
-use crate::replica::Replica;
-use crate::TestDb;
 
 const RUN_LIMIT: Duration = Duration::from_secs(20);
 
@@ -88,7 +87,8 @@ async fn assert_taken_over(
         describe(&log)
     );
     let messages = replica.api.messages(id).await;
-    assert_tool_calls_answered(what, &messages);
+    assert_tool_calls_answered(&messages);
+    assert_indexes_contiguous(&messages);
     let runs_api = replica.api.runs(id).await;
     assert_eq!(runs_api.len(), 2, "{what}: GET /runs: {runs_api:#?}");
     assert_eq!(runs_api[0]["status"], "failed", "{}", runs_api[0]);
@@ -100,9 +100,9 @@ async fn assert_taken_over(
     runs
 }
 
-pub async fn sigkill_takeover(db: TestDb) {
-    let mut a = Replica::start("A", &db.url, 30).await;
-    let b = Replica::start("B", &db.url, 30).await;
+pub async fn sigkill_takeover(db: TestDatabase) {
+    let mut a = replica::start("A", &db.url, 30).await;
+    let b = replica::start("B", &db.url, 30).await;
     let id = a.api.create_session().await;
     let mut on_b = Subscriber::open(&b.api, &id, "subscriber on B").await;
     let run = a.api.start_run(&id, &words(60)).await;
@@ -133,7 +133,7 @@ pub async fn sigkill_takeover(db: TestDb) {
         "[sigkill_takeover] kill -9 A -> B's resume run started in {:.0} ms, completed in {:.0} ms (lease ttl {} s)",
         ms(resumed),
         ms(completed),
-        crate::replica::LEASE_TTL_SECS
+        replica::LEASE_TTL_SECS
     );
     assert!(
         resumed < Duration::from_secs(10),
@@ -145,9 +145,9 @@ pub async fn sigkill_takeover(db: TestDb) {
     assert_eq!(streamed, b.api.events(&id).await, "B's stream vs the log");
 }
 
-pub async fn sigstop_fencing(db: TestDb) {
-    let mut a = Replica::start("A", &db.url, 100).await;
-    let b = Replica::start("B", &db.url, 100).await;
+pub async fn sigstop_fencing(db: TestDatabase) {
+    let mut a = replica::start("A", &db.url, 100).await;
+    let b = replica::start("B", &db.url, 100).await;
     let id = a.api.create_session().await;
     let mut on_b = Subscriber::open(&b.api, &id, "subscriber on B").await;
     let run = a.api.start_run(&id, &words(10)).await;
@@ -221,7 +221,7 @@ pub async fn sigstop_fencing(db: TestDb) {
 
     // A is alive and serving, and can run the session again (it takes the lease back).
     assert!(a.alive(), "A exited after SIGCONT");
-    a.api.get("/healthz").await;
+    a.api.get_ok("/healthz").await;
     let session_on_a = a.api.session(&id).await;
     assert_eq!(session_on_a["state"], "completed", "A reads {session_on_a}");
     let result = a.api.run_wait(&id, "again on A").await;
@@ -238,7 +238,9 @@ pub async fn sigstop_fencing(db: TestDb) {
     );
     assert_eq!(all[2].ended_with(), "agent.finished");
     assert_eq!(result["run_id"].as_str(), Some(all[2].run_id.as_str()));
-    assert_tool_calls_answered("the history", &b.api.messages(&id).await);
+    let messages = b.api.messages(&id).await;
+    assert_tool_calls_answered(&messages);
+    assert_indexes_contiguous(&messages);
     // B's subscriber saw all of it, in order.
     on_b.wait_for("the new run's end", Duration::from_secs(5), |seen| {
         seen.len() >= log.len()
@@ -250,9 +252,9 @@ pub async fn sigstop_fencing(db: TestDb) {
     }
 }
 
-pub async fn graceful_shutdown_handover(db: TestDb) {
-    let mut a = Replica::start("A", &db.url, 30).await;
-    let b = Replica::start("B", &db.url, 30).await;
+pub async fn graceful_shutdown_handover(db: TestDatabase) {
+    let mut a = replica::start("A", &db.url, 30).await;
+    let b = replica::start("B", &db.url, 30).await;
     let id = a.api.create_session().await;
     let mut on_b = Subscriber::open(&b.api, &id, "subscriber on B").await;
     let run = a.api.start_run(&id, &words(60)).await;
@@ -321,7 +323,7 @@ pub async fn graceful_shutdown_handover(db: TestDb) {
 }
 
 /// What PostgreSQL shows of the test database's connections (for failure reports).
-async fn activity(db: &TestDb, pg: &mut sqlx::PgConnection) -> String {
+async fn activity(db: &TestDatabase, pg: &mut sqlx::PgConnection) -> String {
     let rows = sqlx::query(
         "SELECT pid, state, wait_event_type, left(query, 70) AS query FROM pg_stat_activity \
          WHERE datname = $1 AND pid <> pg_backend_pid() ORDER BY pid",
@@ -348,9 +350,9 @@ async fn activity(db: &TestDb, pg: &mut sqlx::PgConnection) -> String {
 /// can land there too): the test holds a lock on `events` until A's writer waits on it inside
 /// its transaction, freezes A, then lets the insert through, so A's transaction stays open.
 /// B must still take the session over within a few lease TTLs.
-pub async fn sigstop_mid_commit(db: TestDb) {
-    let a = Replica::start("A", &db.url, 30).await;
-    let b = Replica::start("B", &db.url, 30).await;
+pub async fn sigstop_mid_commit(db: TestDatabase) {
+    let a = replica::start("A", &db.url, 30).await;
+    let b = replica::start("B", &db.url, 30).await;
     let id = a.api.create_session().await;
     let mut on_b = Subscriber::open(&b.api, &id, "subscriber on B").await;
     let run = a.api.start_run(&id, &words(60)).await;
@@ -399,7 +401,7 @@ pub async fn sigstop_mid_commit(db: TestDb) {
     let frozen = activity(&db, &mut pg).await;
     eprintln!("[sigstop_mid_commit] A frozen mid-commit; connections:\n{frozen}");
 
-    let limit = Duration::from_secs(4 * crate::replica::LEASE_TTL_SECS + 2);
+    let limit = Duration::from_secs(4 * replica::LEASE_TTL_SECS + 2);
     let taken = on_b
         .try_wait_for(limit, |seen| resume_started(seen).is_some())
         .await;
@@ -440,5 +442,5 @@ pub async fn sigstop_mid_commit(db: TestDb) {
         "A's writes after it thawed reached the log"
     );
     assert_taken_over("the log after the takeover", &b, &id, &run_id).await;
-    a.api.get("/healthz").await;
+    a.api.get_ok("/healthz").await;
 }

@@ -16,163 +16,74 @@
 //! - `listener_reconnect`: B's LISTEN connection is killed mid-run; B's subscribers miss nothing.
 //! - `graceful_shutdown_handover`: SIGTERM on A hands its run over to B at once.
 //!
-//! They need a PostgreSQL server: `TAH_TEST_PG_URL` (see `scripts/pg-test-cluster.sh`); each
-//! test uses its own database. Without it every test prints "skipped" and passes, unless
-//! `TAH_REQUIRE_PG=1`. The tests run one at a time (timings are measured). A failing test
-//! prints both replicas' logs; `REPLICAS_LOGS=1` prints them always.
+//! They need PostgreSQL (see `tests/support`): `TAH_TEST_PG_URL`, or a throwaway cluster this
+//! test binary starts itself where PostgreSQL's server binaries are installed; where they are
+//! not, the tests are reported as ignored. Each test uses its own database. The tests run one
+//! at a time (timings are measured). A failing test prints both replicas' logs;
+//! `TAH_TEST_LOGS=1` prints them always.
 
-mod checks;
-mod client;
 mod control;
 mod failover;
 mod replica;
 mod streaming;
+#[path = "../support/mod.rs"]
+mod support;
 
 use std::future::Future;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use rand::Rng;
-use sqlx::{Connection, Executor, PgConnection};
+use support::TestDatabase;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
-/// A database of its own for one test, on the server `TAH_TEST_PG_URL` names.
-pub struct TestDb {
-    /// The test's database (created by the first replica that opens it).
-    pub url: String,
-    /// The database named in `TAH_TEST_PG_URL`, for administration.
-    admin_url: String,
-    pub name: String,
-}
-
-impl TestDb {
-    /// `None` (after printing why) when no PostgreSQL is configured and none is required.
-    fn from_env() -> Option<TestDb> {
-        let base = match std::env::var("TAH_TEST_PG_URL") {
-            Ok(url) if !url.trim().is_empty() => url.trim().to_string(),
-            _ => {
-                if std::env::var("TAH_REQUIRE_PG").is_ok_and(|v| v == "1") {
-                    panic!("TAH_REQUIRE_PG=1 but TAH_TEST_PG_URL is not set");
-                }
-                eprintln!("skipped: TAH_TEST_PG_URL not set");
-                return None;
-            }
-        };
-        let name = format!("tah_r_{:016x}", rand::thread_rng().gen::<u64>());
-        let (path, query) = match base.split_once('?') {
-            Some((path, query)) => (path, Some(query)),
-            None => (base.as_str(), None),
-        };
-        let slash = path
-            .rfind('/')
-            .filter(|&i| i > "postgres://".len())
-            .unwrap_or_else(|| panic!("TAH_TEST_PG_URL has no database segment: {base}"));
-        let mut url = format!("{}/{name}", &path[..slash]);
-        if let Some(query) = query {
-            url.push('?');
-            url.push_str(query);
-        }
-        Some(TestDb {
-            url,
-            admin_url: base,
-            name,
-        })
-    }
-
-    /// A connection to the test's database (it must exist: start a replica first).
-    pub async fn connect(&self) -> PgConnection {
-        PgConnection::connect(&self.url)
-            .await
-            .unwrap_or_else(|e| panic!("connect to {}: {e}", self.url))
-    }
-
-    /// Drops the database (best effort; the replicas must be gone).
-    async fn drop_database(&self) {
-        let Ok(mut conn) = PgConnection::connect(&self.admin_url).await else {
-            return;
-        };
-        let sql = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name);
-        if let Err(e) = conn.execute(sql.as_str()).await {
-            eprintln!("(could not drop {}: {e})", self.name);
-        }
-        let _ = conn.close().await;
-    }
-}
-
-/// Runs one test body alone on its own runtime, with a database of its own.
+/// Runs one test body alone on its own runtime, with a database of its own (dropped after a
+/// test that passed).
 fn run_alone<F, Fut>(name: &str, body: F)
 where
-    F: FnOnce(TestDb) -> Fut,
+    F: FnOnce(TestDatabase) -> Fut,
     Fut: Future<Output = ()>,
 {
-    let Some(db) = TestDb::from_env() else {
-        return;
-    };
     let _guard: MutexGuard<'_, ()> = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let db = TestDatabase::new("tah_r");
+    let db_name = db.name.clone();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("build the test runtime");
     let started = Instant::now();
-    let db_name = db.name.clone();
-    let admin = TestDb {
-        url: db.url.clone(),
-        admin_url: db.admin_url.clone(),
-        name: db.name.clone(),
-    };
     runtime.block_on(body(db));
     eprintln!(
         "[{name}] done in {:.1} s (database {db_name})",
         started.elapsed().as_secs_f64()
     );
-    runtime.block_on(admin.drop_database());
     runtime.shutdown_timeout(Duration::from_secs(2));
 }
 
-#[test]
-fn run_on_a_watch_on_b() {
-    run_alone("run_on_a_watch_on_b", streaming::run_on_a_watch_on_b);
+/// One test per body, run alone; ignored where this build found no PostgreSQL.
+macro_rules! replica_tests {
+    ($($name:ident => $body:path),* $(,)?) => {
+        $(
+            #[test]
+            #[cfg_attr(
+                not(pg_tests),
+                ignore = "needs PostgreSQL: install its server binaries, or set TAH_TEST_PG=on and TAH_TEST_PG_URL"
+            )]
+            fn $name() {
+                run_alone(stringify!($name), $body);
+            }
+        )*
+    };
 }
 
-#[test]
-fn cancel_via_b() {
-    run_alone("cancel_via_b", control::cancel_via_b);
-}
-
-#[test]
-fn conflicts_across_replicas() {
-    run_alone(
-        "conflicts_across_replicas",
-        control::conflicts_across_replicas,
-    );
-}
-
-#[test]
-fn sigkill_takeover() {
-    run_alone("sigkill_takeover", failover::sigkill_takeover);
-}
-
-#[test]
-fn sigstop_fencing() {
-    run_alone("sigstop_fencing", failover::sigstop_fencing);
-}
-
-#[test]
-fn sigstop_mid_commit() {
-    run_alone("sigstop_mid_commit", failover::sigstop_mid_commit);
-}
-
-#[test]
-fn listener_reconnect() {
-    run_alone("listener_reconnect", streaming::listener_reconnect);
-}
-
-#[test]
-fn graceful_shutdown_handover() {
-    run_alone(
-        "graceful_shutdown_handover",
-        failover::graceful_shutdown_handover,
-    );
-}
+replica_tests!(
+    run_on_a_watch_on_b => streaming::run_on_a_watch_on_b,
+    cancel_via_b => control::cancel_via_b,
+    conflicts_across_replicas => control::conflicts_across_replicas,
+    sigkill_takeover => failover::sigkill_takeover,
+    sigstop_fencing => failover::sigstop_fencing,
+    sigstop_mid_commit => failover::sigstop_mid_commit,
+    listener_reconnect => streaming::listener_reconnect,
+    graceful_shutdown_handover => failover::graceful_shutdown_handover,
+);

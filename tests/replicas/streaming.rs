@@ -7,23 +7,19 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use sqlx::Row;
 
-use crate::checks::{assert_contiguous, assert_runs, describe, percentile, words};
-use crate::client::{deltas, has_terminal, Subscriber};
-use crate::replica::Replica;
-use crate::TestDb;
+use crate::replica::{self, Replica};
+use crate::support::{
+    assert_contiguous, assert_runs, deltas, describe, first_difference, has_terminal, percentile,
+    words, Seen, Subscriber, TestDatabase,
+};
 
 const RUN_LIMIT: Duration = Duration::from_secs(20);
 
 /// B's stream equals the stored log exactly.
 fn assert_same_as_log(what: &str, seen: &[Value], log: &[Value]) {
-    if seen == log {
+    let Some(at) = first_difference(seen, log) else {
         return;
-    }
-    let at = seen
-        .iter()
-        .zip(log)
-        .position(|(a, b)| a != b)
-        .unwrap_or(seen.len().min(log.len()));
+    };
     panic!(
         "{what}: the streamed events differ from the log at #{at} ({} streamed, {} stored)\n\
          streamed: {:?}\nstored:   {:?}\nstreamed events:\n{}\nstored events:\n{}",
@@ -36,9 +32,9 @@ fn assert_same_as_log(what: &str, seen: &[Value], log: &[Value]) {
     );
 }
 
-pub async fn run_on_a_watch_on_b(db: TestDb) {
-    let a = Replica::start("A", &db.url, 5).await;
-    let b = Replica::start("B", &db.url, 5).await;
+pub async fn run_on_a_watch_on_b(db: TestDatabase) {
+    let a = replica::start("A", &db.url, 5).await;
+    let b = replica::start("B", &db.url, 5).await;
     let id = a.api.create_session().await;
 
     // Both subscribed before the run starts.
@@ -47,7 +43,7 @@ pub async fn run_on_a_watch_on_b(db: TestDb) {
     let run = a.api.start_run(&id, &words(120)).await;
     let run_id = run["id"].as_str().expect("run id").to_string();
 
-    let finished = |seen: &[crate::client::Seen]| {
+    let finished = |seen: &[Seen]| {
         seen.iter()
             .any(|s| s.kind() == "agent.finished" && s.event["data"]["run_id"] == run_id.as_str())
     };
@@ -135,11 +131,11 @@ pub async fn run_on_a_watch_on_b(db: TestDb) {
 /// The PostgreSQL backend pids of `replica`'s LISTEN connection(s): its sockets (from /proc)
 /// matched with `pg_stat_activity.client_port`.
 async fn listen_backends(
-    db: &TestDb,
+    db: &TestDatabase,
     replica: &Replica,
     conn: &mut sqlx::PgConnection,
 ) -> Vec<i32> {
-    let ports = local_ports_of(replica.pid);
+    let ports = local_ports_of(replica.pid());
     let rows = sqlx::query(
         "SELECT pid, client_port, query FROM pg_stat_activity \
          WHERE datname = $1 AND pid <> pg_backend_pid() AND query ILIKE 'listen%'",
@@ -197,9 +193,9 @@ fn local_ports_of(pid: u32) -> Vec<u16> {
     ports
 }
 
-pub async fn listener_reconnect(db: TestDb) {
-    let a = Replica::start("A", &db.url, 30).await;
-    let b = Replica::start("B", &db.url, 30).await;
+pub async fn listener_reconnect(db: TestDatabase) {
+    let a = replica::start("A", &db.url, 30).await;
+    let b = replica::start("B", &db.url, 30).await;
     let id = a.api.create_session().await;
     let mut pg = db.connect().await;
 
@@ -214,7 +210,7 @@ pub async fn listener_reconnect(db: TestDb) {
         assert!(
             Instant::now() < deadline,
             "no LISTEN connection of B (pid {}) found in pg_stat_activity",
-            b.pid
+            b.pid()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };

@@ -4,10 +4,13 @@
 //! response mid-body. Builders for the SSE bodies of text and tool-call replies in the OpenAI
 //! and Anthropic formats live in [`openai`] and [`anthropic`].
 //!
-//! Shared by every black-box test that needs a provider (`mod fakes;`), so that the whole
-//! server can run against a real HTTP provider without the network.
+//! Every request is also checked the way the real providers check it: each tool call of an
+//! assistant message must be answered by a tool result before the conversation goes on (see
+//! [`tool_call_violation`]). A request that breaks the rule gets a 400 naming the problem,
+//! and the fake fails the test when it is dropped, so no test can forget the check.
 
-#![allow(dead_code)]
+pub mod anthropic;
+pub mod openai;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -140,6 +143,8 @@ struct Shared {
     script: Mutex<VecDeque<Reply>>,
     last: Mutex<Option<Reply>>,
     requests: Mutex<Vec<Recorded>>,
+    /// Requests whose tool calls were not answered, said in a sentence each.
+    violations: Mutex<Vec<String>>,
     aborted: AtomicUsize,
 }
 
@@ -154,6 +159,19 @@ pub struct FakeServer {
 impl Drop for FakeServer {
     fn drop(&mut self) {
         self.task.abort();
+        let violations = self.violations();
+        if violations.is_empty() {
+            return;
+        }
+        let report = format!(
+            "the fake provider received requests with unanswered tool calls:\n- {}",
+            violations.join("\n- ")
+        );
+        if std::thread::panicking() {
+            eprintln!("{report}");
+        } else {
+            panic!("{report}");
+        }
     }
 }
 
@@ -175,6 +193,7 @@ pub async fn start(flavor: Flavor, script: Vec<Reply>) -> FakeServer {
         script: Mutex::new(script.into()),
         last: Mutex::new(None),
         requests: Mutex::new(Vec::new()),
+        violations: Mutex::new(Vec::new()),
         aborted: AtomicUsize::new(0),
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -201,9 +220,24 @@ pub async fn start(flavor: Flavor, script: Vec<Reply>) -> FakeServer {
 }
 
 impl FakeServer {
-    /// Every request received so far, in order.
+    /// Every request received so far, in order. Panics if any broke the tool-call rule.
     pub fn requests(&self) -> Vec<Recorded> {
+        let violations = self.violations();
+        assert!(
+            violations.is_empty(),
+            "requests with unanswered tool calls:\n- {}",
+            violations.join("\n- ")
+        );
         self.shared.requests.lock().expect("requests lock").clone()
+    }
+
+    /// The requests that broke the tool-call rule, said in a sentence each.
+    pub fn violations(&self) -> Vec<String> {
+        self.shared
+            .violations
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     pub fn request_count(&self) -> usize {
@@ -243,8 +277,9 @@ impl FakeServer {
 }
 
 fn handle(state: Arc<Shared>, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
-    let body = serde_json::from_slice(&body)
+    let body: Value = serde_json::from_slice(&body)
         .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned()));
+    let violation = tool_call_violation(state.flavor, &body);
     state
         .requests
         .lock()
@@ -274,6 +309,17 @@ fn handle(state: Arc<Shared>, uri: Uri, headers: HeaderMap, body: Bytes) -> Resp
                 format!(r#"{{"error":{{"message":"no route for {}"}}}}"#, uri.path()),
             ),
         );
+    }
+    if let Some(violation) = violation {
+        eprintln!("fake provider: {violation}");
+        state
+            .violations
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(violation.clone());
+        let message =
+            serde_json::json!({"error": {"message": format!("fake provider: {violation}")}});
+        return respond(&state, Reply::status(400, message.to_string()));
     }
     let next = state.script.lock().expect("script lock").pop_front();
     let reply = match next {
@@ -419,203 +465,85 @@ impl FakeToolCall {
 pub const INPUT_TOKENS: u64 = 11;
 pub const OUTPUT_TOKENS: u64 = 7;
 
-/// SSE bodies in the OpenAI Chat Completions streaming format.
-pub mod openai {
-    use serde_json::{json, Value};
-
-    use super::FakeToolCall;
-
-    pub const DONE: &str = "data: [DONE]\n\n";
-
-    /// One `data:` chunk with a choice carrying `delta` and `finish_reason`.
-    pub fn chunk(delta: Value, finish_reason: Option<&str>) -> String {
-        data(json!({
-            "id": "chatcmpl-fake",
-            "object": "chat.completion.chunk",
-            "created": 1,
-            "model": "fake",
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
-            "usage": null,
-        }))
-    }
-
-    /// The final usage chunk (`choices: []`).
-    pub fn usage_chunk(prompt_tokens: u64, completion_tokens: u64) -> String {
-        data(json!({
-            "id": "chatcmpl-fake",
-            "object": "chat.completion.chunk",
-            "created": 1,
-            "model": "fake",
-            "choices": [],
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
-            },
-        }))
-    }
-
-    pub fn data(value: Value) -> String {
-        format!("data: {value}\n\n")
-    }
-
-    /// A text reply streamed in `pieces`, then `stop`, the usage chunk and `[DONE]`.
-    pub fn text_reply(pieces: &[&str]) -> String {
-        let mut out = chunk(json!({"role": "assistant", "content": ""}), None);
-        for piece in pieces {
-            out.push_str(&chunk(json!({"content": piece}), None));
-        }
-        out.push_str(&chunk(json!({}), Some("stop")));
-        out.push_str(&usage_chunk(super::INPUT_TOKENS, super::OUTPUT_TOKENS));
-        out.push_str(DONE);
-        out
-    }
-
-    /// A reply with optional text and tool calls: the first fragment of each call carries its
-    /// id and name, later ones the argument pieces; then `tool_calls`, usage and `[DONE]`.
-    pub fn tool_calls_reply(text: &str, calls: &[FakeToolCall]) -> String {
-        let mut out = chunk(json!({"role": "assistant", "content": null}), None);
-        if !text.is_empty() {
-            out.push_str(&chunk(json!({"content": text}), None));
-        }
-        for (index, call) in calls.iter().enumerate() {
-            out.push_str(&chunk(
-                json!({"tool_calls": [{
-                    "index": index,
-                    "id": call.id,
-                    "type": "function",
-                    "function": {"name": call.name, "arguments": ""},
-                }]}),
-                None,
-            ));
-            for piece in &call.argument_pieces {
-                out.push_str(&chunk(
-                    json!({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}),
-                    None,
-                ));
+/// What breaks the providers' rule in a request body, if anything: every tool call of an
+/// assistant message is answered by a tool result before the next assistant or user message
+/// (OpenAI: `role: "tool"` messages right after it; Anthropic: `tool_result` blocks in the
+/// next, user, message), every result answers such a call, and no call is left open at the end.
+pub fn tool_call_violation(flavor: Flavor, body: &Value) -> Option<String> {
+    let messages = body["messages"].as_array()?;
+    let mut open: Vec<String> = Vec::new();
+    let mut opened_at = 0;
+    let unanswered = |open: &[String], at: usize, before: &str| {
+        format!("tool calls {open:?} of message {at} are not answered before {before}")
+    };
+    for (i, m) in messages.iter().enumerate() {
+        let role = m["role"].as_str().unwrap_or("");
+        match flavor {
+            Flavor::OpenAi if role == "tool" => {
+                let id = m["tool_call_id"].as_str().unwrap_or("");
+                match open.iter().position(|c| c == id) {
+                    Some(at) => {
+                        open.remove(at);
+                    }
+                    None => {
+                        return Some(format!(
+                            "tool message {i} answers {id:?}, not an open call of the assistant message before it"
+                        ))
+                    }
+                }
+            }
+            Flavor::OpenAi => {
+                if !open.is_empty() {
+                    return Some(unanswered(&open, opened_at, &format!("message {i}")));
+                }
+                if role == "assistant" {
+                    open = m["tool_calls"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|c| c["id"].as_str().unwrap_or("").to_string())
+                        .collect();
+                    opened_at = i;
+                }
+            }
+            Flavor::Anthropic => {
+                let blocks = m["content"].as_array().cloned().unwrap_or_default();
+                let of_type = |kind: &str, field: &str| -> Vec<String> {
+                    blocks
+                        .iter()
+                        .filter(|b| b["type"] == kind)
+                        .map(|b| b[field].as_str().unwrap_or("").to_string())
+                        .collect()
+                };
+                if role == "assistant" {
+                    if !open.is_empty() {
+                        return Some(unanswered(&open, opened_at, &format!("message {i}")));
+                    }
+                    open = of_type("tool_use", "id");
+                    opened_at = i;
+                } else {
+                    for id in of_type("tool_result", "tool_use_id") {
+                        match open.iter().position(|c| *c == id) {
+                            Some(at) => {
+                                open.remove(at);
+                            }
+                            None => {
+                                return Some(format!(
+                                    "a tool_result in message {i} answers {id:?}, not a tool_use of the message before it"
+                                ))
+                            }
+                        }
+                    }
+                    if !open.is_empty() {
+                        return Some(unanswered(
+                            &open,
+                            opened_at,
+                            &format!("the end of message {i}"),
+                        ));
+                    }
+                }
             }
         }
-        out.push_str(&chunk(json!({}), Some("tool_calls")));
-        out.push_str(&usage_chunk(super::INPUT_TOKENS, super::OUTPUT_TOKENS));
-        out.push_str(DONE);
-        out
     }
-}
-
-/// SSE bodies in the Anthropic Messages streaming format.
-pub mod anthropic {
-    use serde_json::{json, Value};
-
-    use super::FakeToolCall;
-
-    /// One typed event.
-    pub fn event(name: &str, data: Value) -> String {
-        format!("event: {name}\ndata: {data}\n\n")
-    }
-
-    pub fn ping() -> String {
-        event("ping", json!({"type": "ping"}))
-    }
-
-    pub fn message_start(input_tokens: u64) -> String {
-        event(
-            "message_start",
-            json!({"type": "message_start", "message": {
-                "id": "msg_fake", "type": "message", "role": "assistant", "model": "fake",
-                "content": [], "stop_reason": null, "stop_sequence": null,
-                "usage": {"input_tokens": input_tokens, "output_tokens": 1},
-            }}),
-        )
-    }
-
-    pub fn text_start(index: usize) -> String {
-        event(
-            "content_block_start",
-            json!({"type": "content_block_start", "index": index,
-                   "content_block": {"type": "text", "text": ""}}),
-        )
-    }
-
-    pub fn text_delta(index: usize, text: &str) -> String {
-        event(
-            "content_block_delta",
-            json!({"type": "content_block_delta", "index": index,
-                   "delta": {"type": "text_delta", "text": text}}),
-        )
-    }
-
-    pub fn block_stop(index: usize) -> String {
-        event(
-            "content_block_stop",
-            json!({"type": "content_block_stop", "index": index}),
-        )
-    }
-
-    pub fn message_delta(stop_reason: &str, output_tokens: u64) -> String {
-        event(
-            "message_delta",
-            json!({"type": "message_delta",
-                   "delta": {"stop_reason": stop_reason, "stop_sequence": null},
-                   "usage": {"output_tokens": output_tokens}}),
-        )
-    }
-
-    pub fn message_stop() -> String {
-        event("message_stop", json!({"type": "message_stop"}))
-    }
-
-    pub fn error(kind: &str, message: &str) -> String {
-        event(
-            "error",
-            json!({"type": "error", "error": {"type": kind, "message": message}}),
-        )
-    }
-
-    /// A text reply streamed in `pieces`, with a ping, ending with `end_turn`.
-    pub fn text_reply(pieces: &[&str]) -> String {
-        let mut out = message_start(super::INPUT_TOKENS);
-        out.push_str(&text_start(0));
-        out.push_str(&ping());
-        for piece in pieces {
-            out.push_str(&text_delta(0, piece));
-        }
-        out.push_str(&block_stop(0));
-        out.push_str(&message_delta("end_turn", super::OUTPUT_TOKENS));
-        out.push_str(&message_stop());
-        out
-    }
-
-    /// A reply with optional text then `tool_use` blocks whose input arrives as
-    /// `input_json_delta` pieces, ending with `tool_use`.
-    pub fn tool_calls_reply(text: &str, calls: &[FakeToolCall]) -> String {
-        let mut out = message_start(super::INPUT_TOKENS);
-        let mut index = 0;
-        if !text.is_empty() {
-            out.push_str(&text_start(0));
-            out.push_str(&text_delta(0, text));
-            out.push_str(&block_stop(0));
-            index = 1;
-        }
-        for call in calls {
-            out.push_str(&event(
-                "content_block_start",
-                json!({"type": "content_block_start", "index": index, "content_block": {
-                    "type": "tool_use", "id": call.id, "name": call.name, "input": {},
-                }}),
-            ));
-            out.push_str(&ping());
-            for piece in &call.argument_pieces {
-                out.push_str(&event(
-                    "content_block_delta",
-                    json!({"type": "content_block_delta", "index": index,
-                           "delta": {"type": "input_json_delta", "partial_json": piece}}),
-                ));
-            }
-            out.push_str(&block_stop(index));
-            index += 1;
-        }
-        out.push_str(&message_delta("tool_use", super::OUTPUT_TOKENS));
-        out.push_str(&message_stop());
-        out
-    }
+    (!open.is_empty()).then(|| unanswered(&open, opened_at, "the end of the request"))
 }

@@ -1,0 +1,45 @@
+//! Decides, when the package is built, whether its PostgreSQL tests can run here, and says so
+//! to the compiler as `cfg(pg_tests)`; the tests that need PostgreSQL are `#[ignore]`d without
+//! it, so that `cargo test` reports them as ignored rather than as passed.
+//!
+//! They can run where PostgreSQL's server binaries are installed (the tests then start a
+//! throwaway cluster of their own), or where `TAH_TEST_PG_URL` names a server and
+//! `TAH_TEST_PG=on` says so. `TAH_TEST_PG=off` builds as if the binaries were absent;
+//! `TAH_REQUIRE_PG=1` (CI) is `on`. The library and the binary do not depend on any of this.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn main() {
+    println!("cargo::rustc-check-cfg=cfg(pg_tests)");
+    println!("cargo::rerun-if-changed=build.rs");
+    println!("cargo::rerun-if-env-changed=TAH_TEST_PG");
+    println!("cargo::rerun-if-env-changed=TAH_REQUIRE_PG");
+    let required = std::env::var("TAH_REQUIRE_PG").is_ok_and(|v| v == "1");
+    let enabled = match std::env::var("TAH_TEST_PG").unwrap_or_default().as_str() {
+        "off" => false,
+        "on" => true,
+        _ => required || postgres_bindir().is_some(),
+    };
+    if enabled {
+        println!("cargo::rustc-cfg=pg_tests");
+    }
+}
+
+/// Where `initdb` and `pg_ctl` are, looked up as `scripts/pg-test-cluster.sh` does.
+fn postgres_bindir() -> Option<PathBuf> {
+    let has_server = |dir: &Path| dir.join("initdb").is_file() && dir.join("pg_ctl").is_file();
+    let versions = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten();
+    if let Some(dir) = versions
+        .flatten()
+        .map(|entry| entry.path().join("bin"))
+        .find(|dir| has_server(dir))
+    {
+        return Some(dir);
+    }
+    let output = Command::new("pg_config").arg("--bindir").output().ok()?;
+    let dir = PathBuf::from(String::from_utf8_lossy(&output.stdout).trim());
+    has_server(&dir).then_some(dir)
+}

@@ -1,0 +1,295 @@
+//! The command line of the `tah` binary: clap types and nothing else. Every flag has an
+//! environment fallback (the flag wins). This module holds what a user types, unchecked;
+//! [`crate::config::Settings::parse`] turns `tah serve`'s flags into validated settings, and
+//! the binary's load generator reads [`BenchArgs`] and [`FakeModelArgs`].
+//!
+//! It imports nothing from the rest of the crate, so that `config` and the binary's `bench`
+//! can both depend on it without depending on each other.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// tah — an agent session server: long-running LLM agent sessions over REST and SSE.
+#[derive(Debug, Parser)]
+#[command(name = "tah", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// What `tah serve --help` says about the ready line, after the flags.
+const SERVE_AFTER_HELP: &str = "\
+Once it accepts connections, `tah serve` writes exactly one line to stdout, a JSON object with \
+the address it listens on, e.g. {\"listening\":\"127.0.0.1:43123\"} (with --listen \
+127.0.0.1:0 the port is chosen by the system). Logs go to stderr.";
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the HTTP API (sessions, runs, events over SSE) until SIGINT/SIGTERM.
+    #[command(after_help = SERVE_AFTER_HELP)]
+    Serve(Box<ServeArgs>),
+    /// Serve a fake OpenAI-compatible model (streaming Chat Completions) for tests and
+    /// benchmarks.
+    #[command(hide = true)]
+    FakeModel(FakeModelArgs),
+    /// Drive a tah server with concurrent sessions and report throughput, latency, CPU and
+    /// memory, side by side with the same workload sent straight to the model.
+    Bench(Box<BenchArgs>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Provider {
+    /// Deterministic offline model: lists the workspace, reads its README, summarises.
+    Mock,
+    /// Any OpenAI-compatible Chat Completions endpoint (OpenAI, vLLM, Ollama, llama.cpp…).
+    Openai,
+    /// Anthropic's Messages API.
+    Anthropic,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// The system prompt of every run unless `--system-prompt` says otherwise.
+pub const DEFAULT_SYSTEM_PROMPT: &str = "You are tah, a careful assistant working in a \
+     workspace of files. Use the tools to look at files before you answer, and answer concisely.";
+
+/// `tah serve`'s flags as typed, before validation. It also parses on its own
+/// (`ServeArgs::try_parse_from(["serve", "--listen", "127.0.0.1:0", …])`), which is how a
+/// program that embeds the server reads the same flags.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "serve")]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, env = "TAH_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+
+    /// Database URL: sqlite://PATH (the parent directory is created).
+    #[arg(
+        long,
+        env = "TAH_DATABASE_URL",
+        default_value = "sqlite://.tah/data.db"
+    )]
+    pub database_url: String,
+
+    /// Directory the file tools may read; nothing outside it is reachable.
+    #[arg(long, env = "TAH_WORKSPACE", default_value = ".")]
+    pub workspace: PathBuf,
+
+    /// Model provider. Default: openai if OPENAI_API_KEY is set, else anthropic if
+    /// ANTHROPIC_API_KEY is set, else mock.
+    #[arg(long, env = "TAH_PROVIDER", value_enum)]
+    pub provider: Option<Provider>,
+
+    /// Model name (default per provider).
+    #[arg(long, env = "TAH_MODEL")]
+    pub model: Option<String>,
+
+    /// Provider base URL (default: the provider's public endpoint).
+    #[arg(long, env = "TAH_BASE_URL")]
+    pub base_url: Option<String>,
+
+    /// Name of the environment variable holding the provider's API key (default
+    /// OPENAI_API_KEY or ANTHROPIC_API_KEY). Keys are never taken from a flag value.
+    #[arg(long, env = "TAH_API_KEY_ENV")]
+    pub api_key_env: Option<String>,
+
+    /// System prompt of every run (current configuration wins, also for older sessions that
+    /// did not set their own).
+    #[arg(long, env = "TAH_SYSTEM_PROMPT", default_value = DEFAULT_SYSTEM_PROMPT, hide_default_value = true)]
+    pub system_prompt: String,
+
+    /// LLM calls per run at most; 0 = unlimited.
+    #[arg(long, env = "TAH_MAX_STEPS", default_value_t = 20)]
+    pub max_steps: u32,
+
+    /// Character budget of each model request; unset = send the full history.
+    #[arg(long, env = "TAH_CONTEXT_CHARS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub context_chars: Option<u64>,
+
+    /// Delay between the mock model's text pieces, in milliseconds.
+    #[arg(long, env = "TAH_MOCK_DELAY_MS", default_value_t = 0)]
+    pub mock_delay_ms: u64,
+
+    /// Largest accepted request body, in bytes.
+    #[arg(long, env = "TAH_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
+    pub max_body_bytes: usize,
+
+    /// API token clients must send as `Authorization: Bearer <token>` on every /v1 route
+    /// (repeatable; the env var takes a comma-separated list). None: no authentication.
+    #[arg(
+        long = "api-token",
+        env = "TAH_API_TOKENS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub api_tokens: Vec<String>,
+
+    /// Allow listening on a non-loopback address without API tokens.
+    #[arg(long, env = "TAH_ALLOW_UNAUTHENTICATED")]
+    pub allow_unauthenticated: bool,
+
+    /// Origin allowed to call the API from a browser (repeatable; the env var takes a
+    /// comma-separated list). None: no cross-origin access.
+    #[arg(long = "cors-origin", env = "TAH_CORS_ORIGINS", value_delimiter = ',')]
+    pub cors_origins: Vec<String>,
+
+    /// Runs (turns, resumes, compactions excluded) in progress at once in this process;
+    /// further run requests get 429 with Retry-After.
+    #[arg(long, env = "TAH_MAX_CONCURRENT_RUNS", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_concurrent_runs: u32,
+
+    /// Time limit for ordinary requests, in seconds (never applied to SSE streams or
+    /// `?wait=true` runs).
+    #[arg(long, env = "TAH_REQUEST_TIMEOUT_SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    pub request_timeout_secs: u64,
+
+    /// Resume runs interrupted by a crash or a stop by itself, at start (and, with
+    /// PostgreSQL, when taking over a dead replica's sessions). Default: on with PostgreSQL,
+    /// off with SQLite (resume stays the client's call).
+    #[arg(long, env = "TAH_AUTO_RESUME", num_args = 0..=1, default_missing_value = "true")]
+    pub auto_resume: Option<bool>,
+
+    /// Seconds a replica's lease on a session lasts without renewal (PostgreSQL): a dead
+    /// replica's runs are taken over after at most this long.
+    #[arg(long, env = "TAH_LEASE_TTL_SECS", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub lease_ttl_secs: u64,
+
+    /// Log format.
+    #[arg(long, env = "TAH_LOG_FORMAT", value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct FakeModelArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub listen: SocketAddr,
+
+    /// Content chunks per text reply.
+    #[arg(long, default_value_t = 50)]
+    pub pieces: usize,
+
+    /// Delay between two content chunks, in milliseconds.
+    #[arg(long, default_value_t = 0)]
+    pub piece_delay_ms: u64,
+
+    /// Tool-call replies per turn before the text reply (counted from the `tool` messages after
+    /// the last user message).
+    #[arg(long, default_value_t = 1)]
+    pub tool_calls: usize,
+
+    /// Stamp every piece with its send time (`⏱<unix-micros>⏱ `), not only the first.
+    #[arg(long)]
+    pub stamp_every_piece: bool,
+}
+
+/// The model behind the server under test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BenchProvider {
+    /// The fake OpenAI-compatible model over HTTP (in-process unless `--server` is given).
+    Fake,
+    /// The server's built-in mock model (no network, no floor).
+    Mock,
+}
+
+impl BenchProvider {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BenchProvider::Fake => "fake",
+            BenchProvider::Mock => "mock",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    /// Concurrent sessions.
+    #[arg(long, default_value_t = 1, value_parser = at_least_one)]
+    pub concurrency: usize,
+
+    /// Sequential turns per session.
+    #[arg(long, default_value_t = 20)]
+    pub turns: usize,
+
+    /// SSE subscribers per session, opened before the first turn; each must receive every
+    /// event exactly once.
+    #[arg(long, default_value_t = 0)]
+    pub subscribers: usize,
+
+    /// The model behind the server.
+    #[arg(long, value_enum, default_value = "fake")]
+    pub provider: BenchProvider,
+
+    /// Fake model: content chunks per text reply.
+    #[arg(long, default_value_t = 50)]
+    pub pieces: usize,
+
+    /// Fake model: delay between two content chunks, in milliseconds (mock provider: the
+    /// server's --mock-delay-ms).
+    #[arg(long, default_value_t = 0)]
+    pub piece_delay_ms: u64,
+
+    /// Fake model: tool-call replies per turn before the text reply.
+    #[arg(long, default_value_t = 1)]
+    pub tool_calls: usize,
+
+    /// Use this running server (e.g. http://127.0.0.1:8080) instead of spawning one; CPU and
+    /// memory figures then need --server-pid.
+    #[arg(long)]
+    pub server: Option<String>,
+
+    /// The pid of the --server process, for CPU and memory from /proc.
+    #[arg(long)]
+    pub server_pid: Option<u32>,
+
+    /// With --server: the fake model it talks to (e.g. http://127.0.0.1:9090/v1), for the
+    /// floor; it must run with the same --pieces/--tool-calls.
+    #[arg(long)]
+    pub fake_model_url: Option<String>,
+
+    /// With --server: the API token to send as a bearer token.
+    #[arg(long, env = "TAH_BENCH_API_TOKEN", hide_env_values = true)]
+    pub api_token: Option<String>,
+
+    /// Database of the spawned server (default: SQLite in a temporary directory).
+    #[arg(long)]
+    pub database_url: Option<String>,
+
+    /// Extra argument for the spawned `tah serve` (repeatable), e.g. --server-arg=--max-steps=40.
+    #[arg(long = "server-arg", allow_hyphen_values = true)]
+    pub server_args: Vec<String>,
+
+    /// Log filter (RUST_LOG) of the spawned server.
+    #[arg(long, default_value = "info")]
+    pub server_log: String,
+
+    /// Skip the floor (the workload sent straight to the fake model).
+    #[arg(long)]
+    pub no_floor: bool,
+
+    /// Turns on one extra session before measuring, to warm connections and caches.
+    #[arg(long, default_value_t = 2)]
+    pub warmup_turns: usize,
+
+    /// Instead of the turn workload: create N sessions, run one turn on each (so each has a
+    /// live actor), then report the server's resident memory per idle session.
+    #[arg(long)]
+    pub idle_sessions: Option<usize>,
+
+    /// Print the figures as one JSON object instead of the report.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err("must be a whole number of at least 1".to_string()),
+    }
+}

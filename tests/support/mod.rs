@@ -1,0 +1,39 @@
+//! What every black-box test suite shares, included by each test crate
+//! (`#[path = "../support/mod.rs"] mod support;`, or `mod support;` from `tests/*.rs`):
+//!
+//! - [`server`]: one launcher. `TestServer::start` runs the library's `Application` in the
+//!   test's own runtime on port 0 with a fresh database and workspace; with
+//!   `ServerOptions::process()` it runs the real `tah` binary instead, for tests that stop it
+//!   with SIGTERM, kill it with SIGKILL or restart it on the same database. The binary's
+//!   address comes from its ready line on stdout, never from its log.
+//! - [`client`]: one HTTP client (`Api`, reqwest) with the API's domain requests and paging.
+//! - [`sse`]: one SSE client (`eventsource-stream`) that checks every frame against its data,
+//!   and a recording subscriber.
+//! - [`postgres`]: one throwaway PostgreSQL: `TAH_TEST_PG_URL`, or a cluster of this test
+//!   binary's own (started on first use, stopped when the process exits).
+//! - [`fakes`]: fake OpenAI and Anthropic servers that answer byte for byte and check, on every
+//!   request they receive, that each tool call is answered by a tool result.
+//! - [`checks`]: what the suites assert about logs and histories (seq contiguity, terminal
+//!   events, tool-call pairing, percentiles), and [`fixtures`]: the workspace the mock reads.
+//!
+//! Tests of the support code itself live in `tests/support/main.rs` (the `support` test
+//! target), so that they run once rather than in every suite that includes this module.
+
+#![allow(dead_code, unused_imports)]
+
+pub mod checks;
+pub mod client;
+pub mod fakes;
+pub mod fixtures;
+pub mod postgres;
+pub mod server;
+pub mod sse;
+
+pub use checks::*;
+pub use client::{assert_conflict, check_problem, Api, Reply};
+pub use fixtures::{workspace_fixture, README, README_FIRST_SENTENCE};
+pub use postgres::{with_database, TestDatabase};
+pub use server::{is_postgres, Backend, ServerOptions, TestServer};
+pub use sse::{
+    deltas, has_terminal, Next, Seen, SseFrame, SseFrom, SseStream, Subscriber, FRAME_TIMEOUT,
+};
