@@ -181,6 +181,7 @@ fn model_client(config: &ServeConfig) -> Result<Arc<dyn ModelClient>, RuntimeErr
         max_tokens: 8192,
         timeouts: Default::default(),
         retry: Default::default(),
+        limits: Default::default(),
     };
     Ok(match provider {
         Provider::Mock => Arc::new(MockModel::new(Duration::from_millis(config.mock_delay_ms))),
