@@ -138,6 +138,14 @@ async fn readyz(State(state): State<AppState>) -> axum::response::Response {
         )
         .into_response();
     }
+    if let Some(error) = state.sessions.write_failure() {
+        return Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            format!("the database refuses writes: {error}"),
+        )
+        .into_response();
+    }
     match state.sessions.store().last_seq(uuid::Uuid::nil()).await {
         Ok(_) => Json(json!({ "status": "ready" })).into_response(),
         Err(error) => {

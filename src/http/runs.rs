@@ -15,7 +15,7 @@ use super::paging::{CursorQuery, Page};
 use super::problem::{parse_id, ApiJson, ApiQuery, OptionalJson, Problem};
 use super::AppState;
 use crate::model::{RunKind, RunRecord, RunResult, RunStatus};
-use crate::session::{RunRequest, RunStarted};
+use crate::session::{RunRequest, RunStarted, RunStopped};
 
 pub fn routes() -> Router<AppState> {
     Router::new()
@@ -151,26 +151,41 @@ async fn begin(
         RunStarted::Started { run, result } => {
             if query.wait == Some(true) {
                 let result = match result.await {
-                    Ok(result) => result,
-                    // The actor stopped (shutdown, storage failure): report what is stored.
-                    Err(_) => match state.sessions.store().run(id, run.id).await? {
-                        Some(stored) if stored.status != RunStatus::Running => {
-                            RunResult::from(&stored)
+                    Ok(Ok(result)) => result,
+                    Ok(Err(RunStopped::Storage { error })) => {
+                        return Err(Problem::new(
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            "storage-failed",
+                            format!(
+                                "run {} stopped because the database refused a write ({error}); \
+                                 it is recorded as failed (\"storage\") once writes succeed \
+                                 again, and can then be resumed",
+                                run.id
+                            ),
+                        ))
+                    }
+                    // The actor stopped (shutdown, takeover): report what is stored.
+                    Ok(Err(RunStopped::Elsewhere)) | Err(_) => {
+                        match state.sessions.store().run(id, run.id).await? {
+                            Some(stored) if stored.status != RunStatus::Running => {
+                                RunResult::from(&stored)
+                            }
+                            // Left to be taken over by another replica: it has no result yet.
+                            _ => {
+                                return Err(Problem::new(
+                                    StatusCode::SERVICE_UNAVAILABLE,
+                                    "unavailable",
+                                    format!(
+                                        "this server stopped before run {} ended; another \
+                                         replica continues it as a resume run: follow the \
+                                         session's events (GET /v1/sessions/{id}/events) or its \
+                                         last_run_id",
+                                        run.id
+                                    ),
+                                ))
+                            }
                         }
-                        // Left to be taken over by another replica: it has no result yet.
-                        _ => {
-                            return Err(Problem::new(
-                                StatusCode::SERVICE_UNAVAILABLE,
-                                "unavailable",
-                                format!(
-                                    "this server stopped before run {} ended; another replica \
-                                     continues it as a resume run: follow the session's events \
-                                     (GET /v1/sessions/{id}/events) or its last_run_id",
-                                    run.id
-                                ),
-                            ))
-                        }
-                    },
+                    }
                 };
                 Ok(Json(result).into_response())
             } else {

@@ -2,10 +2,13 @@
 //! uses. Creating and forking a session are single commits; everything that changes an
 //! existing session is a command to its actor.
 
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::Value;
-use tokio::sync::{broadcast, oneshot, watch};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
+use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::actor::SessionActor;
@@ -42,11 +45,17 @@ pub struct NewSession {
 const DELIVERY_ATTEMPTS: usize = 8;
 
 impl Sessions {
+    /// The sessions of a process. Starts the task that recovers sessions stopped by a failed
+    /// write, so it must be called within the async runtime.
     pub fn new(deps: SessionDeps) -> Sessions {
-        Sessions {
+        let (live, stalled) = LiveSessions::new();
+        let sessions = Sessions {
             deps: Arc::new(deps),
-            live: LiveSessions::default(),
-        }
+            live,
+        };
+        let tasks = sessions.deps.tasks.clone();
+        tasks.spawn(recover_stalled(sessions.clone(), stalled));
+        sessions
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {
@@ -55,6 +64,11 @@ impl Sessions {
 
     pub fn deps(&self) -> &Arc<SessionDeps> {
         &self.deps
+    }
+
+    /// Why the database refuses writes, while it does.
+    pub fn write_failure(&self) -> Option<String> {
+        self.deps.writer.failing()
     }
 
     /// Creates a session: its system message and its `session.created` event commit together.
@@ -356,6 +370,61 @@ impl Sessions {
             let actor = SessionActor::new(id, self.deps.clone(), slot, self.live.clone());
             self.deps.tasks.spawn(actor.run(inbox));
         }))
+    }
+}
+
+/// The first wait before a stalled session's recovery is tried; it doubles up to the longest.
+const RECOVERY_FIRST_WAIT: Duration = Duration::from_millis(500);
+const RECOVERY_LONGEST_WAIT: Duration = Duration::from_secs(2);
+
+/// Recovers sessions whose actor stopped on a failed write: once writes succeed again, a new
+/// actor records the run they left as failed (`storage`), and their followers get its terminal
+/// event. Tries again with a growing wait while writes still fail.
+async fn recover_stalled(sessions: Sessions, mut stalled: mpsc::UnboundedReceiver<Uuid>) {
+    let shutdown = sessions.deps.shutdown.clone();
+    // Each stalled session, with when to try next and how long to wait after that.
+    let mut pending: HashMap<Uuid, (Instant, Duration)> = HashMap::new();
+    loop {
+        let due = pending.values().map(|(at, _)| *at).min();
+        tokio::select! {
+            id = stalled.recv() => match id {
+                Some(id) => {
+                    pending
+                        .entry(id)
+                        .or_insert((Instant::now() + RECOVERY_FIRST_WAIT, RECOVERY_FIRST_WAIT));
+                }
+                None => return,
+            },
+            _ = async {
+                match due {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                let now = Instant::now();
+                let ready: Vec<Uuid> = pending
+                    .iter()
+                    .filter(|(_, (at, _))| *at <= now)
+                    .map(|(id, _)| *id)
+                    .collect();
+                for id in ready {
+                    match sessions.send(id, |reply| Command::Recover { reply }).await {
+                        Ok(()) | Err(SessionError::NotFound) => {
+                            tracing::info!(session_id = %id, "session recovered after a failed write");
+                            pending.remove(&id);
+                        }
+                        Err(error) => {
+                            if let Some((at, wait)) = pending.get_mut(&id) {
+                                *wait = (*wait * 2).min(RECOVERY_LONGEST_WAIT);
+                                *at = Instant::now() + *wait;
+                                tracing::warn!(session_id = %id, %error, retry_in_ms = wait.as_millis() as u64, "the session cannot be recovered yet");
+                            }
+                        }
+                    }
+                }
+            }
+            _ = shutdown.cancelled() => return,
+        }
     }
 }
 

@@ -47,8 +47,8 @@ pub enum StoreError {
     WriterGone,
     /// The writer refuses every later commit of an actor whose earlier commit failed, so a
     /// lost write can never leave a gap in `seq`; the session's next actor writes again.
-    #[error("an earlier write of this session failed")]
-    Poisoned,
+    #[error("an earlier write of this session failed: {0}")]
+    Poisoned(String),
     /// The write carried a lease epoch that is no longer the session's: another replica took
     /// the session over.
     #[error("the session's lease is held by another replica")]
