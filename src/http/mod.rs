@@ -146,14 +146,14 @@ async fn readyz(State(state): State<AppState>) -> axum::response::Response {
         )
         .into_response();
     }
-    match state.sessions.store().last_seq(uuid::Uuid::nil()).await {
-        Ok(_) => Json(json!({ "status": "ready" })).into_response(),
+    match state.sessions.store().health().await {
+        Ok(()) => Json(json!({ "status": "ready" })).into_response(),
         Err(error) => {
             tracing::warn!(%error, "readiness probe failed");
             Problem::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "unavailable",
-                "the database is not reachable",
+                format!("the database cannot be used: {error}"),
             )
             .into_response()
         }

@@ -11,6 +11,7 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use crate::session::SessionError;
+use crate::store::StoreError;
 
 pub const PROBLEM_JSON: &str = "application/problem+json";
 
@@ -83,6 +84,24 @@ impl From<SessionError> for Problem {
                 "unavailable",
                 "the server is shutting down; retry on another instance or later",
             ),
+            // The database refuses writes (full, read-only, gone): nothing was changed, and
+            // the request may succeed once it accepts writes again.
+            SessionError::Store(
+                error @ (StoreError::Write(_)
+                | StoreError::Poisoned(_)
+                | StoreError::Unusable(_)
+                | StoreError::WriterGone),
+            ) => {
+                tracing::error!(%error, "storage error");
+                Problem {
+                    retry_after: Some(5),
+                    ..Problem::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "storage-unavailable",
+                        format!("the database refused the request: {error}"),
+                    )
+                }
+            }
             SessionError::Store(error) => {
                 tracing::error!(%error, "storage error");
                 Problem::new(
@@ -95,8 +114,8 @@ impl From<SessionError> for Problem {
     }
 }
 
-impl From<crate::store::StoreError> for Problem {
-    fn from(error: crate::store::StoreError) -> Problem {
+impl From<StoreError> for Problem {
+    fn from(error: StoreError) -> Problem {
         Problem::from(SessionError::Store(error))
     }
 }

@@ -53,6 +53,10 @@ pub enum StoreError {
     /// the session over.
     #[error("the session's lease is held by another replica")]
     Fenced,
+    /// The database cannot be used as it is (in use by another process, read-only, gone);
+    /// the message names the file and says what to do.
+    #[error("{0}")]
+    Unusable(String),
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;
@@ -145,6 +149,12 @@ pub trait Store: Send + Sync + 'static {
     async fn run(&self, session_id: Uuid, run_id: Uuid) -> StoreResult<Option<RunRecord>>;
 
     async fn latest_checkpoint(&self, session_id: Uuid) -> StoreResult<Option<Checkpoint>>;
+
+    /// Whether the database can be used now (for readiness): it answers a read, and whatever
+    /// else the backend can check cheaply.
+    async fn health(&self) -> StoreResult<()> {
+        self.last_seq(Uuid::nil()).await.map(|_| ())
+    }
 }
 
 /// Coordination of several replicas on one database (PostgreSQL). Times come from the

@@ -128,6 +128,11 @@ impl SqliteStore {
 
 #[async_trait]
 impl Store for SqliteStore {
+    async fn health(&self) -> StoreResult<()> {
+        self.writer.check_file()?;
+        self.last_seq(Uuid::nil()).await.map(|_| ())
+    }
+
     async fn commit(&self, batch: &[&[WriteOp]]) -> StoreResult<()> {
         let ops: Vec<WriteOp> = batch.iter().flat_map(|ops| ops.iter().cloned()).collect();
         self.writer.commit(ops).await
