@@ -149,6 +149,23 @@ impl Sessions {
             }
             upto = Some(cut - 1);
         }
+        // All turns of a running session would include the one in progress: only the turns
+        // that have ended can be forked. What was committed when the session was read is what
+        // is copied, whatever happens to the session meanwhile.
+        let upto = match upto {
+            Some(cut) => cut,
+            None if parent.state.is_active() => {
+                return Err(SessionError::Conflict {
+                    kind: "run-active",
+                    detail: "the session is running, and a fork of all its turns would copy \
+                             the one in progress; wait for the run to end, cancel it, or fork \
+                             the turns that have ended with `turns`"
+                        .to_string(),
+                })
+            }
+            None => parent.message_count,
+        };
+        let upto = Some(upto);
         let now = model::now();
         let id = model::new_id();
         let record = SessionRecord {

@@ -120,6 +120,20 @@ fn opt_usage<R: StoredRow>(row: &R) -> StoreResult<Option<Usage>> {
 }
 
 /// A row of [`SESSION_COLUMNS`].
+/// The sessions of a list; a row that cannot be decoded (a state written by a newer version,
+/// a hand-edited value) is left out and logged, so that it does not hide every other session.
+pub fn listed_sessions<R: StoredRow>(rows: &[R]) -> Vec<SessionRecord> {
+    rows.iter()
+        .filter_map(|row| match session_from(row) {
+            Ok(session) => Some(session),
+            Err(error) => {
+                tracing::warn!(%error, "a stored session cannot be read; it is left out of the list");
+                None
+            }
+        })
+        .collect()
+}
+
 pub fn session_from<R: StoredRow>(row: &R) -> StoreResult<SessionRecord> {
     Ok(SessionRecord {
         id: row.uuid("id")?,

@@ -14,8 +14,8 @@ use crate::model::{
     Checkpoint, Event, Message, RunRecord, SessionRecord, SessionState, StepRecord,
 };
 use crate::store::rows::{
-    checkpoint_from, corrupt, corrupt_event, message_from, run_from, session_from, step_from,
-    Plain, StoredRow, CHECKPOINT_COLUMNS, EVENT_COLUMNS, MESSAGE_COLUMNS, RUN_COLUMNS,
+    checkpoint_from, corrupt, corrupt_event, listed_sessions, message_from, run_from, session_from,
+    step_from, Plain, StoredRow, CHECKPOINT_COLUMNS, EVENT_COLUMNS, MESSAGE_COLUMNS, RUN_COLUMNS,
     SESSION_COLUMNS, STEP_COLUMNS,
 };
 use crate::store::{SessionQuery, Store, StoreResult, WriteOp};
@@ -159,7 +159,7 @@ impl Store for SqliteStore {
         .bind(query.limit)
         .fetch_all(&self.pool)
         .await?;
-        rows.iter().map(session_from).collect()
+        Ok(listed_sessions(&rows))
     }
 
     async fn active_sessions(&self) -> StoreResult<Vec<Uuid>> {
