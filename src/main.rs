@@ -86,6 +86,8 @@ async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             api_tokens: config.api_tokens.clone(),
             cors_origins: config.cors_origins.clone(),
             request_timeout: Duration::from_secs(config.request_timeout_secs),
+            listen: Some(address),
+            allowed_hosts: Vec::new(),
         },
     );
     let signal_token = shutdown.clone();

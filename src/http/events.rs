@@ -14,7 +14,7 @@ use futures::StreamExt;
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
-use super::paging::{page_limit, Page};
+use super::paging::{one_more, page_limit, Page};
 use super::problem::{parse_id, ApiQuery, Problem};
 use super::AppState;
 use crate::model::Event;
@@ -82,7 +82,7 @@ async fn events(
     let data = state
         .sessions
         .store()
-        .events(id, q.after.unwrap_or(0), limit)
+        .events(id, q.after.unwrap_or(0), one_more(limit))
         .await?;
     Ok(Json(Page::new(data, limit, |e| e.seq.to_string())).into_response())
 }

@@ -5,6 +5,7 @@
 
 mod auth;
 mod events;
+mod guard;
 mod paging;
 mod problem;
 mod runs;
@@ -47,6 +48,10 @@ pub struct HttpOptions {
     pub cors_origins: Vec<String>,
     /// Time limit of ordinary requests (not SSE streams, not `?wait=true` runs).
     pub request_timeout: Duration,
+    /// The address the server listens on (its name is answered besides the loopback names).
+    pub listen: Option<SocketAddr>,
+    /// Host names answered besides the loopback names and the listen address; `*` = any.
+    pub allowed_hosts: Vec<String>,
 }
 
 impl Default for HttpOptions {
@@ -56,6 +61,8 @@ impl Default for HttpOptions {
             api_tokens: Vec::new(),
             cors_origins: Vec::new(),
             request_timeout: Duration::from_secs(30),
+            listen: None,
+            allowed_hosts: Vec::new(),
         }
     }
 }
@@ -67,6 +74,12 @@ pub fn router(state: AppState, options: &HttpOptions) -> Router {
         options.request_timeout,
     ));
     let tokens = auth::Tokens::new(&options.api_tokens);
+    let guard = guard::RequestGuard::new(
+        options.listen,
+        &options.allowed_hosts,
+        &options.cors_origins,
+        tokens.enabled(),
+    );
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -76,6 +89,7 @@ pub fn router(state: AppState, options: &HttpOptions) -> Router {
         .merge(events::routes())
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(tokens, auth::require_token))
+        .layer(middleware::from_fn_with_state(guard, guard::check))
         .layer(middleware::from_fn(problem::problem_responses))
         .layer(cors(&options.cors_origins))
         .layer(DefaultBodyLimit::max(options.max_body_bytes))

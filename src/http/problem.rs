@@ -166,11 +166,21 @@ where
     type Rejection = Problem;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        // A body of another type is refused even when empty: an HTML form's POST (text/plain,
+        // multipart, urlencoded) never reaches a handler.
+        let content_type = req.headers().get(header::CONTENT_TYPE);
+        if content_type.is_some_and(|v| !is_json(v)) {
+            return Err(Problem::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported-media-type",
+                "expected no body, or a JSON body with Content-Type: application/json",
+            ));
+        }
         let empty = req
             .headers()
             .get(header::CONTENT_LENGTH)
             .is_some_and(|v| v == "0")
-            || (!req.headers().contains_key(header::CONTENT_TYPE)
+            || (content_type.is_none()
                 && !req.headers().contains_key(header::TRANSFER_ENCODING)
                 && !req.headers().contains_key(header::CONTENT_LENGTH));
         if empty {
@@ -180,6 +190,21 @@ where
             .await
             .map(|ApiJson(v)| OptionalJson(v))
     }
+}
+
+/// `application/json` or `application/<something>+json`, with any parameters.
+fn is_json(value: &header::HeaderValue) -> bool {
+    let Ok(text) = value.to_str() else {
+        return false;
+    };
+    let essence = text
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    essence == "application/json"
+        || (essence.starts_with("application/") && essence.ends_with("+json"))
 }
 
 fn json_problem(rejection: JsonRejection) -> Problem {

@@ -11,7 +11,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::events::{sse_response, wants_event_stream};
-use super::paging::{CursorQuery, Page};
+use super::paging::{one_more, CursorQuery, Page};
 use super::problem::{parse_id, ApiJson, ApiQuery, OptionalJson, Problem};
 use super::AppState;
 use crate::model::{RunKind, RunRecord, RunResult, RunStatus};
@@ -232,7 +232,11 @@ async fn list(
     let id = parse_id(&id, "session")?;
     let (limit, after) = (q.limit()?, q.cursor()?);
     state.sessions.get(id).await?;
-    let data = state.sessions.store().runs(id, after, limit).await?;
+    let data = state
+        .sessions
+        .store()
+        .runs(id, after, one_more(limit))
+        .await?;
     Ok(Json(Page::new(data, limit, |r| r.id.to_string())))
 }
 

@@ -24,8 +24,9 @@ use crate::model::{
 pub const SESSION_COLUMNS: &str = "s.id, s.parent_id, s.title, s.metadata, s.system_prompt, \
      s.state, s.error, s.input_tokens, s.output_tokens, s.last_run_id, s.created_at, \
      s.updated_at, \
-     (SELECT COALESCE(MAX(idx) + 1, 0) FROM messages m WHERE m.session_id = s.id) AS message_count, \
-     (SELECT COALESCE(MAX(seq), 0) FROM events e WHERE e.session_id = s.id) AS last_seq";
+     COALESCE((SELECT MAX(idx) FROM messages m WHERE m.session_id = s.id) + 1, 0) \
+       AS message_count, \
+     COALESCE((SELECT MAX(seq) FROM events e WHERE e.session_id = s.id), 0) AS last_seq";
 
 pub const MESSAGE_COLUMNS: &str = "idx, role, content, tool_calls, tool_call_id, created_at";
 
