@@ -165,7 +165,6 @@ impl Sessions {
             }
             None => parent.message_count,
         };
-        let upto = Some(upto);
         let now = model::now();
         let id = model::new_id();
         let record = SessionRecord {
@@ -173,7 +172,7 @@ impl Sessions {
             parent_id: Some(source),
             state: SessionState::Idle,
             error: None,
-            message_count: upto.unwrap_or(parent.message_count),
+            message_count: upto,
             last_seq: 2,
             usage: Usage::default(),
             last_run_id: None,
@@ -206,7 +205,7 @@ impl Sessions {
                     WriteOp::CopyMessages {
                         from: source,
                         to: id,
-                        upto,
+                        upto: Some(upto),
                     },
                     WriteOp::InsertEvent(created),
                     WriteOp::InsertEvent(forked),
