@@ -96,7 +96,12 @@ async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         tracing::info!("shutting down: stopping runs and closing streams");
         signal_token.cancel();
     });
-    let server = http::serve(listener, router, shutdown.clone().cancelled_owned());
+    let server = http::serve(
+        listener,
+        router,
+        shutdown.clone().cancelled_owned(),
+        http::ConnectionLimits::default(),
+    );
     tokio::pin!(server);
     tokio::select! {
         result = &mut server => result?,

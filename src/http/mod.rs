@@ -9,6 +9,7 @@ mod guard;
 mod paging;
 mod problem;
 mod runs;
+mod server;
 mod sessions;
 
 use std::future::Future;
@@ -28,6 +29,7 @@ use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
 pub use problem::{Problem, PROBLEM_JSON};
+pub use server::ConnectionLimits;
 
 use crate::session::Sessions;
 
@@ -130,13 +132,9 @@ pub async fn serve(
     listener: TcpListener,
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
+    limits: ConnectionLimits,
 ) -> std::io::Result<()> {
-    axum::serve(
-        listener,
-        router.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown)
-    .await
+    server::serve(listener, router, shutdown, limits).await
 }
 
 async fn healthz() -> impl IntoResponse {
