@@ -121,13 +121,25 @@ impl SessionActor {
         self.core.as_mut().ok_or(Refusal::Missing)
     }
 
-    /// Reads the session, its history and its newest run from the store.
+    /// The session for writing, with its full history (see [`Self::claim`]).
+    pub(super) async fn claim_with_history(&mut self) -> Result<&mut Core, Refusal> {
+        self.claim().await?;
+        let id = self.id;
+        let store = self.deps.store.clone();
+        let core = self.core.as_mut().ok_or(Refusal::Missing)?;
+        if !core.history_loaded {
+            core.history = store.messages(id, -1, i64::MAX).await?;
+            core.history_loaded = true;
+        }
+        Ok(core)
+    }
+
+    /// Reads the session and its newest run from the store (not its history).
     async fn read(&self) -> Result<Option<Core>, StoreError> {
         let store = &self.deps.store;
         let Some(record) = store.session(self.id).await? else {
             return Ok(None);
         };
-        let history = store.messages(self.id, -1, i64::MAX).await?;
         let last_run = match record.last_run_id {
             Some(run_id) => store.run(self.id, run_id).await?,
             None => None,
@@ -135,7 +147,8 @@ impl SessionActor {
         Ok(Some(Core {
             next_seq: record.last_seq + 1,
             record,
-            history,
+            history: Vec::new(),
+            history_loaded: false,
             last_result: last_run.as_ref().map(RunResult::from),
             last_run,
         }))

@@ -46,7 +46,10 @@ pub(super) struct SessionActor {
 pub(super) struct Core {
     record: SessionRecord,
     next_seq: i64,
+    /// The full history: read only for the commands that need it (runs, compactions), so
+    /// that a cancel or a delete of a long session does not read all of it.
     history: Vec<Message>,
+    history_loaded: bool,
     last_result: Option<RunResult>,
     /// The newest run, for resume.
     last_run: Option<RunRecord>,

@@ -44,7 +44,7 @@ impl SessionActor {
         inbox: &mut Inbox,
     ) -> Result<(), Stop> {
         let id = self.id;
-        let core = match self.claim().await {
+        let core = match self.claim_with_history().await {
             Ok(core) => core,
             Err(refusal) => return refusal.answer(id, reply),
         };
