@@ -7,6 +7,7 @@ mod auth;
 mod events;
 mod guard;
 mod paging;
+mod params;
 mod problem;
 mod runs;
 mod server;

@@ -38,6 +38,7 @@ struct RunBody {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RunQuery {
+    #[serde(default, deserialize_with = "super::params::lenient_bool")]
     wait: Option<bool>,
 }
 

@@ -298,7 +298,8 @@ impl Sessions {
 
     /// Marks runs that a dead process left in progress as interrupted: each such session's
     /// actor is started, and it records the interruption. Only sessions stored as active are
-    /// read (an indexed query), never the whole table.
+    /// read (an indexed query), never the whole table. With auto-resume, every interrupted
+    /// run is resumed, also those a graceful stop recorded as interrupted.
     pub async fn recover_interrupted(&self) -> Result<Vec<Uuid>, SessionError> {
         let ids = self.deps.store.active_sessions().await?;
         let mut interrupted = Vec::new();
@@ -306,6 +307,19 @@ impl Sessions {
             if self.take_over(id).await? {
                 interrupted.push(id);
             }
+        }
+        if self.deps.auto_resume {
+            let stopped: Vec<Uuid> = self
+                .deps
+                .store
+                .interrupted_sessions()
+                .await?
+                .into_iter()
+                // Those just taken over are being resumed already.
+                .filter(|id| !interrupted.contains(id))
+                .collect();
+            interrupted.extend(stopped.iter().copied());
+            self.resume_in_background(stopped);
         }
         Ok(interrupted)
     }

@@ -116,6 +116,9 @@ pub trait Store: Send + Sync + 'static {
     async fn sessions(&self, query: &SessionQuery) -> StoreResult<Vec<SessionRecord>>;
     /// Sessions stored as `running` or `waiting_tool` (runs a dead process left behind).
     async fn active_sessions(&self) -> StoreResult<Vec<Uuid>>;
+    /// Sessions whose last run failed as `interrupted` (a crash or a stop cut it short): what
+    /// auto-resume continues at start.
+    async fn interrupted_sessions(&self) -> StoreResult<Vec<Uuid>>;
 
     /// Messages with `index > after`, in order, at most `limit`.
     async fn messages(&self, session_id: Uuid, after: i64, limit: i64)

@@ -28,6 +28,11 @@ pub const SESSION_COLUMNS: &str = "s.id, s.parent_id, s.title, s.metadata, s.sys
        AS message_count, \
      COALESCE((SELECT MAX(seq) FROM events e WHERE e.session_id = s.id), 0) AS last_seq";
 
+/// Sessions whose last run was interrupted (`$1`/`?1` = the error recorded for that); the
+/// placeholder is written `$1` and SQLite reads it as a numbered parameter too.
+pub const INTERRUPTED_SESSIONS: &str =
+    "SELECT id FROM sessions WHERE state = 'failed' AND error = $1";
+
 pub const MESSAGE_COLUMNS: &str = "idx, role, content, tool_calls, tool_call_id, created_at";
 
 pub const EVENT_COLUMNS: &str = "session_id, seq, type, data, created_at";

@@ -243,6 +243,9 @@ mod tests {
         async fn active_sessions(&self) -> StoreResult<Vec<Uuid>> {
             Ok(Vec::new())
         }
+        async fn interrupted_sessions(&self) -> StoreResult<Vec<Uuid>> {
+            Ok(Vec::new())
+        }
         async fn messages(&self, _: Uuid, _: i64, _: i64) -> StoreResult<Vec<Message>> {
             Ok(Vec::new())
         }

@@ -10,13 +10,14 @@ use sqlx::Row;
 use uuid::Uuid;
 
 use super::SqliteStore;
+use crate::model::INTERRUPTED;
 use crate::model::{
     Checkpoint, Event, Message, RunRecord, SessionRecord, SessionState, StepRecord,
 };
 use crate::store::rows::{
     checkpoint_from, corrupt, corrupt_event, listed_sessions, message_from, run_from, session_from,
-    step_from, Plain, StoredRow, CHECKPOINT_COLUMNS, EVENT_COLUMNS, MESSAGE_COLUMNS, RUN_COLUMNS,
-    SESSION_COLUMNS, STEP_COLUMNS,
+    step_from, Plain, StoredRow, CHECKPOINT_COLUMNS, EVENT_COLUMNS, INTERRUPTED_SESSIONS,
+    MESSAGE_COLUMNS, RUN_COLUMNS, SESSION_COLUMNS, STEP_COLUMNS,
 };
 use crate::store::{SessionQuery, Store, StoreResult, WriteOp};
 
@@ -167,6 +168,14 @@ impl Store for SqliteStore {
             sqlx::query("SELECT id FROM sessions WHERE state IN ('running', 'waiting_tool')")
                 .fetch_all(&self.pool)
                 .await?;
+        rows.iter().map(|r| r.uuid("id")).collect()
+    }
+
+    async fn interrupted_sessions(&self) -> StoreResult<Vec<Uuid>> {
+        let rows = sqlx::query(INTERRUPTED_SESSIONS)
+            .bind(INTERRUPTED)
+            .fetch_all(&self.pool)
+            .await?;
         rows.iter().map(|r| r.uuid("id")).collect()
     }
 
