@@ -78,7 +78,7 @@ fn history() -> Vec<Message> {
 fn median_ms(mut samples: Vec<Duration>) -> f64 {
     samples.sort();
     let mid = samples.len() / 2;
-    let median = if samples.len() % 2 == 0 {
+    let median = if samples.len().is_multiple_of(2) {
         (samples[mid - 1] + samples[mid]) / 2
     } else {
         samples[mid]

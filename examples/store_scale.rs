@@ -46,7 +46,7 @@ const STARTS: usize = 5;
 fn median(mut samples: Vec<Duration>) -> Duration {
     samples.sort();
     let mid = samples.len() / 2;
-    if samples.len() % 2 == 0 {
+    if samples.len().is_multiple_of(2) {
         (samples[mid - 1] + samples[mid]) / 2
     } else {
         samples[mid]

@@ -39,6 +39,7 @@ pub struct Application {
     listener: TcpListener,
     addr: SocketAddr,
     router: axum::Router,
+    limits: http::ConnectionLimits,
     runtime: Runtime,
 }
 
@@ -107,12 +108,21 @@ impl Application {
                     .collect(),
                 cors_origins: settings.cors_origins().to_vec(),
                 request_timeout: settings.request_timeout(),
+                listen: Some(addr),
+                allowed_hosts: settings.allowed_hosts().to_vec(),
             },
         );
+        let limits = http::ConnectionLimits {
+            max_connections: settings
+                .max_connections()
+                .unwrap_or_else(http::server::default_max_connections),
+            header_read_timeout: settings.header_read_timeout(),
+        };
         Ok(Application {
             listener,
             addr,
             router,
+            limits,
             runtime,
         })
     }
@@ -144,6 +154,7 @@ impl Application {
             listener,
             router,
             runtime,
+            limits,
             ..
         } = self;
         let shutdown = runtime.shutdown_token();
@@ -156,7 +167,7 @@ impl Application {
             tracing::info!("shutting down: stopping runs and closing streams");
             stopping.cancel();
         });
-        let server = http::serve(listener, router, shutdown.clone().cancelled_owned());
+        let server = http::serve(listener, router, shutdown.clone().cancelled_owned(), limits);
         tokio::pin!(server);
         let served = tokio::select! {
             result = &mut server => result.map_err(AppError::Serve),

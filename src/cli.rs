@@ -160,6 +160,58 @@ pub struct ServeArgs {
     #[arg(long, env = "TAH_LEASE_TTL_SECS", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub lease_ttl_secs: u64,
 
+    /// Host name the server answers to besides localhost, 127.0.0.1, ::1 and the listen
+    /// address (repeatable; `*.example.com` matches subdomains; `*` answers any). Guards a
+    /// server without API tokens against DNS rebinding; with tokens and none given, any name
+    /// is answered.
+    #[arg(
+        long = "allowed-host",
+        env = "TAH_ALLOWED_HOSTS",
+        value_delimiter = ','
+    )]
+    pub allowed_hosts: Vec<String>,
+
+    /// Connections open at once at most; one more is answered 503 and closed. Default: the
+    /// process's open-file limit less 256.
+    #[arg(long, env = "TAH_MAX_CONNECTIONS", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: Option<u32>,
+
+    /// Seconds a client has to send a request's headers; a keep-alive connection that sends
+    /// no next request for this long is closed too (never a response in progress).
+    #[arg(long, env = "TAH_HEADER_READ_TIMEOUT_SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub header_read_timeout_secs: u64,
+
+    /// Tokens one model reply may have (sent to the provider as `max_tokens`, or
+    /// `max_completion_tokens` to api.openai.com).
+    #[arg(long, env = "TAH_MAX_OUTPUT_TOKENS", default_value_t = 8192, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_output_tokens: u32,
+
+    /// Bytes one model reply may have as received (the provider's event stream); a larger
+    /// one ends the LLM step with an error.
+    #[arg(long, env = "TAH_MAX_REPLY_BYTES", default_value_t = 8 * 1024 * 1024, value_parser = clap::value_parser!(u64).range(1024..))]
+    pub max_reply_bytes: u64,
+
+    /// Bytes one line of a provider's event stream may have.
+    #[arg(long = "max-sse-line-bytes", env = "TAH_MAX_SSE_LINE_BYTES", default_value_t = 1024 * 1024, value_parser = clap::value_parser!(u64).range(1024..))]
+    pub max_line_bytes: u64,
+
+    /// Tool calls one model reply may ask for; more end the LLM step with an error.
+    #[arg(long, env = "TAH_MAX_TOOL_CALLS", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_tool_calls: u32,
+
+    /// Bytes of one tool call's arguments; larger ones end the LLM step with an error.
+    #[arg(long, env = "TAH_MAX_TOOL_ARGUMENT_BYTES", default_value_t = 1024 * 1024, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_tool_argument_bytes: u64,
+
+    /// Seconds one model call may take in all, retries included; 0 = no limit beyond the
+    /// connect, first-byte and idle timeouts.
+    #[arg(
+        long = "llm-deadline-s",
+        env = "TAH_LLM_DEADLINE_S",
+        default_value_t = 300
+    )]
+    pub llm_deadline_secs: u64,
+
     /// Log format.
     #[arg(long, env = "TAH_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use crate::cli::{LogFormat, Provider, ServeArgs, DEFAULT_SYSTEM_PROMPT};
+use crate::llm::guard::ReplyLimits;
 
 /// Why a configuration was refused.
 #[derive(Debug, thiserror::Error)]
@@ -74,6 +75,12 @@ pub struct Settings {
     auto_resume: bool,
     lease_ttl: Duration,
     log_format: LogFormat,
+    allowed_hosts: Vec<String>,
+    max_connections: Option<usize>,
+    header_read_timeout: Duration,
+    reply_limits: ReplyLimits,
+    max_output_tokens: u32,
+    llm_deadline: Option<Duration>,
 }
 
 impl Settings {
@@ -128,7 +135,48 @@ impl Settings {
             auto_resume,
             lease_ttl: Duration::from_secs(args.lease_ttl_secs),
             log_format: args.log_format,
+            allowed_hosts: args.allowed_hosts,
+            max_connections: args.max_connections.map(|n| n as usize),
+            header_read_timeout: Duration::from_secs(args.header_read_timeout_secs),
+            reply_limits: ReplyLimits {
+                max_reply_bytes: size(args.max_reply_bytes),
+                max_line_bytes: size(args.max_line_bytes),
+                max_tool_calls: args.max_tool_calls as usize,
+                max_argument_bytes: size(args.max_tool_argument_bytes),
+            },
+            max_output_tokens: args.max_output_tokens,
+            llm_deadline: (args.llm_deadline_secs > 0)
+                .then(|| Duration::from_secs(args.llm_deadline_secs)),
         })
+    }
+
+    /// Host names answered besides the loopback names and the listen address.
+    pub fn allowed_hosts(&self) -> &[String] {
+        &self.allowed_hosts
+    }
+
+    /// Connections open at once at most (`None`: from the process's open-file limit).
+    pub fn max_connections(&self) -> Option<usize> {
+        self.max_connections
+    }
+
+    /// For a request's headers, and for the next request on a keep-alive connection.
+    pub fn header_read_timeout(&self) -> Duration {
+        self.header_read_timeout
+    }
+
+    /// Bounds on every model reply.
+    pub fn reply_limits(&self) -> &ReplyLimits {
+        &self.reply_limits
+    }
+
+    pub fn max_output_tokens(&self) -> u32 {
+        self.max_output_tokens
+    }
+
+    /// How long one model call may take in all (`None` = no overall limit).
+    pub fn llm_deadline(&self) -> Option<Duration> {
+        self.llm_deadline
     }
 
     /// The address to listen on (port 0: one the system picks).
@@ -226,6 +274,11 @@ fn api_key(api_key_env: Option<&str>, provider: Provider) -> Option<Secret> {
         .ok()
         .filter(|v| !v.is_empty())
         .map(Secret)
+}
+
+/// A byte count from the command line as a size in memory.
+fn size(bytes: u64) -> usize {
+    usize::try_from(bytes).unwrap_or(usize::MAX)
 }
 
 #[cfg(test)]

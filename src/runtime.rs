@@ -12,7 +12,7 @@ use uuid::Uuid;
 
 use crate::agent::{AgentDeps, AgentSettings};
 use crate::config::{Provider, Settings};
-use crate::llm::wire::HttpModelConfig;
+use crate::llm::wire::{HttpModelConfig, Timeouts};
 use crate::llm::{anthropic, mock::MockModel, openai, ModelClient};
 use crate::session::{SessionDeps, Sessions};
 use crate::store::{self, writer::Writer, Cluster, Store};
@@ -179,9 +179,13 @@ fn model_client(config: &Settings) -> Result<Arc<dyn ModelClient>, RuntimeError>
         base_url: model.base_url.clone().unwrap_or_else(|| base.to_string()),
         api_key: model.api_key.as_ref().map(|key| key.expose().to_string()),
         model: model.model.clone().unwrap_or_else(|| name.to_string()),
-        max_tokens: 8192,
-        timeouts: Default::default(),
+        max_tokens: config.max_output_tokens(),
+        timeouts: Timeouts {
+            total: config.llm_deadline(),
+            ..Timeouts::default()
+        },
         retry: Default::default(),
+        limits: config.reply_limits().clone(),
     };
     Ok(match model.provider {
         Provider::Mock => Arc::new(MockModel::new(model.mock_delay)),

@@ -30,12 +30,14 @@ fn config(base_url: &str, retries: u32) -> HttpModelConfig {
             connect: Duration::from_secs(5),
             first_byte: Duration::from_secs(5),
             idle: Duration::from_secs(5),
+            total: Some(Duration::from_secs(60)),
         },
         retry: RetryPolicy {
             max_retries: retries,
             base_delay: Duration::from_millis(1),
             max_delay: Duration::from_millis(10),
         },
+        limits: Default::default(),
     }
 }
 
@@ -566,6 +568,7 @@ async fn openai_request_shape() {
         sent.body,
         json!({
             "model": "test-model",
+            "max_tokens": 1024,
             "stream": true,
             "stream_options": {"include_usage": true},
             "messages": [
@@ -605,7 +608,8 @@ async fn openai_request_shape() {
     let sent = &server.requests()[0];
     assert!(!sent.headers.contains_key("authorization"));
     assert!(sent.body.get("tools").is_none());
-    assert!(sent.body.get("max_tokens").is_none());
+    // The reply's token limit is always sent (a compatible server otherwise has none).
+    assert_eq!(sent.body["max_tokens"], 1024);
     assert_eq!(sent.body["messages"][2]["content"], Value::Null);
 }
 

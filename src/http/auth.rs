@@ -42,6 +42,15 @@ impl Tokens {
     }
 }
 
+/// The token of an `Authorization: Bearer <token>` value; the scheme is case-insensitive.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim().split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|t| !t.is_empty())
+}
+
 pub async fn require_token(State(tokens): State<Tokens>, request: Request, next: Next) -> Response {
     if !tokens.enabled() || !request.uri().path().starts_with("/v1/") {
         return next.run(request).await;
@@ -50,11 +59,8 @@ pub async fn require_token(State(tokens): State<Tokens>, request: Request, next:
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            v.strip_prefix("Bearer ")
-                .or_else(|| v.strip_prefix("bearer "))
-        })
-        .map(|t| t.trim().as_bytes().to_vec());
+        .and_then(bearer_token)
+        .map(|t| t.as_bytes().to_vec());
     let candidate = bearer.or_else(|| sse_query_token(&request));
     match candidate {
         Some(token) if tokens.accepts(&token) => next.run(request).await,
@@ -102,5 +108,15 @@ mod tests {
         assert!(!tokens.accepts(b"0123456789abcdeff"));
         assert!(!tokens.accepts(b""));
         assert!(!Tokens::new(&[]).enabled());
+    }
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        for value in ["Bearer abc", "bearer abc", "BEARER abc", "  BeArEr   abc  "] {
+            assert_eq!(bearer_token(value), Some("abc"), "{value}");
+        }
+        for value in ["Basic abc", "Bearer", "Bearer ", "Bearerabc"] {
+            assert_eq!(bearer_token(value), None, "{value}");
+        }
     }
 }

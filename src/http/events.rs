@@ -14,7 +14,7 @@ use futures::StreamExt;
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
-use super::paging::{page_limit, Page};
+use super::paging::{one_more, page_limit, Page};
 use super::problem::{parse_id, ApiQuery, Problem};
 use super::AppState;
 use crate::model::Event;
@@ -82,7 +82,7 @@ async fn events(
     let data = state
         .sessions
         .store()
-        .events(id, q.after.unwrap_or(0), limit)
+        .events(id, q.after.unwrap_or(0), one_more(limit))
         .await?;
     Ok(Json(Page::new(data, limit, |e| e.seq.to_string())).into_response())
 }
@@ -95,6 +95,9 @@ fn frame(event: &Event) -> SseEvent {
 }
 
 /// Streams events as SSE frames until the stream ends or the server shuts down.
+/// How long a client waits before it reconnects to a stream that broke (the `retry:` field).
+const RECONNECT_AFTER: Duration = Duration::from_millis(1000);
+
 pub fn sse_response(stream: EventStream, shutdown: CancellationToken) -> Response {
     let frames = stream
         .into_stream()
@@ -104,7 +107,11 @@ pub fn sse_response(stream: EventStream, shutdown: CancellationToken) -> Respons
             }
             std::future::ready(item.is_ok())
         })
-        .filter_map(|item| std::future::ready(item.ok().map(|e| Ok::<_, Infallible>(frame(&e)))))
+        .filter_map(|item| std::future::ready(item.ok().map(|e| Ok::<_, Infallible>(frame(&e)))));
+    // Once per stream: browsers would otherwise wait 3 s before they reconnect.
+    let retry = SseEvent::default().retry(RECONNECT_AFTER);
+    let frames = futures::stream::once(std::future::ready(Ok(retry)))
+        .chain(frames)
         .take_until(shutdown.cancelled_owned());
     let mut response = Sse::new(frames)
         .keep_alive(KeepAlive::new().interval(HEARTBEAT).text("heartbeat"))

@@ -5,9 +5,12 @@
 
 mod auth;
 mod events;
+mod guard;
 mod paging;
+mod params;
 mod problem;
 mod runs;
+pub mod server;
 mod sessions;
 
 use std::future::Future;
@@ -27,6 +30,7 @@ use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
 pub use problem::{Problem, PROBLEM_JSON};
+pub use server::ConnectionLimits;
 
 use crate::session::Sessions;
 
@@ -47,6 +51,10 @@ pub struct HttpOptions {
     pub cors_origins: Vec<String>,
     /// Time limit of ordinary requests (not SSE streams, not `?wait=true` runs).
     pub request_timeout: Duration,
+    /// The address the server listens on (its name is answered besides the loopback names).
+    pub listen: Option<SocketAddr>,
+    /// Host names answered besides the loopback names and the listen address; `*` = any.
+    pub allowed_hosts: Vec<String>,
 }
 
 impl Default for HttpOptions {
@@ -56,6 +64,8 @@ impl Default for HttpOptions {
             api_tokens: Vec::new(),
             cors_origins: Vec::new(),
             request_timeout: Duration::from_secs(30),
+            listen: None,
+            allowed_hosts: Vec::new(),
         }
     }
 }
@@ -67,6 +77,12 @@ pub fn router(state: AppState, options: &HttpOptions) -> Router {
         options.request_timeout,
     ));
     let tokens = auth::Tokens::new(&options.api_tokens);
+    let guard = guard::RequestGuard::new(
+        options.listen,
+        &options.allowed_hosts,
+        &options.cors_origins,
+        tokens.enabled(),
+    );
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -76,6 +92,7 @@ pub fn router(state: AppState, options: &HttpOptions) -> Router {
         .merge(events::routes())
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(tokens, auth::require_token))
+        .layer(middleware::from_fn_with_state(guard, guard::check))
         .layer(middleware::from_fn(problem::problem_responses))
         .layer(cors(&options.cors_origins))
         .layer(DefaultBodyLimit::max(options.max_body_bytes))
@@ -116,13 +133,9 @@ pub async fn serve(
     listener: TcpListener,
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
+    limits: ConnectionLimits,
 ) -> std::io::Result<()> {
-    axum::serve(
-        listener,
-        router.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown)
-    .await
+    server::serve(listener, router, shutdown, limits).await
 }
 
 async fn healthz() -> impl IntoResponse {
@@ -138,14 +151,22 @@ async fn readyz(State(state): State<AppState>) -> axum::response::Response {
         )
         .into_response();
     }
-    match state.sessions.store().last_seq(uuid::Uuid::nil()).await {
-        Ok(_) => Json(json!({ "status": "ready" })).into_response(),
+    if let Some(error) = state.sessions.write_failure() {
+        return Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            format!("the database refuses writes: {error}"),
+        )
+        .into_response();
+    }
+    match state.sessions.store().health().await {
+        Ok(()) => Json(json!({ "status": "ready" })).into_response(),
         Err(error) => {
             tracing::warn!(%error, "readiness probe failed");
             Problem::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "unavailable",
-                "the database is not reachable",
+                format!("the database cannot be used: {error}"),
             )
             .into_response()
         }

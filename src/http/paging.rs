@@ -17,15 +17,24 @@ pub struct Page<T: Serialize> {
 }
 
 impl<T: Serialize> Page<T> {
-    /// A page of at most `limit` items; a full page names its last item as the next cursor.
-    pub fn new(data: Vec<T>, limit: i64, cursor_of: impl Fn(&T) -> String) -> Page<T> {
-        let next_cursor = if data.len() as i64 == limit {
+    /// A page of at most `limit` items from `data`, which was read with [`one_more`]`(limit)`:
+    /// only when there is more does the page name its last item as the next cursor, so paging
+    /// ends on the last page, not on an empty one after it.
+    pub fn new(mut data: Vec<T>, limit: i64, cursor_of: impl Fn(&T) -> String) -> Page<T> {
+        let limit = usize::try_from(limit).unwrap_or(0);
+        let next_cursor = if data.len() > limit {
+            data.truncate(limit);
             data.last().map(cursor_of)
         } else {
             None
         };
         Page { data, next_cursor }
     }
+}
+
+/// How many items to read for a page of `limit`: one more tells whether another page follows.
+pub fn one_more(limit: i64) -> i64 {
+    limit + 1
 }
 
 /// `?cursor&limit` for lists paged by id.

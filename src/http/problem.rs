@@ -11,6 +11,7 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use crate::session::SessionError;
+use crate::store::StoreError;
 
 pub const PROBLEM_JSON: &str = "application/problem+json";
 
@@ -83,6 +84,24 @@ impl From<SessionError> for Problem {
                 "unavailable",
                 "the server is shutting down; retry on another instance or later",
             ),
+            // The database refuses writes (full, read-only, gone): nothing was changed, and
+            // the request may succeed once it accepts writes again.
+            SessionError::Store(
+                error @ (StoreError::Write(_)
+                | StoreError::Poisoned(_)
+                | StoreError::Unusable(_)
+                | StoreError::WriterGone),
+            ) => {
+                tracing::error!(%error, "storage error");
+                Problem {
+                    retry_after: Some(5),
+                    ..Problem::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "storage-unavailable",
+                        format!("the database refused the request: {error}"),
+                    )
+                }
+            }
             SessionError::Store(error) => {
                 tracing::error!(%error, "storage error");
                 Problem::new(
@@ -95,8 +114,8 @@ impl From<SessionError> for Problem {
     }
 }
 
-impl From<crate::store::StoreError> for Problem {
-    fn from(error: crate::store::StoreError) -> Problem {
+impl From<StoreError> for Problem {
+    fn from(error: StoreError) -> Problem {
         Problem::from(SessionError::Store(error))
     }
 }
@@ -147,11 +166,21 @@ where
     type Rejection = Problem;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        // A body of another type is refused even when empty: an HTML form's POST (text/plain,
+        // multipart, urlencoded) never reaches a handler.
+        let content_type = req.headers().get(header::CONTENT_TYPE);
+        if content_type.is_some_and(|v| !is_json(v)) {
+            return Err(Problem::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported-media-type",
+                "expected no body, or a JSON body with Content-Type: application/json",
+            ));
+        }
         let empty = req
             .headers()
             .get(header::CONTENT_LENGTH)
             .is_some_and(|v| v == "0")
-            || (!req.headers().contains_key(header::CONTENT_TYPE)
+            || (content_type.is_none()
                 && !req.headers().contains_key(header::TRANSFER_ENCODING)
                 && !req.headers().contains_key(header::CONTENT_LENGTH));
         if empty {
@@ -161,6 +190,21 @@ where
             .await
             .map(|ApiJson(v)| OptionalJson(v))
     }
+}
+
+/// `application/json` or `application/<something>+json`, with any parameters.
+fn is_json(value: &header::HeaderValue) -> bool {
+    let Ok(text) = value.to_str() else {
+        return false;
+    };
+    let essence = text
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    essence == "application/json"
+        || (essence.starts_with("application/") && essence.ends_with("+json"))
 }
 
 fn json_problem(rejection: JsonRejection) -> Problem {

@@ -11,11 +11,11 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::events::{sse_response, wants_event_stream};
-use super::paging::{CursorQuery, Page};
+use super::paging::{one_more, CursorQuery, Page};
 use super::problem::{parse_id, ApiJson, ApiQuery, OptionalJson, Problem};
 use super::AppState;
 use crate::model::{RunKind, RunRecord, RunResult, RunStatus};
-use crate::session::{RunRequest, RunStarted};
+use crate::session::{RunRequest, RunStarted, RunStopped};
 
 pub fn routes() -> Router<AppState> {
     Router::new()
@@ -38,6 +38,7 @@ struct RunBody {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RunQuery {
+    #[serde(default, deserialize_with = "super::params::lenient_bool")]
     wait: Option<bool>,
 }
 
@@ -151,26 +152,41 @@ async fn begin(
         RunStarted::Started { run, result } => {
             if query.wait == Some(true) {
                 let result = match result.await {
-                    Ok(result) => result,
-                    // The actor stopped (shutdown, storage failure): report what is stored.
-                    Err(_) => match state.sessions.store().run(id, run.id).await? {
-                        Some(stored) if stored.status != RunStatus::Running => {
-                            RunResult::from(&stored)
+                    Ok(Ok(result)) => result,
+                    Ok(Err(RunStopped::Storage { error })) => {
+                        return Err(Problem::new(
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            "storage-failed",
+                            format!(
+                                "run {} stopped because the database refused a write ({error}); \
+                                 it is recorded as failed (\"storage\") once writes succeed \
+                                 again, and can then be resumed",
+                                run.id
+                            ),
+                        ))
+                    }
+                    // The actor stopped (shutdown, takeover): report what is stored.
+                    Ok(Err(RunStopped::Elsewhere)) | Err(_) => {
+                        match state.sessions.store().run(id, run.id).await? {
+                            Some(stored) if stored.status != RunStatus::Running => {
+                                RunResult::from(&stored)
+                            }
+                            // Left to be taken over by another replica: it has no result yet.
+                            _ => {
+                                return Err(Problem::new(
+                                    StatusCode::SERVICE_UNAVAILABLE,
+                                    "unavailable",
+                                    format!(
+                                        "this server stopped before run {} ended; another \
+                                         replica continues it as a resume run: follow the \
+                                         session's events (GET /v1/sessions/{id}/events) or its \
+                                         last_run_id",
+                                        run.id
+                                    ),
+                                ))
+                            }
                         }
-                        // Left to be taken over by another replica: it has no result yet.
-                        _ => {
-                            return Err(Problem::new(
-                                StatusCode::SERVICE_UNAVAILABLE,
-                                "unavailable",
-                                format!(
-                                    "this server stopped before run {} ended; another replica \
-                                     continues it as a resume run: follow the session's events \
-                                     (GET /v1/sessions/{id}/events) or its last_run_id",
-                                    run.id
-                                ),
-                            ))
-                        }
-                    },
+                    }
                 };
                 Ok(Json(result).into_response())
             } else {
@@ -217,7 +233,11 @@ async fn list(
     let id = parse_id(&id, "session")?;
     let (limit, after) = (q.limit()?, q.cursor()?);
     state.sessions.get(id).await?;
-    let data = state.sessions.store().runs(id, after, limit).await?;
+    let data = state
+        .sessions
+        .store()
+        .runs(id, after, one_more(limit))
+        .await?;
     Ok(Json(Page::new(data, limit, |r| r.id.to_string())))
 }
 

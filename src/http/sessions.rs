@@ -9,7 +9,7 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::paging::{page_limit, parse_cursor, CursorQuery, Page};
+use super::paging::{one_more, page_limit, parse_cursor, CursorQuery, Page};
 use super::problem::{parse_id, ApiQuery, OptionalJson, Problem};
 use super::AppState;
 use crate::model::{Message, RunRecord, SessionRecord, SessionState, StepRecord};
@@ -123,7 +123,7 @@ async fn list(
         .sessions
         .store()
         .sessions(&SessionQuery {
-            limit,
+            limit: one_more(limit),
             before,
             state: state_filter,
         })
@@ -203,7 +203,11 @@ async fn messages(
     let limit = page_limit(q.limit)?;
     state.sessions.get(id).await?;
     let after = q.after.unwrap_or(-1).max(-1);
-    let data = state.sessions.store().messages(id, after, limit).await?;
+    let data = state
+        .sessions
+        .store()
+        .messages(id, after, one_more(limit))
+        .await?;
     Ok(Json(Page::new(data, limit, |m| m.index.to_string())))
 }
 
@@ -215,7 +219,11 @@ async fn steps(
     let id = parse_id(&id, "session")?;
     let (limit, after) = (q.limit()?, q.cursor()?);
     state.sessions.get(id).await?;
-    let data = state.sessions.store().steps(id, after, limit).await?;
+    let data = state
+        .sessions
+        .store()
+        .steps(id, after, one_more(limit))
+        .await?;
     Ok(Json(Page::new(data, limit, |s| s.id.to_string())))
 }
 

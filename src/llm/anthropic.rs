@@ -13,6 +13,7 @@ use eventsource_stream::Event;
 use reqwest::header::{HeaderMap, HeaderValue};
 use serde_json::{json, Value};
 
+use super::guard;
 use super::wire::{self, EventParser, Failure, HttpModelConfig, Transport};
 use super::{LlmError, LlmErrorKind, ModelClient, ModelReply, ModelRequest, ModelStream};
 use crate::model::{Message, Role, ToolCall, ToolSchema, Usage};
@@ -214,6 +215,8 @@ enum Block {
 #[derive(Default)]
 struct EventReader {
     text: String,
+    /// Joins a character the provider split across two events.
+    joiner: guard::Utf16Joiner,
     blocks: BTreeMap<u64, Block>,
     stop_reason: Option<String>,
     usage: Usage,
@@ -253,6 +256,7 @@ impl EventReader {
             }
             .to_string()
         });
+        self.text.push_str(self.joiner.finish());
         ModelReply {
             text: std::mem::take(&mut self.text),
             tool_calls,
@@ -262,9 +266,10 @@ impl EventReader {
     }
 
     fn push_text(&mut self, text: &str, deltas: &mut Vec<String>) {
+        let text = self.joiner.push(text);
         if !text.is_empty() {
-            self.text.push_str(text);
-            deltas.push(text.to_string());
+            self.text.push_str(&text);
+            deltas.push(text.into_owned());
         }
     }
 }

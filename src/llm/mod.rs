@@ -6,6 +6,7 @@
 //! the store.
 
 pub mod anthropic;
+pub mod guard;
 pub mod mock;
 pub mod openai;
 pub mod wire;

@@ -12,6 +12,7 @@ use eventsource_stream::Event;
 use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION};
 use serde_json::{json, Map, Value};
 
+use super::guard;
 use super::wire::{self, EventParser, Failure, HttpModelConfig, Transport};
 use super::{LlmError, LlmErrorKind, ModelClient, ModelReply, ModelRequest, ModelStream};
 use crate::model::{Message, Role, ToolCall, ToolSchema, Usage};
@@ -24,6 +25,8 @@ const PROVIDER: &str = "openai";
 /// A client for any OpenAI-compatible Chat Completions endpoint.
 pub struct OpenAiClient {
     model: String,
+    /// The reply's token limit, and the field it is sent in.
+    max_tokens: (&'static str, u32),
     transport: Arc<Transport>,
 }
 
@@ -44,6 +47,7 @@ impl OpenAiClient {
         }
         let transport = Transport::new(PROVIDER, &config, "/chat/completions", headers)?;
         Ok(OpenAiClient {
+            max_tokens: (max_tokens_field(&config.base_url), config.max_tokens),
             model: config.model,
             transport: Arc::new(transport),
         })
@@ -60,9 +64,24 @@ impl ModelClient for OpenAiClient {
     }
 
     fn stream(&self, request: ModelRequest) -> ModelStream {
-        let body = request_body(&self.model, &request);
+        let mut body = request_body(&self.model, &request);
+        let (field, limit) = self.max_tokens;
+        body[field] = json!(limit);
         self.transport
             .stream(&body, request.purpose, ChunkParser::default)
+    }
+}
+
+/// OpenAI's own API takes the reply's token limit as `max_completion_tokens` (its reasoning
+/// models refuse `max_tokens`); compatible servers (vLLM, llama.cpp, Ollama, LM Studio) know
+/// `max_tokens`.
+fn max_tokens_field(base_url: &str) -> &'static str {
+    let host = reqwest::Url::parse(base_url.trim())
+        .ok()
+        .and_then(|u| u.host_str().map(str::to_ascii_lowercase));
+    match host.as_deref() {
+        Some("api.openai.com") => "max_completion_tokens",
+        _ => "max_tokens",
     }
 }
 
@@ -141,6 +160,8 @@ struct PartialCall {
 #[derive(Default)]
 struct ChunkParser {
     text: String,
+    /// Joins a character the provider split across two chunks.
+    joiner: guard::Utf16Joiner,
     calls: BTreeMap<u64, PartialCall>,
     finish_reason: Option<String>,
     usage: Usage,
@@ -168,6 +189,7 @@ impl ChunkParser {
             }
             .to_string()
         });
+        self.text.push_str(self.joiner.finish());
         ModelReply {
             text: std::mem::take(&mut self.text),
             tool_calls,
@@ -178,9 +200,12 @@ impl ChunkParser {
 
     fn choice(&mut self, choice: &Value, deltas: &mut Vec<String>) {
         let delta = &choice["delta"];
-        if let Some(text) = delta["content"].as_str().filter(|t| !t.is_empty()) {
-            self.text.push_str(text);
-            deltas.push(text.to_string());
+        if let Some(text) = delta["content"].as_str() {
+            let text = self.joiner.push(text);
+            if !text.is_empty() {
+                self.text.push_str(&text);
+                deltas.push(text.into_owned());
+            }
         }
         if let Some(fragments) = delta["tool_calls"].as_array() {
             for (position, fragment) in fragments.iter().enumerate() {
@@ -299,6 +324,15 @@ mod tests {
         );
         assert_eq!(sent["tool_calls"][1]["function"]["arguments"], "{broken");
         assert!(body.get("tools").is_none());
-        assert!(body.get("max_tokens").is_none());
+    }
+
+    #[test]
+    fn the_token_limit_goes_in_the_field_the_server_knows() {
+        assert_eq!(
+            max_tokens_field("https://api.openai.com/v1"),
+            "max_completion_tokens"
+        );
+        assert_eq!(max_tokens_field("http://127.0.0.1:11434/v1"), "max_tokens");
+        assert_eq!(max_tokens_field("not a url"), "max_tokens");
     }
 }

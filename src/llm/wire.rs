@@ -23,6 +23,7 @@ use reqwest::{StatusCode, Url};
 use serde_json::Value;
 use tokio::time::Instant;
 
+use super::guard::{self, BodyMeter, ReplyLimits, Secrets};
 use super::{LlmError, LlmErrorKind, ModelReply, ModelStream, Purpose, StreamItem};
 
 /// How long to wait at each stage of a call.
@@ -34,6 +35,8 @@ pub struct Timeouts {
     pub first_byte: Duration,
     /// Between two body chunks once the stream is flowing.
     pub idle: Duration,
+    /// The whole call, retries included (`None`: no limit but the others).
+    pub total: Option<Duration>,
 }
 
 impl Default for Timeouts {
@@ -42,6 +45,7 @@ impl Default for Timeouts {
             connect: Duration::from_secs(10),
             first_byte: Duration::from_secs(120),
             idle: Duration::from_secs(120),
+            total: Some(Duration::from_secs(300)),
         }
     }
 }
@@ -98,10 +102,11 @@ pub struct HttpModelConfig {
     /// `None` for local servers that need no key; never logged or put into an error.
     pub api_key: Option<String>,
     pub model: String,
-    /// The reply's token limit (required by Anthropic; not sent to OpenAI-compatible servers).
+    /// The reply's token limit, sent with every request.
     pub max_tokens: u32,
     pub timeouts: Timeouts,
     pub retry: RetryPolicy,
+    pub limits: ReplyLimits,
 }
 
 impl HttpModelConfig {
@@ -118,6 +123,7 @@ impl HttpModelConfig {
             max_tokens: 8192,
             timeouts: Timeouts::default(),
             retry: RetryPolicy::default(),
+            limits: ReplyLimits::default(),
         }
     }
 }
@@ -185,9 +191,11 @@ pub(crate) trait EventParser: Send + 'static {
     fn end(&mut self) -> Result<ModelReply, Failure>;
 }
 
-/// Parses an event's JSON payload, or fails with a protocol error naming the bad chunk.
+/// Parses an event's JSON payload, or fails with a protocol error naming the bad chunk. Lone
+/// surrogate escapes (half of a character the provider split across chunks) are kept as
+/// stand-ins for [`guard::Utf16Joiner`].
 pub(crate) fn parse_json(data: &str) -> Result<Value, Failure> {
-    serde_json::from_str(data).map_err(|e| {
+    serde_json::from_str(&guard::escape_lone_surrogates(data)).map_err(|e| {
         Failure::protocol(format!(
             "malformed JSON in stream chunk ({e}): {}",
             truncate(data, 200)
@@ -197,10 +205,11 @@ pub(crate) fn parse_json(data: &str) -> Result<Value, Failure> {
 
 /// Parses assembled tool-call arguments; text that is not JSON is kept raw as a string.
 pub(crate) fn parse_arguments(raw: &str) -> Value {
+    let raw = guard::join_halves(raw);
     if raw.trim().is_empty() {
         return Value::Object(Default::default());
     }
-    serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_string()))
+    serde_json::from_str(&raw).unwrap_or(Value::String(raw))
 }
 
 /// The first `max` characters of `text`, with an ellipsis when cut.
@@ -234,11 +243,14 @@ pub(crate) struct Transport {
     provider: &'static str,
     http: reqwest::Client,
     url: Url,
+    /// The URL as errors may show it (no credentials).
+    shown_url: String,
     headers: HeaderMap,
     timeouts: Timeouts,
     retry: RetryPolicy,
-    /// The API key, only to scrub it from anything a provider echoes back.
-    secret: Option<String>,
+    limits: ReplyLimits,
+    /// What is scrubbed from anything a provider sends back or an error names.
+    secrets: Secrets,
 }
 
 impl Transport {
@@ -250,7 +262,10 @@ impl Transport {
         path: &str,
         mut headers: HeaderMap,
     ) -> Result<Transport, LlmError> {
-        let invalid = |message: String| LlmError::new(provider, LlmErrorKind::Rejected, message);
+        let secrets = Secrets::new(config.api_key.as_deref(), &config.base_url);
+        let invalid = |message: String| {
+            LlmError::new(provider, LlmErrorKind::Rejected, secrets.scrub(&message))
+        };
         let base = config.base_url.trim().trim_end_matches('/');
         let url = Url::parse(&format!("{base}{path}"))
             .map_err(|e| invalid(format!("invalid base URL {:?}: {e}", config.base_url)))?;
@@ -278,11 +293,13 @@ impl Transport {
         Ok(Transport {
             provider,
             http,
+            shown_url: guard::shown_url(&url),
             url,
             headers,
             timeouts: config.timeouts.clone(),
             retry: config.retry.clone(),
-            secret: config.api_key.clone().filter(|k| !k.is_empty()),
+            limits: config.limits.clone(),
+            secrets,
         })
     }
 
@@ -307,6 +324,7 @@ impl Transport {
         };
         let call = Call {
             transport: Arc::clone(self),
+            deadline: None,
             purpose,
             body,
             new_parser: parser,
@@ -347,7 +365,7 @@ impl Transport {
         if content_type.starts_with("text/html") {
             return Err(Failure::protocol(format!(
                 "expected an event stream from {}, got an HTML page — check --base-url",
-                self.url
+                self.shown_url
             )));
         }
         if content_type.starts_with("application/json") {
@@ -357,7 +375,7 @@ impl Transport {
                 truncate(&text, 500)
             )));
         }
-        Ok(timed_body(response, deadline, self.timeouts.idle).eventsource())
+        Ok(timed_body(response, deadline, self.timeouts.idle, self.limits.clone()).eventsource())
     }
 
     /// Maps a non-success response to a failure, reading the provider's message.
@@ -384,7 +402,7 @@ impl Transport {
                 LlmErrorKind::NotFound,
                 with_detail(format!(
                     "{} not found (HTTP 404) — check --base-url and --model",
-                    self.url
+                    self.shown_url
                 )),
             ),
             StatusCode::TOO_MANY_REQUESTS => {
@@ -418,16 +436,8 @@ impl Transport {
                 _ => break,
             }
         }
-        let text = String::from_utf8_lossy(&bytes).into_owned();
-        self.scrub(text)
-    }
-
-    /// Removes the API key from text that came from the provider.
-    fn scrub(&self, text: String) -> String {
-        match &self.secret {
-            Some(key) if text.contains(key.as_str()) => text.replace(key.as_str(), "[redacted]"),
-            _ => text,
-        }
+        let text = String::from_utf8_lossy(&bytes);
+        self.secrets.scrub(&text)
     }
 }
 
@@ -509,6 +519,8 @@ enum BodyError {
     FirstByte(Duration),
     Idle(Duration),
     Transport(reqwest::Error),
+    /// The body broke one of the [`ReplyLimits`].
+    TooLarge(String),
 }
 
 impl fmt::Display for BodyError {
@@ -517,6 +529,7 @@ impl fmt::Display for BodyError {
             BodyError::FirstByte(d) => write!(f, "first-byte timeout after {}", secs(*d)),
             BodyError::Idle(d) => write!(f, "idle timeout after {}", secs(*d)),
             BodyError::Transport(e) => write!(f, "{e}"),
+            BodyError::TooLarge(why) => f.write_str(why),
         }
     }
 }
@@ -524,28 +537,36 @@ impl fmt::Display for BodyError {
 type Events = EventStream<BoxStream<'static, Result<Bytes, BodyError>>>;
 
 /// The response body as a stream of chunks: the first must arrive before `deadline`, each later
-/// one within `idle` of the previous. It ends after the first error. Owning the response, it
-/// closes the connection when dropped.
+/// one within `idle` of the previous, and the whole stays within `limits`. It ends after the
+/// first error. Owning the response, it closes the connection when dropped.
 fn timed_body(
     response: reqwest::Response,
     deadline: Instant,
     idle: Duration,
+    limits: ReplyLimits,
 ) -> BoxStream<'static, Result<Bytes, BodyError>> {
     let first_byte = deadline.saturating_duration_since(Instant::now());
-    let state = (Some(response), true);
-    futures::stream::unfold(state, move |(response, first)| async move {
-        let mut response = response?;
-        let read = if first {
-            tokio::time::timeout_at(deadline, response.chunk()).await
-        } else {
-            tokio::time::timeout(idle, response.chunk()).await
-        };
-        match read {
-            Err(_) if first => Some((Err(BodyError::FirstByte(first_byte)), (None, false))),
-            Err(_) => Some((Err(BodyError::Idle(idle)), (None, false))),
-            Ok(Err(e)) => Some((Err(BodyError::Transport(e)), (None, false))),
-            Ok(Ok(None)) => None,
-            Ok(Ok(Some(chunk))) => Some((Ok(chunk), (Some(response), false))),
+    let state = (Some(response), true, BodyMeter::default());
+    futures::stream::unfold(state, move |(response, first, mut meter)| {
+        let limits = limits.clone();
+        async move {
+            let mut response = response?;
+            let read = if first {
+                tokio::time::timeout_at(deadline, response.chunk()).await
+            } else {
+                tokio::time::timeout(idle, response.chunk()).await
+            };
+            let end = |error| Some((Err(error), (None, false, BodyMeter::default())));
+            match read {
+                Err(_) if first => end(BodyError::FirstByte(first_byte)),
+                Err(_) => end(BodyError::Idle(idle)),
+                Ok(Err(e)) => end(BodyError::Transport(e)),
+                Ok(Ok(None)) => None,
+                Ok(Ok(Some(chunk))) => match meter.add(&chunk, &limits) {
+                    Ok(()) => Some((Ok(chunk), (Some(response), false, meter))),
+                    Err(why) => end(BodyError::TooLarge(why)),
+                },
+            }
         }
     })
     .boxed()
@@ -560,6 +581,7 @@ fn sse_failure(e: EventStreamError<BodyError>, timeouts: &Timeouts) -> Failure {
             LlmErrorKind::Timeout,
             format!("the stream stalled for {} (idle timeout)", secs(d)),
         ),
+        EventStreamError::Transport(BodyError::TooLarge(why)) => Failure::protocol(why),
         EventStreamError::Transport(BodyError::Transport(e)) => {
             let mut failure = transport_failure(&e);
             failure.message = format!("the stream broke: {}", failure.message);
@@ -590,6 +612,8 @@ enum State<P> {
 /// One model call across its attempts; the state behind the returned stream.
 struct Call<P> {
     transport: Arc<Transport>,
+    /// When the whole call must be over, set when it is first polled.
+    deadline: Option<Instant>,
     /// Named in the log of a retry.
     purpose: Purpose,
     body: Bytes,
@@ -600,7 +624,31 @@ struct Call<P> {
 }
 
 impl<P: EventParser> Call<P> {
+    /// The next item, within the call's overall deadline.
     async fn next(&mut self) -> Option<Result<StreamItem, LlmError>> {
+        let Some(total) = self.transport.timeouts.total else {
+            return self.advance().await;
+        };
+        let deadline = *self.deadline.get_or_insert_with(|| Instant::now() + total);
+        match tokio::time::timeout_at(deadline, self.advance()).await {
+            Ok(item) => item,
+            Err(_) => {
+                // The attempt in flight was dropped with the future: its connection is closed.
+                self.state = State::Finished;
+                self.queue.clear();
+                Some(Err(LlmError::new(
+                    self.transport.provider,
+                    LlmErrorKind::Timeout,
+                    format!(
+                        "the model call did not finish within {} (--llm-deadline-s)",
+                        secs(total)
+                    ),
+                )))
+            }
+        }
+    }
+
+    async fn advance(&mut self) -> Option<Result<StreamItem, LlmError>> {
         loop {
             if let Some(item) = self.queue.pop_front() {
                 return Some(item);
@@ -646,7 +694,10 @@ impl<P: EventParser> Call<P> {
                                     .map(|d| Ok(StreamItem::Delta(d))),
                             );
                             match done {
-                                Some(reply) => self.queue.push_back(Ok(StreamItem::Done(reply))),
+                                Some(reply) => match self.transport.limits.check(&reply) {
+                                    Ok(()) => self.queue.push_back(Ok(StreamItem::Done(reply))),
+                                    Err(why) => self.fail(Failure::protocol(why)),
+                                },
                                 None => self.state = State::Reading { events, parser },
                             }
                         }
@@ -671,12 +722,12 @@ impl<P: EventParser> Call<P> {
                 purpose = self.purpose.as_str(),
                 attempt = self.retries,
                 delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
-                error = %failure.message,
+                error = %transport.secrets.scrub(&failure.message),
                 "model call failed; retrying"
             );
             self.queue.push_back(Ok(StreamItem::Retry {
                 attempt: self.retries,
-                error: transport.scrub(failure.short),
+                error: transport.secrets.scrub(&failure.short),
             }));
             self.state = State::Connect { delay: Some(delay) };
             return;
@@ -685,7 +736,7 @@ impl<P: EventParser> Call<P> {
         if failure.retryable && self.retries > 0 {
             message.push_str(&format!(" (after {} retries)", self.retries));
         }
-        let message = transport.scrub(message);
+        let message = transport.secrets.scrub(&message);
         self.queue.push_back(Err(LlmError::new(
             transport.provider,
             failure.kind,

@@ -12,7 +12,7 @@ pub use event::{CharsBeforeAfter, Event, EventKind};
 pub use message::{Message, Role, ToolCall, ToolSchema, SUMMARY_PREFIX, TRANSCRIPT_USER_MARKER};
 pub use session::{
     Checkpoint, RunKind, RunRecord, RunResult, RunStatus, SessionRecord, SessionState, StepKind,
-    StepRecord, StepStatus, Usage, INTERRUPTED,
+    StepRecord, StepStatus, Usage, INTERRUPTED, STORAGE_FAILED,
 };
 pub use step::{FinishReason, LlmRequestDescriptor, TrimStats};
 

@@ -67,6 +67,10 @@ impl Usage {
 /// run is resumable.
 pub const INTERRUPTED: &str = "interrupted";
 
+/// The error recorded for a run stopped because the database refused a write; it is recorded
+/// once writes succeed again, and the run is resumable.
+pub const STORAGE_FAILED: &str = "storage";
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SessionRecord {
     pub id: Uuid,

@@ -39,6 +39,11 @@ pub(super) enum Command {
     },
     /// The heartbeat found this replica no longer holds the session's lease.
     LeaseLost,
+    /// An earlier actor of the session stopped because a write failed: record its run, if one
+    /// was left in progress, as failed (`storage`).
+    Recover {
+        reply: Reply<()>,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -53,9 +58,19 @@ pub struct RunRequest {
 pub enum RunStarted {
     Started {
         run: RunRecord,
-        result: oneshot::Receiver<RunResult>,
+        result: oneshot::Receiver<Result<RunResult, RunStopped>>,
     },
     AlreadyCompleted(RunResult),
+}
+
+/// Why a run ended without a result from this process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunStopped {
+    /// The database refused a write; the run is recorded as failed (`storage`) once writes
+    /// succeed again.
+    Storage { error: String },
+    /// Another replica took the session over, or continues the run after this one stopped.
+    Elsewhere,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -5,7 +5,7 @@
 //! This module keeps the map and nothing else: it does not know how an actor is made (the
 //! caller of [`LiveSessions::get_or_spawn`] says that), so actors may use it without a cycle.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -47,13 +47,52 @@ impl Slot {
 }
 
 /// Cheap to clone; every clone sees the same map.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub(super) struct LiveSessions {
     slots: Arc<Mutex<HashMap<Uuid, Arc<Slot>>>>,
     generations: Arc<AtomicU64>,
+    /// Sessions whose actor stopped because a write failed, until their run is recorded.
+    stalled: Arc<Mutex<HashSet<Uuid>>>,
+    /// Tells the recovery task about a newly stalled session.
+    recovery: mpsc::UnboundedSender<Uuid>,
 }
 
 impl LiveSessions {
+    /// The registry, and the receiving end of stalled sessions (for the task that recovers
+    /// them).
+    pub fn new() -> (LiveSessions, mpsc::UnboundedReceiver<Uuid>) {
+        let (recovery, stalled) = mpsc::unbounded_channel();
+        let live = LiveSessions {
+            slots: Arc::default(),
+            generations: Arc::default(),
+            stalled: Arc::default(),
+            recovery,
+        };
+        (live, stalled)
+    }
+
+    /// A write of the session failed and its actor stopped: its run is to be recorded as
+    /// failed (`storage`) as soon as writes succeed again.
+    pub fn stall(&self, id: Uuid) {
+        self.stalled_set().insert(id);
+        // The task is gone only at shutdown; the session is then recovered at the next start.
+        let _ = self.recovery.send(id);
+    }
+
+    /// Whether the session's last actor stopped on a failed write.
+    pub fn is_stalled(&self, id: Uuid) -> bool {
+        self.stalled_set().contains(&id)
+    }
+
+    /// The session's state is written again.
+    pub fn unstall(&self, id: Uuid) {
+        self.stalled_set().remove(&id);
+    }
+
+    fn stalled_set(&self) -> MutexGuard<'_, HashSet<Uuid>> {
+        // A set of plain ids: a panic while it is held cannot leave it torn.
+        self.stalled.lock().unwrap_or_else(|e| e.into_inner())
+    }
     /// The session's slot; when it has no running actor, a new slot is made and `spawn` starts
     /// its actor on the new mailbox. Subscribers of an earlier incarnation stay connected.
     pub fn get_or_spawn(&self, id: Uuid, spawn: impl FnOnce(Arc<Slot>, Inbox)) -> Arc<Slot> {
@@ -180,7 +219,7 @@ mod tests {
 
     #[test]
     fn a_slot_is_spawned_once_while_its_mailbox_is_open() {
-        let live = LiveSessions::default();
+        let (live, _stalled) = LiveSessions::new();
         let id = Uuid::now_v7();
         let (first, inbox) = spawned(&live, id);
         assert!(inbox.is_some());
@@ -195,7 +234,7 @@ mod tests {
 
     #[test]
     fn a_watched_slot_stays_for_its_subscribers() {
-        let live = LiveSessions::default();
+        let (live, _stalled) = LiveSessions::new();
         let id = Uuid::now_v7();
         let (slot, _inbox) = spawned(&live, id);
         let _subscriber = slot.events.subscribe();
@@ -209,7 +248,7 @@ mod tests {
 
     #[test]
     fn held_leases_come_from_the_slots() {
-        let live = LiveSessions::default();
+        let (live, _stalled) = LiveSessions::new();
         let (a, b) = (Uuid::now_v7(), Uuid::now_v7());
         let (slot_a, _ia) = spawned(&live, a);
         let (_slot_b, _ib) = spawned(&live, b);
@@ -218,5 +257,17 @@ mod tests {
         assert_eq!(live.held_leases(), vec![(a, 2)]);
         assert_eq!(live.lease_epoch(a), Some(2));
         assert_eq!(live.lease_epoch(b), None);
+    }
+
+    #[tokio::test]
+    async fn a_stalled_session_is_announced_once_per_stall_and_remembered_until_unstalled() {
+        let (live, mut stalled) = LiveSessions::new();
+        let id = Uuid::now_v7();
+        assert!(!live.is_stalled(id));
+        live.stall(id);
+        assert!(live.is_stalled(id));
+        assert_eq!(stalled.recv().await, Some(id));
+        live.unstall(id);
+        assert!(!live.is_stalled(id));
     }
 }

@@ -23,7 +23,7 @@ mod sessions;
 mod steps;
 mod stream;
 
-pub use command::{CancelOutcome, Compacted, RunRequest, RunStarted};
+pub use command::{CancelOutcome, Compacted, RunRequest, RunStarted, RunStopped};
 pub use sessions::{NewSession, Sessions, Subscription};
 pub use stream::EventStream;
 

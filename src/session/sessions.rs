@@ -2,10 +2,13 @@
 //! uses. Creating and forking a session are single commits; everything that changes an
 //! existing session is a command to its actor.
 
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::Value;
-use tokio::sync::{broadcast, oneshot, watch};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
+use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::actor::SessionActor;
@@ -42,11 +45,17 @@ pub struct NewSession {
 const DELIVERY_ATTEMPTS: usize = 8;
 
 impl Sessions {
+    /// The sessions of a process. Starts the task that recovers sessions stopped by a failed
+    /// write, so it must be called within the async runtime.
     pub fn new(deps: SessionDeps) -> Sessions {
-        Sessions {
+        let (live, stalled) = LiveSessions::new();
+        let sessions = Sessions {
             deps: Arc::new(deps),
-            live: LiveSessions::default(),
-        }
+            live,
+        };
+        let tasks = sessions.deps.tasks.clone();
+        tasks.spawn(recover_stalled(sessions.clone(), stalled));
+        sessions
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {
@@ -55,6 +64,11 @@ impl Sessions {
 
     pub fn deps(&self) -> &Arc<SessionDeps> {
         &self.deps
+    }
+
+    /// Why the database refuses writes, while it does.
+    pub fn write_failure(&self) -> Option<String> {
+        self.deps.writer.failing()
     }
 
     /// Creates a session: its system message and its `session.created` event commit together.
@@ -135,6 +149,22 @@ impl Sessions {
             }
             upto = Some(cut - 1);
         }
+        // All turns of a running session would include the one in progress: only the turns
+        // that have ended can be forked. What was committed when the session was read is what
+        // is copied, whatever happens to the session meanwhile.
+        let upto = match upto {
+            Some(cut) => cut,
+            None if parent.state.is_active() => {
+                return Err(SessionError::Conflict {
+                    kind: "run-active",
+                    detail: "the session is running, and a fork of all its turns would copy \
+                             the one in progress; wait for the run to end, cancel it, or fork \
+                             the turns that have ended with `turns`"
+                        .to_string(),
+                })
+            }
+            None => parent.message_count,
+        };
         let now = model::now();
         let id = model::new_id();
         let record = SessionRecord {
@@ -142,7 +172,7 @@ impl Sessions {
             parent_id: Some(source),
             state: SessionState::Idle,
             error: None,
-            message_count: upto.unwrap_or(parent.message_count),
+            message_count: upto,
             last_seq: 2,
             usage: Usage::default(),
             last_run_id: None,
@@ -175,7 +205,7 @@ impl Sessions {
                     WriteOp::CopyMessages {
                         from: source,
                         to: id,
-                        upto,
+                        upto: Some(upto),
                     },
                     WriteOp::InsertEvent(created),
                     WriteOp::InsertEvent(forked),
@@ -268,7 +298,8 @@ impl Sessions {
 
     /// Marks runs that a dead process left in progress as interrupted: each such session's
     /// actor is started, and it records the interruption. Only sessions stored as active are
-    /// read (an indexed query), never the whole table.
+    /// read (an indexed query), never the whole table. With auto-resume, every interrupted
+    /// run is resumed, also those a graceful stop recorded as interrupted.
     pub async fn recover_interrupted(&self) -> Result<Vec<Uuid>, SessionError> {
         let ids = self.deps.store.active_sessions().await?;
         let mut interrupted = Vec::new();
@@ -276,6 +307,19 @@ impl Sessions {
             if self.take_over(id).await? {
                 interrupted.push(id);
             }
+        }
+        if self.deps.auto_resume {
+            let stopped: Vec<Uuid> = self
+                .deps
+                .store
+                .interrupted_sessions()
+                .await?
+                .into_iter()
+                // Those just taken over are being resumed already.
+                .filter(|id| !interrupted.contains(id))
+                .collect();
+            interrupted.extend(stopped.iter().copied());
+            self.resume_in_background(stopped);
         }
         Ok(interrupted)
     }
@@ -356,6 +400,61 @@ impl Sessions {
             let actor = SessionActor::new(id, self.deps.clone(), slot, self.live.clone());
             self.deps.tasks.spawn(actor.run(inbox));
         }))
+    }
+}
+
+/// The first wait before a stalled session's recovery is tried; it doubles up to the longest.
+const RECOVERY_FIRST_WAIT: Duration = Duration::from_millis(500);
+const RECOVERY_LONGEST_WAIT: Duration = Duration::from_secs(2);
+
+/// Recovers sessions whose actor stopped on a failed write: once writes succeed again, a new
+/// actor records the run they left as failed (`storage`), and their followers get its terminal
+/// event. Tries again with a growing wait while writes still fail.
+async fn recover_stalled(sessions: Sessions, mut stalled: mpsc::UnboundedReceiver<Uuid>) {
+    let shutdown = sessions.deps.shutdown.clone();
+    // Each stalled session, with when to try next and how long to wait after that.
+    let mut pending: HashMap<Uuid, (Instant, Duration)> = HashMap::new();
+    loop {
+        let due = pending.values().map(|(at, _)| *at).min();
+        tokio::select! {
+            id = stalled.recv() => match id {
+                Some(id) => {
+                    pending
+                        .entry(id)
+                        .or_insert((Instant::now() + RECOVERY_FIRST_WAIT, RECOVERY_FIRST_WAIT));
+                }
+                None => return,
+            },
+            _ = async {
+                match due {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                let now = Instant::now();
+                let ready: Vec<Uuid> = pending
+                    .iter()
+                    .filter(|(_, (at, _))| *at <= now)
+                    .map(|(id, _)| *id)
+                    .collect();
+                for id in ready {
+                    match sessions.send(id, |reply| Command::Recover { reply }).await {
+                        Ok(()) | Err(SessionError::NotFound) => {
+                            tracing::info!(session_id = %id, "session recovered after a failed write");
+                            pending.remove(&id);
+                        }
+                        Err(error) => {
+                            if let Some((at, wait)) = pending.get_mut(&id) {
+                                *wait = (*wait * 2).min(RECOVERY_LONGEST_WAIT);
+                                *at = Instant::now() + *wait;
+                                tracing::warn!(session_id = %id, %error, retry_in_ms = wait.as_millis() as u64, "the session cannot be recovered yet");
+                            }
+                        }
+                    }
+                }
+            }
+            _ = shutdown.cancelled() => return,
+        }
     }
 }
 

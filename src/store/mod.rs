@@ -47,12 +47,16 @@ pub enum StoreError {
     WriterGone,
     /// The writer refuses every later commit of an actor whose earlier commit failed, so a
     /// lost write can never leave a gap in `seq`; the session's next actor writes again.
-    #[error("an earlier write of this session failed")]
-    Poisoned,
+    #[error("an earlier write of this session failed: {0}")]
+    Poisoned(String),
     /// The write carried a lease epoch that is no longer the session's: another replica took
     /// the session over.
     #[error("the session's lease is held by another replica")]
     Fenced,
+    /// The database cannot be used as it is (in use by another process, read-only, gone);
+    /// the message names the file and says what to do.
+    #[error("{0}")]
+    Unusable(String),
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;
@@ -112,6 +116,9 @@ pub trait Store: Send + Sync + 'static {
     async fn sessions(&self, query: &SessionQuery) -> StoreResult<Vec<SessionRecord>>;
     /// Sessions stored as `running` or `waiting_tool` (runs a dead process left behind).
     async fn active_sessions(&self) -> StoreResult<Vec<Uuid>>;
+    /// Sessions whose last run failed as `interrupted` (a crash or a stop cut it short): what
+    /// auto-resume continues at start.
+    async fn interrupted_sessions(&self) -> StoreResult<Vec<Uuid>>;
 
     /// Messages with `index > after`, in order, at most `limit`.
     async fn messages(&self, session_id: Uuid, after: i64, limit: i64)
@@ -145,6 +152,12 @@ pub trait Store: Send + Sync + 'static {
     async fn run(&self, session_id: Uuid, run_id: Uuid) -> StoreResult<Option<RunRecord>>;
 
     async fn latest_checkpoint(&self, session_id: Uuid) -> StoreResult<Option<Checkpoint>>;
+
+    /// Whether the database can be used now (for readiness): it answers a read, and whatever
+    /// else the backend can check cheaply.
+    async fn health(&self) -> StoreResult<()> {
+        self.last_seq(Uuid::nil()).await.map(|_| ())
+    }
 }
 
 /// Coordination of several replicas on one database (PostgreSQL). Times come from the

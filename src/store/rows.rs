@@ -24,8 +24,14 @@ use crate::model::{
 pub const SESSION_COLUMNS: &str = "s.id, s.parent_id, s.title, s.metadata, s.system_prompt, \
      s.state, s.error, s.input_tokens, s.output_tokens, s.last_run_id, s.created_at, \
      s.updated_at, \
-     (SELECT COALESCE(MAX(idx) + 1, 0) FROM messages m WHERE m.session_id = s.id) AS message_count, \
-     (SELECT COALESCE(MAX(seq), 0) FROM events e WHERE e.session_id = s.id) AS last_seq";
+     COALESCE((SELECT MAX(idx) FROM messages m WHERE m.session_id = s.id) + 1, 0) \
+       AS message_count, \
+     COALESCE((SELECT MAX(seq) FROM events e WHERE e.session_id = s.id), 0) AS last_seq";
+
+/// Sessions whose last run was interrupted (`$1`/`?1` = the error recorded for that); the
+/// placeholder is written `$1` and SQLite reads it as a numbered parameter too.
+pub const INTERRUPTED_SESSIONS: &str =
+    "SELECT id FROM sessions WHERE state = 'failed' AND error = $1";
 
 pub const MESSAGE_COLUMNS: &str = "idx, role, content, tool_calls, tool_call_id, created_at";
 
@@ -120,6 +126,20 @@ fn opt_usage<R: StoredRow>(row: &R) -> StoreResult<Option<Usage>> {
 }
 
 /// A row of [`SESSION_COLUMNS`].
+/// The sessions of a list; a row that cannot be decoded (a state written by a newer version,
+/// a hand-edited value) is left out and logged, so that it does not hide every other session.
+pub fn listed_sessions<R: StoredRow>(rows: &[R]) -> Vec<SessionRecord> {
+    rows.iter()
+        .filter_map(|row| match session_from(row) {
+            Ok(session) => Some(session),
+            Err(error) => {
+                tracing::warn!(%error, "a stored session cannot be read; it is left out of the list");
+                None
+            }
+        })
+        .collect()
+}
+
 pub fn session_from<R: StoredRow>(row: &R) -> StoreResult<SessionRecord> {
     Ok(SessionRecord {
         id: row.uuid("id")?,

@@ -8,8 +8,8 @@
 //! commits from the same actor are refused with [`StoreError::Poisoned`] until that actor is
 //! replaced, so a failed write can never leave a gap in `seq`.
 
-use std::collections::HashSet;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -37,6 +37,27 @@ const QUEUE: usize = 8192;
 #[derive(Clone)]
 pub struct Writer {
     tx: mpsc::Sender<Commit>,
+    shared: Arc<Shared>,
+}
+
+/// What the writer task and its handles share.
+#[derive(Default)]
+struct Shared {
+    /// Origins whose earlier commit failed, with why: their later commits are refused.
+    poisoned: Mutex<HashMap<Origin, String>>,
+    /// Why the newest commit failed, until a later one succeeds.
+    failing: Mutex<Option<String>>,
+}
+
+impl Shared {
+    fn poisoned(&self) -> MutexGuard<'_, HashMap<Origin, String>> {
+        // A set of plain ids: a panic while it is held cannot leave it torn.
+        self.poisoned.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn failing(&self) -> MutexGuard<'_, Option<String>> {
+        self.failing.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 impl Writer {
@@ -44,12 +65,24 @@ impl Writer {
     /// drained, so awaiting the handle at shutdown flushes every accepted write.
     pub fn spawn(store: Arc<dyn Store>) -> (Writer, JoinHandle<()>) {
         let (tx, rx) = mpsc::channel(QUEUE);
-        let handle = tokio::spawn(run(store, rx));
-        (Writer { tx }, handle)
+        let shared = Arc::new(Shared::default());
+        let handle = tokio::spawn(run(store, rx, shared.clone()));
+        (Writer { tx, shared }, handle)
     }
 
-    /// Queues a commit; returns once it is queued (not committed).
+    /// Why the store refuses writes: the error of the newest commit, while no later commit
+    /// has succeeded. `None` when writes succeed.
+    pub fn failing(&self) -> Option<String> {
+        self.shared.failing().clone()
+    }
+
+    /// Queues a commit; returns once it is queued (not committed). A commit of an origin whose
+    /// earlier commit failed is refused at once, so a producer learns of the failure at its
+    /// next write even when it does not wait for acks.
     pub async fn submit(&self, commit: Commit) -> StoreResult<()> {
+        if let Some(cause) = self.shared.poisoned().get(&commit.origin) {
+            return Err(StoreError::Poisoned(cause.clone()));
+        }
         self.tx
             .send(commit)
             .await
@@ -75,8 +108,7 @@ impl Writer {
     }
 }
 
-async fn run(store: Arc<dyn Store>, mut rx: mpsc::Receiver<Commit>) {
-    let mut poisoned: HashSet<Origin> = HashSet::new();
+async fn run(store: Arc<dyn Store>, mut rx: mpsc::Receiver<Commit>, shared: Arc<Shared>) {
     let mut batch: Vec<Commit> = Vec::new();
     while let Some(first) = rx.recv().await {
         let mut ops = first.ops.len();
@@ -94,22 +126,30 @@ async fn run(store: Arc<dyn Store>, mut rx: mpsc::Receiver<Commit>) {
             }
         }
         // Refuse commits of actors whose earlier commit failed.
-        let (refused, accepted): (Vec<Commit>, Vec<Commit>) = std::mem::take(&mut batch)
-            .into_iter()
-            .partition(|c| poisoned.contains(&c.origin));
+        let (refused, accepted): (Vec<Commit>, Vec<Commit>) = {
+            let poisoned = shared.poisoned();
+            std::mem::take(&mut batch)
+                .into_iter()
+                .partition(|c| poisoned.contains_key(&c.origin))
+        };
         for commit in refused {
-            finish(commit, Err(StoreError::Poisoned));
+            let cause = shared.poisoned().get(&commit.origin).cloned();
+            finish(commit, Err(StoreError::Poisoned(cause.unwrap_or_default())));
         }
         if accepted.is_empty() {
             continue;
         }
         let groups: Vec<&[WriteOp]> = accepted.iter().map(|c| c.ops.as_slice()).collect();
         match store.commit(&groups).await {
-            Ok(()) => accepted.into_iter().for_each(|c| finish(c, Ok(()))),
+            Ok(()) => {
+                *shared.failing() = None;
+                accepted.into_iter().for_each(|c| finish(c, Ok(())));
+            }
             Err(error) if accepted.len() == 1 => {
                 tracing::error!(%error, "commit failed");
+                *shared.failing() = Some(error.to_string());
                 if let Some(commit) = accepted.into_iter().next() {
-                    poisoned.insert(commit.origin);
+                    shared.poisoned().insert(commit.origin, error.to_string());
                     // Its one waiter gets the store's own error, variant and all.
                     finish(commit, Err(error));
                 }
@@ -118,14 +158,19 @@ async fn run(store: Arc<dyn Store>, mut rx: mpsc::Receiver<Commit>) {
                 // Find the culprit: commit each on its own so one bad write fails only its actor.
                 tracing::warn!(%error, "batch commit failed; retrying commits one by one");
                 for commit in accepted {
-                    if poisoned.contains(&commit.origin) {
-                        finish(commit, Err(StoreError::Poisoned));
+                    let cause = shared.poisoned().get(&commit.origin).cloned();
+                    if let Some(cause) = cause {
+                        finish(commit, Err(StoreError::Poisoned(cause)));
                         continue;
                     }
                     let result = store.commit(&[commit.ops.as_slice()]).await;
-                    if let Err(error) = &result {
-                        tracing::error!(%error, session_id = %commit.origin.0, "commit failed");
-                        poisoned.insert(commit.origin);
+                    match &result {
+                        Ok(()) => *shared.failing() = None,
+                        Err(error) => {
+                            tracing::error!(%error, session_id = %commit.origin.0, "commit failed");
+                            *shared.failing() = Some(error.to_string());
+                            shared.poisoned().insert(commit.origin, error.to_string());
+                        }
                     }
                     finish(commit, result);
                 }
@@ -196,6 +241,9 @@ mod tests {
             Ok(Vec::new())
         }
         async fn active_sessions(&self) -> StoreResult<Vec<Uuid>> {
+            Ok(Vec::new())
+        }
+        async fn interrupted_sessions(&self) -> StoreResult<Vec<Uuid>> {
             Ok(Vec::new())
         }
         async fn messages(&self, _: Uuid, _: i64, _: i64) -> StoreResult<Vec<Message>> {
@@ -281,7 +329,7 @@ mod tests {
         let later = writer
             .commit(origin, vec![started(refused)], /*publish*/ None)
             .await;
-        assert!(matches!(later, Err(StoreError::Poisoned)), "{later:?}");
+        assert!(matches!(later, Err(StoreError::Poisoned(_))), "{later:?}");
         // A new incarnation of the session's actor writes again.
         let fresh = writer
             .commit((refused, 2), vec![started(refused)], /*publish*/ None)
@@ -314,7 +362,7 @@ mod tests {
         let bad = bad.await.expect("acked");
         assert!(matches!(bad, Err(StoreError::Fenced)), "{bad:?}");
         let again = again.await.expect("acked");
-        assert!(matches!(again, Err(StoreError::Poisoned)), "{again:?}");
+        assert!(matches!(again, Err(StoreError::Poisoned(_))), "{again:?}");
         assert!(fine.await.expect("acked").is_ok());
         // Published after its own commit succeeded.
         let event = subscriber

@@ -9,7 +9,7 @@ use uuid::Uuid;
 use super::end;
 use super::journal::Batch;
 use super::{Core, SessionActor, Stop};
-use crate::model::{self, RunResult, RunStatus, SessionState, INTERRUPTED};
+use crate::model::{self, RunResult, RunStatus, SessionState, INTERRUPTED, STORAGE_FAILED};
 use crate::session::command::Reply;
 use crate::session::lease::Taken;
 use crate::session::SessionError;
@@ -63,10 +63,13 @@ impl SessionActor {
             };
             // With replicas, an active session may be running elsewhere: only the holder of
             // its lease may call it interrupted (see `claim`).
-            if core.record.state.is_active() && self.deps.cluster.is_none() {
-                self.recover_interrupted(&mut core)
-                    .await
-                    .map_err(Refusal::WriteFailed)?;
+            if self.deps.cluster.is_none() {
+                if core.record.state.is_active() {
+                    self.recover_interrupted(&mut core)
+                        .await
+                        .map_err(Refusal::WriteFailed)?;
+                }
+                self.live.unstall(self.id);
             }
             self.core = Some(core);
         }
@@ -114,16 +117,29 @@ impl SessionActor {
         };
         self.core = Some(core);
         recovered.map_err(Refusal::WriteFailed)?;
+        self.live.unstall(self.id);
         self.core.as_mut().ok_or(Refusal::Missing)
     }
 
-    /// Reads the session, its history and its newest run from the store.
+    /// The session for writing, with its full history (see [`Self::claim`]).
+    pub(super) async fn claim_with_history(&mut self) -> Result<&mut Core, Refusal> {
+        self.claim().await?;
+        let id = self.id;
+        let store = self.deps.store.clone();
+        let core = self.core.as_mut().ok_or(Refusal::Missing)?;
+        if !core.history_loaded {
+            core.history = store.messages(id, -1, i64::MAX).await?;
+            core.history_loaded = true;
+        }
+        Ok(core)
+    }
+
+    /// Reads the session and its newest run from the store (not its history).
     async fn read(&self) -> Result<Option<Core>, StoreError> {
         let store = &self.deps.store;
         let Some(record) = store.session(self.id).await? else {
             return Ok(None);
         };
-        let history = store.messages(self.id, -1, i64::MAX).await?;
         let last_run = match record.last_run_id {
             Some(run_id) => store.run(self.id, run_id).await?,
             None => None,
@@ -131,7 +147,8 @@ impl SessionActor {
         Ok(Some(Core {
             next_seq: record.last_seq + 1,
             record,
-            history,
+            history: Vec::new(),
+            history_loaded: false,
             last_result: last_run.as_ref().map(RunResult::from),
             last_run,
         }))
@@ -175,30 +192,36 @@ impl SessionActor {
         }
     }
 
-    /// Records the run in progress as interrupted: as at the end of any run, the state change,
-    /// then the run's terminal event.
+    /// Records the run in progress as interrupted (or as failed on storage, when the session's
+    /// last actor stopped on a failed write): as at the end of any run, the state change, then
+    /// the run's terminal event.
     async fn recover_interrupted(&self, core: &mut Core) -> Result<(), StoreError> {
+        let cause = if self.live.is_stalled(self.id) {
+            STORAGE_FAILED
+        } else {
+            INTERRUPTED
+        };
         let mut batch = Batch::new(self.id);
-        batch.state(core, SessionState::Failed, Some(INTERRUPTED.to_string()));
+        batch.state(core, SessionState::Failed, Some(cause.to_string()));
         let open_run = core
             .last_run
             .clone()
             .filter(|run| run.status == RunStatus::Running);
         if let Some(run) = open_run {
-            let ending = end::interrupted(run, model::now());
+            let ending = end::cut_short(run, cause, model::now());
             batch.ops.push(WriteOp::UpsertRun(ending.run.clone()));
             // Its step in flight never finished: it is not left "streaming" for good.
             batch.ops.push(WriteOp::FailOpenSteps {
                 session_id: self.id,
                 run_id: ending.run.id,
-                error: INTERRUPTED.to_string(),
+                error: cause.to_string(),
                 at: model::now(),
             });
             batch.event(core, ending.terminal);
             core.last_result = Some(RunResult::from(&ending.run));
             core.last_run = Some(ending.run);
         }
-        tracing::info!(session_id = %self.id, "recorded an interrupted run");
+        tracing::info!(session_id = %self.id, error = cause, "recorded a run that was cut short");
         self.sink().commit(batch).await
     }
 }

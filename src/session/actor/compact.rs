@@ -26,7 +26,7 @@ impl SessionActor {
         inbox: &mut Inbox,
     ) -> Result<(), Stop> {
         let id = self.id;
-        if let Err(refusal) = self.claim().await {
+        if let Err(refusal) = self.claim_with_history().await {
             return refusal.answer(id, reply);
         }
         let core = self.core.as_mut().ok_or(Stop::Gone)?;

@@ -203,7 +203,13 @@ fn failed(run: RunRecord, error: String, at: DateTime<Utc>) -> Ending {
 
 /// A run a stop or a crash cut short: failed as `interrupted`, and resumable.
 pub(super) fn interrupted(run: RunRecord, at: DateTime<Utc>) -> Ending {
-    failed(run, INTERRUPTED.to_string(), at)
+    cut_short(run, INTERRUPTED, at)
+}
+
+/// A run found in progress by an actor that did not start it: failed with `cause`
+/// (`interrupted`, or `storage` after a failed write), and resumable.
+pub(super) fn cut_short(run: RunRecord, cause: &str, at: DateTime<Utc>) -> Ending {
+    failed(run, cause.to_string(), at)
 }
 
 #[cfg(test)]

@@ -52,9 +52,11 @@ impl Batch {
 
     /// Appends a message to the history; returns it with its index.
     pub fn message(&mut self, core: &mut Core, mut message: Message) -> Message {
-        message.index = core.history.len() as i64;
-        core.history.push(message.clone());
-        core.record.message_count = core.history.len() as i64;
+        message.index = core.record.message_count;
+        core.record.message_count += 1;
+        if core.history_loaded {
+            core.history.push(message.clone());
+        }
         self.ops.push(WriteOp::InsertMessage {
             session_id: self.session_id,
             message: message.clone(),
@@ -88,7 +90,7 @@ impl Batch {
             session_id: self.session_id,
             run_id,
             step_id,
-            message_count: core.history.len() as i64,
+            message_count: core.record.message_count,
             seq: core.record.last_seq,
             created_at: model::now(),
         }));

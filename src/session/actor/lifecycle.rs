@@ -75,3 +75,24 @@ pub(super) fn lease_lost(phase: Phase<'_>) -> Result<(), Stop> {
         }
     }
 }
+
+/// Claims the session, which records a run its earlier actor left in progress when a write
+/// failed (see `access`); a failed write stops this actor too, and the recovery is tried again.
+pub(super) async fn recover(phase: Phase<'_>, reply: Reply<()>) -> Result<(), Stop> {
+    let actor = match phase {
+        // A run is active: the session was recovered already.
+        Phase::Busy(_) => {
+            let _ = reply.send(Ok(()));
+            return Ok(());
+        }
+        Phase::Idle(actor, _) => actor,
+    };
+    let id = actor.id;
+    match actor.claim().await {
+        Ok(_) => {
+            let _ = reply.send(Ok(()));
+            Ok(())
+        }
+        Err(refusal) => refusal.answer(id, reply),
+    }
+}

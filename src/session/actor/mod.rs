@@ -46,7 +46,10 @@ pub(super) struct SessionActor {
 pub(super) struct Core {
     record: SessionRecord,
     next_seq: i64,
+    /// The full history: read only for the commands that need it (runs, compactions), so
+    /// that a cancel or a delete of a long session does not read all of it.
     history: Vec<Message>,
+    history_loaded: bool,
     last_result: Option<RunResult>,
     /// The newest run, for resume.
     last_run: Option<RunRecord>,
@@ -128,6 +131,7 @@ impl Command {
             Command::Delete { reply } => lifecycle::delete(phase, reply).await,
             Command::TakeOver { reply } => lifecycle::take_over(phase, reply).await,
             Command::LeaseLost => lifecycle::lease_lost(phase),
+            Command::Recover { reply } => lifecycle::recover(phase, reply).await,
         }
     }
 }
@@ -151,8 +155,13 @@ impl SessionActor {
     /// Serves the mailbox until the actor stops, then leaves its slot.
     pub async fn run(mut self, mut inbox: Inbox) {
         let stop = self.serve(&mut inbox).await;
-        if let Stop::LeaseLost = stop {
-            tracing::warn!(session_id = %self.id, "session actor stops: another replica holds the session");
+        match stop {
+            Stop::LeaseLost => {
+                tracing::warn!(session_id = %self.id, "session actor stops: another replica holds the session");
+            }
+            // What it did not write is recorded by a successor once writes succeed again.
+            Stop::WriteFailed => self.live.stall(self.id),
+            Stop::Idle | Stop::Shutdown | Stop::Gone => {}
         }
         // A lease it held is given back, void or taken: nobody is to renew it.
         self.slot.lease.forget();

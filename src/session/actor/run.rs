@@ -10,7 +10,7 @@ use crate::agent::{context, run_turn};
 use crate::model::{
     self, EventKind, Message, Role, RunKind, RunRecord, RunResult, RunStatus, SessionState, Usage,
 };
-use crate::session::command::{Reply, RunRequest, RunStarted};
+use crate::session::command::{Reply, RunRequest, RunStarted, RunStopped};
 use crate::session::live::Inbox;
 use crate::session::SessionError;
 use crate::store::WriteOp;
@@ -44,7 +44,7 @@ impl SessionActor {
         inbox: &mut Inbox,
     ) -> Result<(), Stop> {
         let id = self.id;
-        let core = match self.claim().await {
+        let core = match self.claim_with_history().await {
             Ok(core) => core,
             Err(refusal) => return refusal.answer(id, reply),
         };
@@ -134,7 +134,7 @@ impl SessionActor {
         &mut self,
         run: RunRecord,
         input: Option<String>,
-        result_tx: oneshot::Sender<RunResult>,
+        result_tx: oneshot::Sender<Result<RunResult, RunStopped>>,
         inbox: &mut Inbox,
     ) -> Result<(), Stop> {
         let activity = Activity {
@@ -176,14 +176,20 @@ impl SessionActor {
             }
         };
         if lease_lost {
-            // The result is never sent: another replica owns the session now.
+            let _ = result_tx.send(Err(RunStopped::Elsewhere));
             return Err(Stop::LeaseLost);
         }
         let outcome = match RunOutcome::of(result) {
             Ok(outcome) => outcome,
-            // What was queued is void. This actor stops; its successor reloads the session
-            // and records the run as interrupted.
-            Err(error) => return Err(Stop::write_failed(self.id, &error)),
+            // What was queued is void. This actor stops; a successor reloads the session and
+            // records the run as failed once writes succeed again.
+            Err(error) => {
+                let stop = Stop::write_failed(self.id, &error);
+                let _ = result_tx.send(Err(RunStopped::Storage {
+                    error: error.to_string(),
+                }));
+                return Err(stop);
+            }
         };
         let stopping = match (self.deps.shutdown.is_cancelled(), &self.deps.cluster) {
             (false, _) => Stopping::No,
@@ -197,6 +203,7 @@ impl SessionActor {
                 // Its lease is released at shutdown and another replica takes it over from the
                 // last checkpoint at once.
                 let _ = sink.commit(batch).await;
+                let _ = result_tx.send(Err(RunStopped::Elsewhere));
                 return Ok(());
             }
         };
@@ -208,8 +215,18 @@ impl SessionActor {
         let result = RunResult::from(&ending.run);
         core.last_result = Some(result.clone());
         core.last_run = Some(ending.run);
-        let committed = sink.commit(batch).await;
-        let _ = result_tx.send(result);
-        committed.map_err(|error| Stop::write_failed(self.id, &error))
+        match sink.commit(batch).await {
+            Ok(()) => {
+                let _ = result_tx.send(Ok(result));
+                Ok(())
+            }
+            Err(error) => {
+                let stop = Stop::write_failed(self.id, &error);
+                let _ = result_tx.send(Err(RunStopped::Storage {
+                    error: error.to_string(),
+                }));
+                Err(stop)
+            }
+        }
     }
 }

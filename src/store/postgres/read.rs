@@ -9,13 +9,14 @@ use sqlx::Row;
 use uuid::Uuid;
 
 use super::{write, PostgresStore};
+use crate::model::INTERRUPTED;
 use crate::model::{
     Checkpoint, Event, EventKind, Message, RunRecord, SessionRecord, SessionState, StepRecord,
 };
 use crate::store::rows::{
-    checkpoint_from, corrupt_event, message_from, run_from, session_from, step_from, Plain,
-    StoredRow, CHECKPOINT_COLUMNS, EVENT_COLUMNS, MESSAGE_COLUMNS, RUN_COLUMNS, SESSION_COLUMNS,
-    STEP_COLUMNS,
+    checkpoint_from, corrupt_event, listed_sessions, message_from, run_from, session_from,
+    step_from, Plain, StoredRow, CHECKPOINT_COLUMNS, EVENT_COLUMNS, INTERRUPTED_SESSIONS,
+    MESSAGE_COLUMNS, RUN_COLUMNS, SESSION_COLUMNS, STEP_COLUMNS,
 };
 use crate::store::{SessionQuery, Store, StoreResult, WriteOp};
 
@@ -138,7 +139,7 @@ impl Store for PostgresStore {
         .bind(sql_limit(query.limit))
         .fetch_all(&self.pool)
         .await?;
-        rows.iter().map(session_from).collect()
+        Ok(listed_sessions(&rows))
     }
 
     async fn active_sessions(&self) -> StoreResult<Vec<Uuid>> {
@@ -146,6 +147,14 @@ impl Store for PostgresStore {
             sqlx::query("SELECT id FROM sessions WHERE state IN ('running', 'waiting_tool')")
                 .fetch_all(&self.pool)
                 .await?;
+        rows.iter().map(|r| r.uuid("id")).collect()
+    }
+
+    async fn interrupted_sessions(&self) -> StoreResult<Vec<Uuid>> {
+        let rows = sqlx::query(INTERRUPTED_SESSIONS)
+            .bind(INTERRUPTED)
+            .fetch_all(&self.pool)
+            .await?;
         rows.iter().map(|r| r.uuid("id")).collect()
     }
 

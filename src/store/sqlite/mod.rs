@@ -13,6 +13,7 @@
 //! switches and 43 futex calls, a hop 20–40 µs, and sqlx's worker threads are 2% of the samples
 //! or less (`BENCHMARKS.md`, "Where the time goes").
 
+mod lock;
 mod read;
 mod write;
 
@@ -31,6 +32,8 @@ pub struct SqliteStore {
     pool: SqlitePool,
     /// Writes go through one dedicated connection, a batch per hop.
     writer: SqliteWriter,
+    /// Held for the store's life: no second process opens the same database.
+    _lock: lock::DatabaseLock,
 }
 
 impl SqliteStore {
@@ -47,11 +50,18 @@ impl SqliteStore {
                  give a file path"
             )));
         }
+        let unusable = |what: String| StoreError::Unusable(format!("the database {path}: {what}"));
         if let Some(parent) = Path::new(path).parent() {
             if !parent.as_os_str().is_empty() {
-                std::fs::create_dir_all(parent)?;
+                std::fs::create_dir_all(parent).map_err(|e| {
+                    unusable(format!(
+                        "cannot create its directory {}: {e}",
+                        parent.display()
+                    ))
+                })?;
             }
         }
+        let lock = lock::DatabaseLock::take(Path::new(path))?;
         let options = SqliteConnectOptions::from_str(url)?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
@@ -63,9 +73,18 @@ impl SqliteStore {
             .max_connections(8)
             .min_connections(1)
             .connect_with(options)
-            .await?;
-        sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
+            .await
+            .map_err(|e| unusable(format!("cannot open it: {e}")))?;
+        // Before migrating: a read-only database is refused with a message that says so.
         let writer = SqliteWriter::open(Path::new(path))?;
-        Ok(SqliteStore { pool, writer })
+        sqlx::migrate!("./migrations/sqlite")
+            .run(&pool)
+            .await
+            .map_err(|e| unusable(format!("cannot apply its migrations: {e}")))?;
+        Ok(SqliteStore {
+            pool,
+            writer,
+            _lock: lock,
+        })
     }
 }

@@ -10,13 +10,14 @@ use sqlx::Row;
 use uuid::Uuid;
 
 use super::SqliteStore;
+use crate::model::INTERRUPTED;
 use crate::model::{
     Checkpoint, Event, Message, RunRecord, SessionRecord, SessionState, StepRecord,
 };
 use crate::store::rows::{
-    checkpoint_from, corrupt, corrupt_event, message_from, run_from, session_from, step_from,
-    Plain, StoredRow, CHECKPOINT_COLUMNS, EVENT_COLUMNS, MESSAGE_COLUMNS, RUN_COLUMNS,
-    SESSION_COLUMNS, STEP_COLUMNS,
+    checkpoint_from, corrupt, corrupt_event, listed_sessions, message_from, run_from, session_from,
+    step_from, Plain, StoredRow, CHECKPOINT_COLUMNS, EVENT_COLUMNS, INTERRUPTED_SESSIONS,
+    MESSAGE_COLUMNS, RUN_COLUMNS, SESSION_COLUMNS, STEP_COLUMNS,
 };
 use crate::store::{SessionQuery, Store, StoreResult, WriteOp};
 
@@ -128,6 +129,11 @@ impl SqliteStore {
 
 #[async_trait]
 impl Store for SqliteStore {
+    async fn health(&self) -> StoreResult<()> {
+        self.writer.check_file()?;
+        self.last_seq(Uuid::nil()).await.map(|_| ())
+    }
+
     async fn commit(&self, batch: &[&[WriteOp]]) -> StoreResult<()> {
         let ops: Vec<WriteOp> = batch.iter().flat_map(|ops| ops.iter().cloned()).collect();
         self.writer.commit(ops).await
@@ -154,7 +160,7 @@ impl Store for SqliteStore {
         .bind(query.limit)
         .fetch_all(&self.pool)
         .await?;
-        rows.iter().map(session_from).collect()
+        Ok(listed_sessions(&rows))
     }
 
     async fn active_sessions(&self) -> StoreResult<Vec<Uuid>> {
@@ -162,6 +168,14 @@ impl Store for SqliteStore {
             sqlx::query("SELECT id FROM sessions WHERE state IN ('running', 'waiting_tool')")
                 .fetch_all(&self.pool)
                 .await?;
+        rows.iter().map(|r| r.uuid("id")).collect()
+    }
+
+    async fn interrupted_sessions(&self) -> StoreResult<Vec<Uuid>> {
+        let rows = sqlx::query(INTERRUPTED_SESSIONS)
+            .bind(INTERRUPTED)
+            .fetch_all(&self.pool)
+            .await?;
         rows.iter().map(|r| r.uuid("id")).collect()
     }
 

@@ -3,7 +3,8 @@
 //! and one function per op. Why writes do not go through sqlx like the reads: see the module
 //! doc of [`super`].
 
-use std::path::Path;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -21,11 +22,37 @@ use crate::store::{StoreError, StoreResult, WriteOp};
 #[derive(Clone)]
 pub struct SqliteWriter {
     conn: Arc<Mutex<Connection>>,
+    /// The database file, and the identity (device, inode) it had when it was opened.
+    file: Arc<(PathBuf, FileId)>,
+}
+
+/// A file's device and inode: a file deleted or replaced under the server gets another one
+/// (or none), while its open connection would go on writing to the old one, unseen.
+type FileId = (u64, u64);
+
+fn file_id(path: &Path) -> std::io::Result<FileId> {
+    let meta = std::fs::metadata(path)?;
+    Ok((meta.dev(), meta.ino()))
 }
 
 impl SqliteWriter {
+    /// Opens the write connection and checks that the database can be written.
     pub fn open(path: &Path) -> StoreResult<SqliteWriter> {
-        let conn = Connection::open(path).map_err(write_error)?;
+        let unusable =
+            |what: String| StoreError::Unusable(format!("the database {}: {what}", path.display()));
+        let conn = Connection::open(path).map_err(|e| unusable(format!("cannot open it: {e}")))?;
+        // A write transaction that changes nothing: refused at once on a read-only file or
+        // file system, rather than at the first real write.
+        conn.execute_batch("BEGIN IMMEDIATE; ROLLBACK;")
+            .map_err(|e| match e.sqlite_error_code() {
+                Some(rusqlite::ErrorCode::ReadOnly) => unusable(
+                    "it is read-only (file permissions or a read-only file system); tah must \
+                     be able to write it"
+                        .to_string(),
+                ),
+                _ => unusable(format!("cannot write it: {e}")),
+            })?;
+        let id = file_id(path).map_err(|e| unusable(format!("cannot read its metadata: {e}")))?;
         conn.busy_timeout(Duration::from_secs(10))
             .map_err(write_error)?;
         // WAL was set when the database was created; these are per connection.
@@ -36,13 +63,35 @@ impl SqliteWriter {
         conn.set_prepared_statement_cache_capacity(64);
         Ok(SqliteWriter {
             conn: Arc::new(Mutex::new(conn)),
+            file: Arc::new((path.to_path_buf(), id)),
         })
+    }
+
+    /// Fails when the database file is no longer the one that was opened (deleted, replaced).
+    pub fn check_file(&self) -> StoreResult<()> {
+        let (path, opened) = &*self.file;
+        match file_id(path) {
+            Ok(id) if id == *opened => Ok(()),
+            Ok(_) => Err(StoreError::Unusable(format!(
+                "the database {} was replaced while tah was running; writes are refused: \
+                 restart tah",
+                path.display()
+            ))),
+            Err(e) => Err(StoreError::Unusable(format!(
+                "the database {} is gone ({e}) while tah was running; writes are refused: \
+                 restart tah",
+                path.display()
+            ))),
+        }
     }
 
     /// Applies every op in one transaction: all or nothing.
     pub async fn commit(&self, ops: Vec<WriteOp>) -> StoreResult<()> {
         let conn = self.conn.clone();
+        let writer = self.clone();
         tokio::task::spawn_blocking(move || {
+            // One `stat` per batch: what a deleted database would lose is never acknowledged.
+            writer.check_file()?;
             let mut conn = conn.lock().unwrap_or_else(|e| e.into_inner());
             let tx = conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)

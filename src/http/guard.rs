@@ -1,0 +1,225 @@
+//! Requests a web page could make without the user's knowing: refused before any handler runs.
+//!
+//! - **Host**: a page on `attacker.example` whose name is made to resolve to 127.0.0.1 (DNS
+//!   rebinding) reaches a loopback server as `Host: attacker.example`. Only the loopback names,
+//!   the address the server listens on and the names given with `--allowed-host` are answered
+//!   (`/healthz` and `/readyz` answer any name, for probes that use the pod's address). With
+//!   API tokens and no `--allowed-host`, any name is answered: a rebound page has no token.
+//! - **Origin**: browsers send `Origin` with every cross-origin `POST` or `DELETE`, including
+//!   the "simple" form-style ones that need no preflight. A state-changing request is refused
+//!   unless it has no `Origin` (curl, servers), comes from the server's own origin (the built-in
+//!   page), or from an origin allowed with `--cors-origin`.
+
+use std::net::SocketAddr;
+
+use axum::extract::{Request, State};
+use axum::http::{header, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use super::problem::Problem;
+
+/// What the guard lets through.
+#[derive(Debug, Clone)]
+pub struct RequestGuard {
+    /// Host names (lower case) answered, or `None` for any.
+    hosts: Option<Vec<String>>,
+    /// Origins allowed besides the server's own (normalised), and whether any is.
+    origins: Vec<String>,
+    any_origin: bool,
+}
+
+impl RequestGuard {
+    /// `allowed_hosts` are names (or `name:port`) to answer besides the loopback names and
+    /// `listen`; `"*"` answers any.
+    pub fn new(
+        listen: Option<SocketAddr>,
+        allowed_hosts: &[String],
+        cors_origins: &[String],
+        tokens_configured: bool,
+    ) -> RequestGuard {
+        let any_host = allowed_hosts.iter().any(|h| h == "*")
+            || (tokens_configured && allowed_hosts.is_empty());
+        let hosts = (!any_host).then(|| {
+            let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "::1"]
+                .iter()
+                .map(|h| h.to_string())
+                .collect();
+            if let Some(addr) = listen.filter(|a| !a.ip().is_unspecified()) {
+                hosts.push(addr.ip().to_string());
+            }
+            hosts.extend(allowed_hosts.iter().map(|h| h.trim().to_ascii_lowercase()));
+            hosts
+        });
+        RequestGuard {
+            hosts,
+            origins: cors_origins.iter().map(|o| normalise_origin(o)).collect(),
+            any_origin: cors_origins.iter().any(|o| o == "*"),
+        }
+    }
+
+    fn host_allowed(&self, host: &str) -> bool {
+        let Some(hosts) = &self.hosts else {
+            return true;
+        };
+        let host = host.trim().to_ascii_lowercase();
+        let (name, _port) = split_host(&host);
+        hosts.iter().any(|allowed| {
+            allowed == &host
+                || allowed == name
+                || allowed
+                    .strip_prefix("*.")
+                    .is_some_and(|suffix| name.ends_with(&format!(".{suffix}")))
+        }) || name.ends_with(".localhost")
+    }
+
+    fn origin_allowed(&self, origin: &str, host: Option<&str>) -> bool {
+        let origin = normalise_origin(origin);
+        if self.any_origin || self.origins.contains(&origin) {
+            return true;
+        }
+        // The server's own origin: the page it serves, over plain HTTP or behind a proxy
+        // that terminates TLS.
+        host.is_some_and(|host| {
+            let host = host.trim().to_ascii_lowercase();
+            origin == format!("http://{host}") || origin == format!("https://{host}")
+        })
+    }
+}
+
+/// `name` and `port` of a `Host` value (`[::1]:8080` → `::1`).
+fn split_host(host: &str) -> (&str, Option<&str>) {
+    if let Some(rest) = host.strip_prefix('[') {
+        return match rest.split_once(']') {
+            Some((name, port)) => (name, port.strip_prefix(':')),
+            None => (rest, None),
+        };
+    }
+    match host.rsplit_once(':') {
+        Some((name, port)) if !name.contains(':') => (name, Some(port)),
+        _ => (host, None),
+    }
+}
+
+/// An origin as compared: lower case, without a trailing slash.
+pub fn normalise_origin(origin: &str) -> String {
+    origin.trim().trim_end_matches('/').to_ascii_lowercase()
+}
+
+fn changes_state(method: &Method) -> bool {
+    !matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE
+    )
+}
+
+pub async fn check(State(guard): State<RequestGuard>, request: Request, next: Next) -> Response {
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+        .or_else(|| request.uri().authority().map(|a| a.to_string()));
+    let probe = matches!(request.uri().path(), "/healthz" | "/readyz");
+    if let Some(host) = host.as_deref().filter(|_| !probe) {
+        if !guard.host_allowed(host) {
+            return Problem::new(
+                StatusCode::FORBIDDEN,
+                "host-not-allowed",
+                format!(
+                    "this server does not answer to the host name {:?}; start it with \
+                     --allowed-host to add it",
+                    truncate(host, 100)
+                ),
+            )
+            .into_response();
+        }
+    }
+    if changes_state(request.method()) {
+        if let Some(origin) = request.headers().get(header::ORIGIN) {
+            let origin = origin.to_str().unwrap_or("");
+            if !guard.origin_allowed(origin, host.as_deref()) {
+                return Problem::new(
+                    StatusCode::FORBIDDEN,
+                    "origin-not-allowed",
+                    format!(
+                        "requests that change state are not accepted from the web origin {:?}; \
+                         start the server with --cors-origin to allow it",
+                        truncate(origin, 100)
+                    ),
+                )
+                .into_response();
+            }
+        }
+    }
+    next.run(request).await
+}
+
+fn truncate(text: &str, max: usize) -> &str {
+    match text.char_indices().nth(max) {
+        Some((at, _)) => &text[..at],
+        None => text,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn guard(allowed: &[&str], cors: &[&str], tokens: bool) -> RequestGuard {
+        let listen: SocketAddr = "10.0.0.5:8080".parse().unwrap();
+        let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        RequestGuard::new(Some(listen), &strings(allowed), &strings(cors), tokens)
+    }
+
+    #[test]
+    fn loopback_names_and_the_listen_address_are_answered_by_default() {
+        let g = guard(&[], &[], false);
+        for host in [
+            "localhost:8080",
+            "127.0.0.1:8080",
+            "[::1]:8080",
+            "LOCALHOST",
+            "10.0.0.5:8080",
+            "app.localhost:3000",
+        ] {
+            assert!(g.host_allowed(host), "{host}");
+        }
+        for host in [
+            "attacker.example",
+            "attacker.example:8080",
+            "127.0.0.2",
+            "localhost.evil",
+        ] {
+            assert!(!g.host_allowed(host), "{host}");
+        }
+    }
+
+    #[test]
+    fn allowed_hosts_add_names_and_wildcards() {
+        let g = guard(&["tah.internal", "*.corp.example", "box:9000"], &[], false);
+        assert!(g.host_allowed("tah.internal:8080"));
+        assert!(g.host_allowed("a.corp.example"));
+        assert!(g.host_allowed("box:9000"));
+        assert!(!g.host_allowed("box:9001"));
+        assert!(!g.host_allowed("corp.example.evil"));
+        assert!(guard(&["*"], &[], false).host_allowed("anything"));
+    }
+
+    #[test]
+    fn with_tokens_any_host_is_answered_unless_hosts_are_listed() {
+        assert!(guard(&[], &[], true).host_allowed("attacker.example"));
+        assert!(!guard(&["tah.internal"], &[], true).host_allowed("attacker.example"));
+    }
+
+    #[test]
+    fn only_the_own_origin_and_allowed_origins_may_change_state() {
+        let g = guard(&[], &["http://localhost:5173/"], false);
+        assert!(g.origin_allowed("http://127.0.0.1:8080", Some("127.0.0.1:8080")));
+        assert!(g.origin_allowed("http://localhost:5173", Some("127.0.0.1:8080")));
+        assert!(!g.origin_allowed("https://evil.example", Some("127.0.0.1:8080")));
+        assert!(!g.origin_allowed("null", Some("127.0.0.1:8080")));
+        assert!(!g.origin_allowed("http://127.0.0.1:8080", Some("localhost:8080")));
+        assert!(guard(&[], &["*"], false).origin_allowed("https://evil.example", None));
+    }
+}
