@@ -1,0 +1,361 @@
+//! The bubblewrap sandbox `shell` runs commands in, and the start-up probe that decides whether
+//! it can. **Fail closed:** without a working `bwrap` there is no [`Sandbox`], only a reason,
+//! and nothing ever runs unsandboxed.
+//!
+//! Inside: the workspace, read-write at its own path and the working directory; `/usr`, `/bin`,
+//! `/sbin`, `/lib*` and `/etc` read-only (merged-`/usr` symlinks recreated as symlinks) with
+//! the shadow password files masked; a minimal `/dev`, a fresh `/proc` and `/tmp`; every
+//! namespace unshared (no network unless allowed), all capabilities dropped, a new session,
+//! and an environment holding nothing of the server's. Nothing else of the host is visible.
+//!
+//! A command's processes live in the sandbox's own PID namespace: when the command's `sh`
+//! exits, or bwrap is killed, the kernel kills everything left in it. bwrap runs in a process
+//! group of its own, which is killed at once when the call ends early (timeout, or the future
+//! dropped on cancellation).
+
+use std::ffi::OsString;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustix::process::{kill_process_group, Pid, Signal};
+use tokio::io::AsyncReadExt;
+use tokio::process::{Child, Command};
+
+/// How long the start-up probe may take.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a killed sandbox may take to be reaped before the call returns anyway.
+const REAP_TIMEOUT: Duration = Duration::from_secs(5);
+/// Where the sandbox looks for programs.
+const SANDBOX_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+/// Host files never shown inside, though they live in a directory that is.
+const MASKED: [&str; 2] = ["/etc/shadow", "/etc/gshadow"];
+
+/// A bubblewrap that was seen to work on this host.
+#[derive(Debug)]
+pub struct Sandbox {
+    bwrap: PathBuf,
+    /// The host's system directories, as bwrap arguments.
+    system: Vec<OsString>,
+    /// Host paths a workspace must not contain (binding it would hide their read-only mounts).
+    system_paths: Vec<PathBuf>,
+}
+
+/// The probe's verdict, kept for the log and `GET /v1/tools`.
+#[derive(Debug, Clone)]
+pub enum SandboxStatus {
+    Ready(Arc<Sandbox>),
+    Unavailable(String),
+}
+
+/// What one sandboxed command is allowed.
+#[derive(Debug, Clone, Copy)]
+pub struct RunLimits {
+    pub network: bool,
+    pub timeout: Duration,
+    /// Bytes of output kept; the rest is counted and dropped.
+    pub max_output: usize,
+}
+
+/// How a command ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    Exited(i32),
+    Signalled(i32),
+    /// Killed, with everything it started, when the timeout passed.
+    TimedOut,
+}
+
+/// A finished command: the first bytes of its merged stdout and stderr, and how it ended.
+#[derive(Debug, Clone)]
+pub struct Ran {
+    pub output: Vec<u8>,
+    /// Bytes of output in all, kept or not.
+    pub total: u64,
+    pub ending: Ending,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("the workspace contains a system directory; commands do not run there")]
+    WorkspaceHoldsSystem,
+    #[error("the command contains a NUL byte")]
+    Nul,
+    /// The OS message is not kept: it may name host paths.
+    #[error("the sandbox could not be started ({0})")]
+    Start(std::io::ErrorKind),
+}
+
+impl SandboxStatus {
+    /// Why the sandbox is unavailable, if it is.
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            SandboxStatus::Ready(_) => None,
+            SandboxStatus::Unavailable(reason) => Some(reason),
+        }
+    }
+}
+
+impl Sandbox {
+    /// Finds `bwrap` on `PATH` and checks it can build the sandbox by running `true` in it.
+    pub async fn probe() -> SandboxStatus {
+        match find_on_path("bwrap") {
+            Some(bwrap) => Sandbox::probe_with(&bwrap).await,
+            None => SandboxStatus::Unavailable(
+                "bwrap (bubblewrap) was not found on PATH; install it to offer shell".into(),
+            ),
+        }
+    }
+
+    /// As [`Sandbox::probe`], with the bwrap at `bwrap`.
+    pub async fn probe_with(bwrap: &Path) -> SandboxStatus {
+        let (system, system_paths) = system_mounts();
+        let sandbox = Sandbox {
+            bwrap: bwrap.to_path_buf(),
+            system,
+            system_paths,
+        };
+        let limits = RunLimits {
+            network: false,
+            timeout: PROBE_TIMEOUT,
+            max_output: 4096,
+        };
+        let result = sandbox.run_in(None, "exit 0", limits).await;
+        match result {
+            Ok(Ran {
+                ending: Ending::Exited(0),
+                ..
+            }) => SandboxStatus::Ready(Arc::new(sandbox)),
+            Ok(Ran { output, ending, .. }) => {
+                let said = String::from_utf8_lossy(&output);
+                let said = said.lines().next().unwrap_or("").trim();
+                let how = match ending {
+                    Ending::Exited(code) => format!("exit code {code}"),
+                    Ending::Signalled(signal) => format!("killed by signal {signal}"),
+                    Ending::TimedOut => format!("no answer within {} s", PROBE_TIMEOUT.as_secs()),
+                };
+                SandboxStatus::Unavailable(format!(
+                    "bwrap cannot create its sandbox here ({how}): {said}"
+                ))
+            }
+            Err(e) => SandboxStatus::Unavailable(format!("bwrap could not be run: {e}")),
+        }
+    }
+
+    /// Runs `sh -c script` in the sandbox with `workspace` bound read-write.
+    pub async fn run(
+        &self,
+        workspace: &Path,
+        script: &str,
+        limits: RunLimits,
+    ) -> Result<Ran, SandboxError> {
+        if self.system_paths.iter().any(|p| p.starts_with(workspace)) {
+            return Err(SandboxError::WorkspaceHoldsSystem);
+        }
+        self.run_in(Some(workspace), script, limits).await
+    }
+
+    async fn run_in(
+        &self,
+        workspace: Option<&Path>,
+        script: &str,
+        limits: RunLimits,
+    ) -> Result<Ran, SandboxError> {
+        if script.contains('\0') {
+            return Err(SandboxError::Nul);
+        }
+        let start = |e: std::io::Error| SandboxError::Start(e.kind());
+        let (sender, mut receiver) = tokio::net::unix::pipe::pipe().map_err(start)?;
+        let stdout: OwnedFd = sender.into_blocking_fd().map_err(start)?;
+        let stderr = stdout.try_clone().map_err(start)?;
+        let mut command = self.command(workspace, script, limits.network);
+        command
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(stdout))
+            .stderr(Stdio::from(stderr))
+            .process_group(0)
+            .kill_on_drop(true);
+        let mut child = command.spawn().map_err(start)?;
+        // The command holds our copies of the pipe's write end: without dropping it, the pipe
+        // would never report its end.
+        drop(command);
+        let mut group = ProcessGroup::of(&child);
+
+        let mut output = Vec::new();
+        let mut total = 0;
+        let pumped = tokio::time::timeout(
+            limits.timeout,
+            pump(
+                &mut receiver,
+                &mut child,
+                &mut output,
+                &mut total,
+                limits.max_output,
+            ),
+        )
+        .await;
+        let ending = match pumped {
+            Ok(Ok(status)) => {
+                // Reaped: the group id may be reused from now on, so it is never signalled.
+                group.forget();
+                ending_of(status)
+            }
+            Ok(Err(e)) => {
+                group.kill();
+                return Err(SandboxError::Start(e.kind()));
+            }
+            Err(_elapsed) => {
+                group.kill();
+                let _ = tokio::time::timeout(REAP_TIMEOUT, child.wait()).await;
+                Ending::TimedOut
+            }
+        };
+        Ok(Ran {
+            output,
+            total,
+            ending,
+        })
+    }
+
+    fn command(&self, workspace: Option<&Path>, script: &str, network: bool) -> Command {
+        let mut command = Command::new(&self.bwrap);
+        command.env_clear().env("PATH", SANDBOX_PATH);
+        command.args(["--die-with-parent", "--new-session", "--unshare-all"]);
+        if network {
+            command.arg("--share-net");
+        }
+        command.args(["--cap-drop", "ALL"]);
+        command.args(&self.system);
+        command.args(["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]);
+        for masked in MASKED {
+            if Path::new(masked).is_file() {
+                command.args(["--ro-bind", "/dev/null", masked]);
+            }
+        }
+        let home = workspace.unwrap_or(Path::new("/"));
+        if let Some(workspace) = workspace {
+            command.arg("--bind").arg(workspace).arg(workspace);
+        }
+        command.arg("--chdir").arg(home);
+        command.arg("--setenv").arg("HOME").arg(home);
+        command.args(["--setenv", "PATH", SANDBOX_PATH]);
+        command.args(["--setenv", "TMPDIR", "/tmp"]);
+        command.args(["--setenv", "LANG", "C.UTF-8"]);
+        command.args(["--setenv", "TERM", "dumb"]);
+        command.args(["--", "sh", "-c", script]);
+        command
+    }
+}
+
+/// Reads the merged output until every process holding the pipe is gone, keeping the first
+/// `max` bytes, then reaps bwrap.
+async fn pump(
+    receiver: &mut tokio::net::unix::pipe::Receiver,
+    child: &mut Child,
+    output: &mut Vec<u8>,
+    total: &mut u64,
+    max: usize,
+) -> std::io::Result<ExitStatus> {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = receiver.read(&mut buf).await?;
+        if n == 0 {
+            break;
+        }
+        *total += n as u64;
+        let keep = n.min(max.saturating_sub(output.len()));
+        output.extend_from_slice(&buf[..keep]);
+    }
+    child.wait().await
+}
+
+fn ending_of(status: ExitStatus) -> Ending {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => Ending::Exited(code),
+        (None, Some(signal)) => Ending::Signalled(signal),
+        (None, None) => Ending::Exited(-1),
+    }
+}
+
+/// bwrap's process group, killed as a whole unless forgotten (after bwrap was reaped).
+struct ProcessGroup(Option<Pid>);
+
+impl ProcessGroup {
+    fn of(child: &Child) -> ProcessGroup {
+        ProcessGroup(
+            child
+                .id()
+                .and_then(|id| i32::try_from(id).ok())
+                .and_then(Pid::from_raw),
+        )
+    }
+
+    fn kill(&mut self) {
+        if let Some(pgid) = self.0.take() {
+            // It may be gone already; there is nothing else to do.
+            let _ = kill_process_group(pgid, Signal::KILL);
+        }
+    }
+
+    fn forget(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The host's system directories as bwrap arguments: read-only binds of the directories, and
+/// symlinks recreated as such (merged `/usr`); with the paths they occupy.
+fn system_mounts() -> (Vec<OsString>, Vec<PathBuf>) {
+    let mut names: Vec<OsString> = ["usr", "bin", "sbin", "etc"].map(OsString::from).to_vec();
+    if let Ok(entries) = std::fs::read_dir("/") {
+        let mut libs: Vec<OsString> = entries
+            .flatten()
+            .map(|e| e.file_name())
+            .filter(|n| n.to_string_lossy().starts_with("lib"))
+            .collect();
+        libs.sort();
+        names.extend(libs);
+    }
+    let mut args = Vec::new();
+    let mut paths = Vec::new();
+    for name in names {
+        let path = Path::new("/").join(&name);
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if meta.file_type().is_symlink() {
+            if let Ok(target) = std::fs::read_link(&path) {
+                args.extend([
+                    "--symlink".into(),
+                    target.into_os_string(),
+                    path.clone().into(),
+                ]);
+            }
+        } else if meta.is_dir() {
+            args.extend(["--ro-bind".into(), path.clone().into(), path.clone().into()]);
+        } else {
+            continue;
+        }
+        paths.push(path);
+    }
+    (args, paths)
+}
+
+fn find_on_path(program: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|candidate| {
+            std::fs::metadata(candidate)
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+}
