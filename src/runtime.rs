@@ -16,7 +16,7 @@ use crate::llm::wire::HttpModelConfig;
 use crate::llm::{anthropic, mock::MockModel, openai, ModelClient};
 use crate::session::{SessionDeps, Sessions};
 use crate::store::{self, writer::Writer, Cluster, Store};
-use crate::tools::{SandboxStatus, ToolContext, ToolRegistry, ToolSettings, Workspace};
+use crate::tools::{policy, SandboxStatus, ToolContext, ToolRegistry, ToolSettings, Workspace};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
@@ -74,7 +74,7 @@ impl Runtime {
         // asking are offered; they are built-in names, so selecting them cannot fail.
         let no_shell = SandboxStatus::Unavailable("not offered yet".into());
         let tools = ToolRegistry::builtin(&ToolSettings::default(), no_shell)
-            .select(&["list_files", "read_file", "glob", "grep"])
+            .select(&policy::ALLOWED_BY_DEFAULT)
             .unwrap_or_default();
         let settings = AgentSettings {
             system_prompt: config.system_prompt.clone(),

@@ -1,6 +1,6 @@
 //! Tools the agent can call: the [`Tool`] trait, the [`ToolRegistry`] that offers and runs them,
-//! the built-in tools, the [`Workspace`] that confines them, and the bubblewrap [`sandbox`]
-//! that `shell` runs in.
+//! the built-in tools, the [`Workspace`] that confines them, the bubblewrap [`sandbox`] that
+//! `shell` runs in, and the pure [`policy`] that says whether a call may run.
 //!
 //! A tool knows nothing of sessions, the store or policy: it gets a [`ToolContext`] (the
 //! workspace of the session it runs for) and the model's input, and answers text, plus the files
@@ -14,8 +14,10 @@
 //! - [`sandbox`]: the start-up probe for bubblewrap and the confined `sh -c` it runs.
 //! - [`registry`]: choosing tools by name, describing them, validating and running calls.
 //! - [`schema`]: the small JSON-schema check used for edited approval inputs.
+//! - [`policy`]: allow / ask / deny rules, as a pure function.
 
 pub mod builtin;
+pub mod policy;
 pub mod registry;
 pub mod sandbox;
 pub mod schema;
