@@ -23,6 +23,9 @@ pub mod sandbox;
 pub mod schema;
 pub mod workspace;
 
+#[cfg(test)]
+mod hostile;
+
 use async_trait::async_trait;
 use bytes::Bytes;
 use serde::Serialize;

@@ -8,10 +8,12 @@
 //! namespace unshared (no network unless allowed), all capabilities dropped, a new session,
 //! and an environment holding nothing of the server's. Nothing else of the host is visible.
 //!
-//! A command's processes live in the sandbox's own PID namespace: when the command's `sh`
-//! exits, or bwrap is killed, the kernel kills everything left in it. bwrap runs in a process
-//! group of its own, which is killed at once when the call ends early (timeout, or the future
-//! dropped on cancellation).
+//! A command's processes live in the sandbox's own PID namespace, whose init is the command's
+//! `sh`: when it exits, or is killed, the kernel kills everything left in the namespace. bwrap
+//! runs in a process group of its own; when the call ends early (timeout, or the future dropped
+//! on cancellation) the namespace's init and that group are killed at once. (As the init, `sh`
+//! ignores signals sent from inside the sandbox that it has no handler for: `kill $$` does
+//! nothing there.)
 
 use std::ffi::OsString;
 use std::os::fd::OwnedFd;
@@ -20,7 +22,7 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rustix::process::{kill_process_group, Pid, Signal};
+use rustix::process::{kill_process, kill_process_group, Pid, Signal};
 use tokio::io::AsyncReadExt;
 use tokio::process::{Child, Command};
 
@@ -207,8 +209,13 @@ impl Sandbox {
                 return Err(SandboxError::Start(e.kind()));
             }
             Err(_elapsed) => {
-                group.kill();
-                let _ = tokio::time::timeout(REAP_TIMEOUT, child.wait()).await;
+                // Killing the namespace's init makes the kernel kill everything in it; bwrap
+                // exits once all of it is gone, so after the wait nothing of the call is left.
+                group.kill_namespace();
+                match tokio::time::timeout(REAP_TIMEOUT, child.wait()).await {
+                    Ok(Ok(_)) => group.forget(),
+                    _ => group.kill(),
+                }
                 Ending::TimedOut
             }
         };
@@ -222,7 +229,15 @@ impl Sandbox {
     fn command(&self, workspace: Option<&Path>, script: &str, network: bool) -> Command {
         let mut command = Command::new(&self.bwrap);
         command.env_clear().env("PATH", SANDBOX_PATH);
-        command.args(["--die-with-parent", "--new-session", "--unshare-all"]);
+        // `--as-pid-1`: `sh` is the namespace's init, so when it exits the kernel kills
+        // everything left in the namespace before bwrap learns of the exit: the call ends
+        // only when nothing it started is left. (bwrap's own init would report first.)
+        command.args([
+            "--die-with-parent",
+            "--new-session",
+            "--unshare-all",
+            "--as-pid-1",
+        ]);
         if network {
             command.arg("--share-net");
         }
@@ -281,6 +296,10 @@ fn ending_of(status: ExitStatus) -> Ending {
 }
 
 /// bwrap's process group, killed as a whole unless forgotten (after bwrap was reaped).
+///
+/// The sandboxed processes are not in it: bwrap's child, the init of the sandbox's PID
+/// namespace, starts a session of its own. Killing that init is what ends them all; killing
+/// bwrap ends it too (`--die-with-parent`), a moment later.
 struct ProcessGroup(Option<Pid>);
 
 impl ProcessGroup {
@@ -293,9 +312,20 @@ impl ProcessGroup {
         )
     }
 
+    /// Kills bwrap's children (the namespace's init) but not bwrap, which then reports.
+    fn kill_namespace(&self) {
+        if let Some(leader) = self.0 {
+            for child in children_of(leader) {
+                // It may be gone already; there is nothing else to do.
+                let _ = kill_process(child, Signal::KILL);
+            }
+        }
+    }
+
+    /// Kills the namespace's init and bwrap's whole group, at once.
     fn kill(&mut self) {
+        self.kill_namespace();
         if let Some(pgid) = self.0.take() {
-            // It may be gone already; there is nothing else to do.
             let _ = kill_process_group(pgid, Signal::KILL);
         }
     }
@@ -309,6 +339,38 @@ impl Drop for ProcessGroup {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// The child processes of `parent`, from `/proc`.
+fn children_of(parent: Pid) -> Vec<Pid> {
+    let raw = parent.as_raw_nonzero();
+    let listed = std::fs::read_to_string(format!("/proc/{raw}/task/{raw}/children"));
+    let pids: Vec<i32> = match listed {
+        Ok(text) => text
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect(),
+        // Kernels without that file: every process's parent, from its `stat`.
+        Err(_) => std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|entry| {
+                let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+                // `pid (comm) state ppid …`; comm may hold spaces and parentheses.
+                let ppid: i32 = stat
+                    .rsplit_once(')')?
+                    .1
+                    .split_whitespace()
+                    .nth(1)?
+                    .parse()
+                    .ok()?;
+                (ppid == raw.get()).then_some(pid)
+            })
+            .collect(),
+    };
+    pids.into_iter().filter_map(Pid::from_raw).collect()
 }
 
 /// The host's system directories as bwrap arguments: read-only binds of the directories, and
@@ -358,4 +420,139 @@ fn find_on_path(program: &str) -> Option<PathBuf> {
             std::fs::metadata(candidate)
                 .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
         })
+}
+
+/// Helpers for tests that need a real sandbox.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::*;
+
+    /// The sandbox, for tests that need one. Without it they fail, unless
+    /// `TAH_SKIP_SANDBOX_TESTS` is set: then they print "skipped" and end early. (Build with
+    /// `RUSTFLAGS="--cfg tah_no_sandbox"` to have them reported as ignored instead.)
+    pub async fn sandbox() -> Option<Arc<Sandbox>> {
+        match Sandbox::probe().await {
+            SandboxStatus::Ready(sandbox) => Some(sandbox),
+            SandboxStatus::Unavailable(reason) => {
+                if std::env::var_os("TAH_SKIP_SANDBOX_TESTS").is_some() {
+                    eprintln!("skipped: the sandbox is unavailable: {reason}");
+                    None
+                } else {
+                    panic!(
+                        "the sandbox is unavailable ({reason}); install bubblewrap, or set \
+                         TAH_SKIP_SANDBOX_TESTS=1 to skip the tests that need it"
+                    )
+                }
+            }
+        }
+    }
+
+    /// A string no other process's command line holds, for finding a test's processes.
+    pub fn marker() -> String {
+        format!(
+            "4{:07}.{:06}",
+            std::process::id() % 10_000_000,
+            rand::random::<u32>() % 1_000_000
+        )
+    }
+
+    /// The processes whose command line contains `marker`.
+    pub fn processes_with(marker: &str) -> Vec<u32> {
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        entries
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|pid| {
+                std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
+                    cmdline
+                        .windows(marker.len())
+                        .any(|w| w == marker.as_bytes())
+                })
+            })
+            .collect()
+    }
+
+    /// Waits up to `within` for `done`, polling.
+    pub async fn eventually(within: Duration, mut done: impl FnMut() -> bool) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if done() {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[tokio::test]
+    async fn a_missing_bwrap_fails_closed() {
+        let status = Sandbox::probe_with(Path::new("/nonexistent/bwrap")).await;
+        let reason = status.reason().expect("unavailable");
+        assert!(reason.starts_with("bwrap could not be run"), "{reason}");
+    }
+
+    #[tokio::test]
+    async fn a_bwrap_that_cannot_make_namespaces_fails_closed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fake = dir.path().join("bwrap");
+        std::fs::write(
+            &fake,
+            "#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n",
+        )
+        .expect("write");
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let status = Sandbox::probe_with(&fake).await;
+        assert_eq!(
+            status.reason(),
+            Some(
+                "bwrap cannot create its sandbox here (exit code 1): bwrap: No permissions to \
+                 create new namespace"
+            )
+        );
+        // A "bwrap" that succeeds without doing anything would pass the probe: the probe
+        // checks that the tool runs, and the hostile tests check what it confines.
+    }
+
+    #[cfg_attr(tah_no_sandbox, ignore = "needs bubblewrap")]
+    #[tokio::test]
+    async fn the_probe_accepts_the_installed_bwrap() {
+        let Some(sandbox) = testing::sandbox().await else {
+            return;
+        };
+        assert!(sandbox.bwrap.is_absolute());
+        assert!(sandbox.system_paths.contains(&PathBuf::from("/usr")));
+    }
+
+    #[cfg_attr(tah_no_sandbox, ignore = "needs bubblewrap")]
+    #[tokio::test]
+    async fn a_workspace_holding_system_directories_is_refused() {
+        let Some(sandbox) = testing::sandbox().await else {
+            return;
+        };
+        let limits = RunLimits {
+            network: false,
+            timeout: Duration::from_secs(5),
+            max_output: 100,
+        };
+        for root in ["/", "/usr"] {
+            let err = sandbox
+                .run(Path::new(root), "true", limits)
+                .await
+                .expect_err("refused");
+            assert!(
+                matches!(err, SandboxError::WorkspaceHoldsSystem),
+                "{root}: {err}"
+            );
+        }
+    }
 }
