@@ -225,15 +225,7 @@ impl Workspace {
                     })
                 }
                 FileType::Symlink => {
-                    let target =
-                        self.locate(rel)
-                            .map_err(|e| match e.0.starts_with("not found") {
-                                true => ToolError(format!(
-                                    "is a symlink to a file that does not exist: {}",
-                                    echo(rel)
-                                )),
-                                false => e,
-                            })?;
+                    let target = self.link_target(&dir_rel.join(name), rel)?;
                     self.replace_at(&target, None, content, rel)?;
                     Ok(Written {
                         path: target,
@@ -273,6 +265,22 @@ impl Workspace {
         replace_in(&dir, name, content, Some(stat.st_mode)).map_err(|e| io_error(rel, &e))
     }
 
+    /// Where the symlink at the canonical relative path `link` leads, relative to the root; it
+    /// must lead inside and to something that exists.
+    fn link_target(&self, link: &Path, rel: &str) -> Result<PathBuf, ToolError> {
+        let target = fs::canonicalize(self.root.join(link)).map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => ToolError(format!(
+                "is a symlink to something that does not exist: {}",
+                echo(rel)
+            )),
+            _ => io_error(rel, &e),
+        })?;
+        target
+            .strip_prefix(self.root.as_path())
+            .map(Path::to_path_buf)
+            .map_err(|_| outside_error(rel))
+    }
+
     /// Walks `components` (of the model's path `rel`) from the root as directories, following
     /// symlinks only where they resolve inside, creating missing ones when `create`. Answers the
     /// last directory and its canonical path relative to the root.
@@ -307,12 +315,7 @@ impl Workspace {
                         dir_rel.push(name);
                     }
                     FileType::Symlink => {
-                        let target = fs::canonicalize(self.root.join(&dir_rel).join(name))
-                            .map_err(|e| io_error(rel, &e))?;
-                        let inside = target
-                            .strip_prefix(self.root.as_path())
-                            .map_err(|_| outside_error(rel))?
-                            .to_path_buf();
+                        let inside = self.link_target(&dir_rel.join(name), rel)?;
                         fd = self.dir_at(&inside).map_err(|e| match e.raw_os_error() {
                             Some(code) if code == Errno::NOTDIR.raw_os_error() => {
                                 ToolError(format!("not a directory: {}", echo(rel)))
@@ -485,4 +488,82 @@ pub(crate) fn normalize(rel: &str) -> Option<String> {
     }
     let joined: PathBuf = parts.iter().collect();
     Some(display(&joined))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_session_workspace_is_a_directory_under_the_root() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let root = Workspace::open(tmp.path()).expect("root");
+        let sub = root.subdir("teams/a/./b").expect("created");
+        assert_eq!(sub.root(), root.root().join("teams/a/b"));
+        assert!(sub.root().is_dir());
+        // Opening it again finds the same directory; "" and "." are the root itself.
+        assert_eq!(
+            root.subdir("teams/a/b/").expect("exists").root(),
+            sub.root()
+        );
+        assert_eq!(root.subdir("").expect("root").root(), root.root());
+        assert_eq!(root.subdir(".").expect("root").root(), root.root());
+        // A session workspace confines like any other.
+        assert!(sub.locate("../x").is_err());
+    }
+
+    #[test]
+    fn a_session_workspace_never_leaves_the_root() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let root_dir = tmp.path().join("root");
+        let outside = tmp.path().join("outside");
+        fs::create_dir_all(&root_dir).expect("mkdir");
+        fs::create_dir_all(&outside).expect("mkdir");
+        std::os::unix::fs::symlink(&outside, root_dir.join("away")).expect("symlink");
+        std::os::unix::fs::symlink("teams", root_dir.join("alias")).expect("symlink");
+        fs::write(root_dir.join("file"), "x").expect("write");
+        let root = Workspace::open(&root_dir).expect("root");
+        for (rel, expect) in [
+            ("..", "outside the workspace"),
+            ("a/../../b", "outside the workspace"),
+            ("/etc", "absolute paths"),
+            ("away", "outside the workspace"),
+            ("away/new", "outside the workspace"),
+            ("file", "not a directory: file"),
+            ("file/x", "not a directory: file/x"),
+            ("a\0b", "NUL"),
+        ] {
+            let err = root.subdir(rel).expect_err(rel);
+            assert!(err.0.contains(expect), "{rel}: {err}");
+            assert!(!err.0.contains(&*tmp.path().to_string_lossy()), "{err}");
+        }
+        assert_eq!(fs::read_dir(&outside).expect("ls").count(), 0);
+        // A link that stays inside is followed to where it leads.
+        fs::create_dir(root_dir.join("teams")).expect("mkdir");
+        let via = root.subdir("alias/x").expect("inside");
+        assert_eq!(via.root(), root.root().join("teams/x"));
+    }
+
+    #[test]
+    fn paths_normalise_lexically_for_subjects() {
+        assert_eq!(normalize("./a/b/../c/").as_deref(), Some("a/c"));
+        assert_eq!(normalize(".").as_deref(), Some("."));
+        assert_eq!(normalize("a/../..").as_deref(), None);
+        assert_eq!(normalize("/etc").as_deref(), None);
+    }
+
+    #[test]
+    fn opening_refuses_a_symlink_anywhere_on_a_checked_path() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let ws = Workspace::open(tmp.path()).expect("root");
+        fs::create_dir(tmp.path().join("real")).expect("mkdir");
+        fs::write(tmp.path().join("real/f"), "x").expect("write");
+        std::os::unix::fs::symlink("real", tmp.path().join("link")).expect("symlink");
+        // Walkers hand over paths they saw as real directories; one that became a link is
+        // refused rather than followed, even when it leads inside.
+        assert!(ws.open_file_at(Path::new("real/f")).is_ok());
+        assert!(ws.open_file_at(Path::new("link/f")).is_err());
+        assert!(ws.dir_at(Path::new("link")).is_err());
+        assert!(ws.open_file_at(Path::new("real")).is_err());
+    }
 }

@@ -351,7 +351,7 @@ mod tests {
         std::os::unix::fs::symlink("missing.txt", f.root.join("dangling")).expect("symlink");
         let err = write(&f, "dangling", "x").await.expect_err("dangling");
         assert!(
-            err.0.contains("symlink to a file that does not exist"),
+            err.0.contains("symlink to something that does not exist"),
             "{err}"
         );
         // A missing directory that is only passed through (`a/..`) is not created, as the
