@@ -16,7 +16,7 @@ use crate::llm::wire::{HttpModelConfig, Timeouts};
 use crate::llm::{anthropic, mock::MockModel, openai, ModelClient};
 use crate::session::{SessionDeps, Sessions};
 use crate::store::{self, writer::Writer, Cluster, Store};
-use crate::tools::ToolRegistry;
+use crate::tools::{policy, SandboxStatus, ToolContext, ToolRegistry, ToolSettings, Workspace};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
@@ -40,6 +40,8 @@ pub struct RuntimeParts {
     pub cluster: Option<Arc<dyn Cluster>>,
     pub model: Arc<dyn ModelClient>,
     pub tools: ToolRegistry,
+    /// The workspace tool calls run in.
+    pub tool_context: ToolContext,
     pub settings: AgentSettings,
     pub max_concurrent_runs: usize,
     pub auto_resume: bool,
@@ -63,12 +65,17 @@ impl Runtime {
         let model = model_client(config)?;
         let replica = crate::model::new_id();
         let opened = store::open(config.database_url(), replica).await?;
-        let tools = ToolRegistry::builtin(config.workspace()).map_err(|source| {
-            RuntimeError::Workspace {
+        let workspace =
+            Workspace::open(config.workspace()).map_err(|source| RuntimeError::Workspace {
                 path: config.workspace().display().to_string(),
                 source,
-            }
-        })?;
+            })?;
+        // Until calls go through policy and approvals, only the tools policy allows without
+        // asking are offered; they are built-in names, so selecting them cannot fail.
+        let no_shell = SandboxStatus::Unavailable("not offered yet".into());
+        let tools = ToolRegistry::builtin(&ToolSettings::default(), no_shell)
+            .select(&policy::ALLOWED_BY_DEFAULT)
+            .unwrap_or_default();
         let settings = AgentSettings {
             system_prompt: config.system_prompt().to_string(),
             max_steps: config.max_steps(),
@@ -79,6 +86,7 @@ impl Runtime {
             cluster: opened.cluster,
             model,
             tools,
+            tool_context: ToolContext::new(workspace),
             settings,
             max_concurrent_runs: config.max_concurrent_runs(),
             auto_resume: config.auto_resume(),
@@ -100,6 +108,7 @@ impl Runtime {
             agent: AgentDeps {
                 model: parts.model.clone(),
                 tools: parts.tools,
+                tool_context: parts.tool_context,
             },
             settings: parts.settings,
             shutdown: shutdown.clone(),

@@ -22,6 +22,15 @@ const OPENAI_KEY: &str = "sk-e2e-SECRET-openai-5b1f0c9e77a2";
 const ANTHROPIC_KEY: &str = "sk-ant-e2e-SECRET-anthropic-93d4c1aa08";
 const MODEL: &str = "e2e-model";
 const SYSTEM_PROMPT: &str = "You are the e2e test assistant.";
+
+/// The README as `read_file` shows it: lines numbered as `cat -n` does.
+fn readme_as_read() -> String {
+    README
+        .split_inclusive('\n')
+        .enumerate()
+        .map(|(i, line)| format!("{:>6}\t{line}", i + 1))
+        .collect()
+}
 const FINAL_TEXT: &str = "Done: héllo 世界 🎉";
 const FINAL_PIECES: &[&str] = &["Done: h", "é", "llo 世", "界 🎉"];
 
@@ -284,7 +293,8 @@ async fn full_turn_and_replay(flavor: Flavor) {
     );
     assert_eq!(messages[4]["tool_call_id"], "call_read_2");
     assert_eq!(
-        messages[4]["content"], README,
+        messages[4]["content"],
+        readme_as_read(),
         "{provider}: read_file output"
     );
     assert_eq!(messages[5]["content"], FINAL_TEXT);
@@ -452,7 +462,7 @@ fn assert_openai_replay(body: &Value) {
         .expect("tool content is a string")
         .contains("README.md"));
     assert_eq!(messages[4]["tool_call_id"], "call_read_2");
-    assert_eq!(messages[4]["content"], README);
+    assert_eq!(messages[4]["content"], readme_as_read());
     assert_eq!(messages[5]["content"], FINAL_TEXT);
     assert!(messages[5]
         .get("tool_calls")
@@ -515,7 +525,7 @@ fn assert_anthropic_replay(body: &Value) {
     assert_eq!(results[0]["tool_use_id"], tool_uses[0]["id"]);
     assert_eq!(results[1]["tool_use_id"], tool_uses[1]["id"]);
     assert!(tool_result_text(results[0]).contains("README.md"));
-    assert_eq!(tool_result_text(results[1]), README);
+    assert_eq!(tool_result_text(results[1]), readme_as_read());
     assert!(results.iter().all(|r| r["is_error"] != true));
     assert_eq!(content_text(&messages[3]["content"]), FINAL_TEXT);
     assert_eq!(content_text(&messages[4]["content"]), "And now?");

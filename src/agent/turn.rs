@@ -11,7 +11,7 @@ use super::compaction::{self, CompactError, Summary};
 use super::context::{self, TrimStats};
 use crate::llm::{LlmError, ModelClient, ModelRequest, Purpose, StreamItem};
 use crate::model::{FinishReason, LlmRequestDescriptor, Message, Role, ToolCall, Usage};
-use crate::tools::{ToolOutput, ToolRegistry};
+use crate::tools::{ToolContext, ToolOutput, ToolRegistry};
 
 /// The configuration in force for a run: always the server's current one, also for sessions
 /// created under an earlier one.
@@ -29,6 +29,8 @@ pub struct AgentSettings {
 pub struct AgentDeps {
     pub model: Arc<dyn ModelClient>,
     pub tools: ToolRegistry,
+    /// The workspace tool calls run in.
+    pub tool_context: ToolContext,
 }
 
 /// Where the loop reads the history and records what happens. Every method persists before it
@@ -139,7 +141,7 @@ pub async fn run_turn<J: Journal>(
             }
             let step_id = journal.tool_started(&call).await?;
             let output = tokio::select! {
-                output = deps.tools.execute(&call) => output,
+                output = deps.tools.execute(&deps.tool_context, &call) => output,
                 _ = cancel.cancelled() => return Err(AgentError::Cancelled { usage, steps }),
             };
             journal.tool_finished(step_id, &call, &output).await?;
@@ -419,12 +421,17 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         std::fs::write(dir.path().join("README.md"), "A tiny project. More here.").unwrap();
         std::fs::create_dir(dir.path().join("src")).unwrap();
-        let tools = ToolRegistry::builtin(dir.path()).expect("workspace");
+        let workspace = crate::tools::Workspace::open(dir.path()).expect("workspace");
+        let tools = ToolRegistry::builtin(
+            &crate::tools::ToolSettings::default(),
+            crate::tools::SandboxStatus::Unavailable("not needed here".into()),
+        );
         Fixture {
             _dir: dir,
             deps: AgentDeps {
                 model: Arc::new(MockModel::new(Duration::ZERO)),
                 tools,
+                tool_context: ToolContext::new(workspace),
             },
             settings: AgentSettings {
                 system_prompt: "be brief".into(),

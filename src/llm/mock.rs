@@ -231,6 +231,7 @@ fn summary_text(
 fn first_sentence(readme: &str) -> String {
     let lines: Vec<&str> = readme
         .lines()
+        .map(without_line_number)
         .map(str::trim)
         .filter(|l| !l.is_empty())
         .collect();
@@ -262,6 +263,14 @@ fn first_sentence(readme: &str) -> String {
         .map(|(i, c)| i + c.len_utf8())
         .unwrap_or(prose.len());
     prose[..end].chars().take(300).collect()
+}
+
+/// A line of `read_file` output without its `cat -n` number (`   12\t`).
+fn without_line_number(line: &str) -> &str {
+    match line.split_once('\t') {
+        Some((number, rest)) if number.trim_start().parse::<u64>().is_ok() => rest,
+        _ => line,
+    }
 }
 
 #[cfg(test)]
@@ -321,6 +330,12 @@ mod tests {
             "{}",
             third.text
         );
+    }
+
+    #[test]
+    fn numbered_readme_lines_are_read_as_text() {
+        let numbered = "     1\t# Demo\n     2\t\n     3\tDemo is small. Really.\n";
+        assert_eq!(first_sentence(numbered), "Demo is small.");
     }
 
     #[test]

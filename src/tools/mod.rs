@@ -1,27 +1,154 @@
-//! Tools the agent can call: the `Tool` trait, the registry, and the workspace-confined file
-//! tools. Tools never touch sessions or the store; a tool's failure is data for the model
-//! (`is_error`), never a failure of the server.
+//! Tools the agent can call: the [`Tool`] trait, the [`ToolRegistry`] that offers and runs them,
+//! the built-in tools, the [`Workspace`] that confines them, the bubblewrap [`sandbox`] that
+//! `shell` runs in, and the pure [`policy`] that says whether a call may run.
+//!
+//! A tool knows nothing of sessions, the store or policy: it gets a [`ToolContext`] (the
+//! workspace of the session it runs for) and the model's input, and answers text, plus the files
+//! it produced ([`Artifact`]s) for the session layer to keep. A tool's failure is data for the
+//! model (`is_error`), never a failure of the server.
+//!
+//! # Layout
+//!
+//! - [`workspace`]: the security boundary between the model and the host filesystem.
+//! - [`builtin`]: `list_files`, `read_file`, `glob`, `grep`, `write_file`, `edit_file`, `shell`.
+//! - [`sandbox`]: the start-up probe for bubblewrap and the confined `sh -c` it runs.
+//! - [`registry`]: choosing tools by name, describing them, validating and running calls.
+//! - [`schema`]: the small JSON-schema check used for edited approval inputs.
+//! - [`policy`]: allow / ask / deny rules, as a pure function.
 
-pub mod files;
+pub mod builtin;
+pub mod policy;
+pub mod registry;
+pub mod sandbox;
+pub mod schema;
+pub mod workspace;
 
-use std::sync::Arc;
+#[cfg(test)]
+mod hostile;
 
 use async_trait::async_trait;
+use bytes::Bytes;
+use serde::Serialize;
 use serde_json::Value;
 
-use crate::model::{ToolCall, ToolSchema};
+use crate::model::ToolSchema;
+
+pub use registry::{ToolInfo, ToolRegistry, ToolSettings, UnknownTools};
+pub use sandbox::{Sandbox, SandboxStatus};
+pub use workspace::Workspace;
 
 /// A tool's own error: shown to the model as `{"error": "..."}`.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{0}")]
 pub struct ToolError(pub String);
 
+/// What one call runs against: the workspace of the session it is made for.
+#[derive(Clone, Debug)]
+pub struct ToolContext {
+    pub workspace: Workspace,
+}
+
+impl ToolContext {
+    pub fn new(workspace: Workspace) -> ToolContext {
+        ToolContext { workspace }
+    }
+}
+
+/// Where a tool comes from, as `GET /v1/tools` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolSource {
+    Builtin,
+    Mcp,
+    Client,
+}
+
+/// Whether a tool can run on this host; an unavailable tool is listed but never offered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Availability {
+    Available,
+    Unavailable { reason: String },
+}
+
+/// What a policy rule's `match` is compared with (see [`policy`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Subject {
+    pub kind: SubjectKind,
+    pub text: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SubjectKind {
+    /// A workspace-relative path (file tools): `*` stops at `/`, `**` crosses it.
+    Path,
+    /// A shell command.
+    Command,
+    /// The JSON of the input (every other tool).
+    Input,
+}
+
+/// A file a call produced, for the session layer to keep as an artifact.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Artifact {
+    /// Workspace-relative, `/`-separated, symlinks resolved.
+    pub path: String,
+    pub media_type: String,
+    pub content: Bytes,
+}
+
+/// What a tool answers when it succeeds.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ToolResult {
+    pub output: String,
+    pub artifacts: Vec<Artifact>,
+}
+
+impl From<String> for ToolResult {
+    fn from(output: String) -> ToolResult {
+        ToolResult {
+            output,
+            artifacts: Vec::new(),
+        }
+    }
+}
+
 #[async_trait]
 pub trait Tool: Send + Sync {
-    fn schema(&self) -> ToolSchema;
+    /// The name the model calls it by.
+    fn name(&self) -> &str;
+    fn description(&self) -> String;
+    /// A JSON schema of the input object.
+    fn input_schema(&self) -> Value;
+    fn source(&self) -> ToolSource {
+        ToolSource::Builtin
+    }
+    /// The MCP server a tool comes from.
+    fn server(&self) -> Option<&str> {
+        None
+    }
+    fn availability(&self) -> Availability {
+        Availability::Available
+    }
+    /// What policy rules match this call against. File tools answer the path they would touch,
+    /// symlinks resolved where it exists; the default is the input's JSON.
+    async fn subject(&self, _ctx: &ToolContext, input: &Value) -> Subject {
+        Subject {
+            kind: SubjectKind::Input,
+            text: input.to_string(),
+        }
+    }
     /// Runs the tool. Long blocking work must not block the runtime (use `spawn_blocking`);
-    /// the caller drops the future on cancellation.
-    async fn call(&self, arguments: &Value) -> Result<String, ToolError>;
+    /// the caller drops the future on cancellation, and a tool must leave nothing running then.
+    async fn call(&self, ctx: &ToolContext, input: &Value) -> Result<ToolResult, ToolError>;
+
+    fn schema(&self) -> ToolSchema {
+        ToolSchema {
+            name: self.name().to_owned(),
+            description: self.description(),
+            parameters: self.input_schema(),
+        }
+    }
 }
 
 /// The outcome of one tool call as recorded in the history.
@@ -29,6 +156,8 @@ pub trait Tool: Send + Sync {
 pub struct ToolOutput {
     pub output: String,
     pub is_error: bool,
+    /// Files the call produced; empty for errors.
+    pub artifacts: Vec<Artifact>,
 }
 
 impl ToolOutput {
@@ -36,44 +165,7 @@ impl ToolOutput {
         ToolOutput {
             output: serde_json::json!({ "error": message.to_string() }).to_string(),
             is_error: true,
-        }
-    }
-}
-
-#[derive(Clone, Default)]
-pub struct ToolRegistry {
-    tools: Vec<Arc<dyn Tool>>,
-}
-
-impl ToolRegistry {
-    pub fn new(tools: Vec<Arc<dyn Tool>>) -> ToolRegistry {
-        ToolRegistry { tools }
-    }
-
-    /// The registry of built-in tools confined to `workspace`.
-    pub fn builtin(workspace: &std::path::Path) -> std::io::Result<ToolRegistry> {
-        let root = files::Workspace::open(workspace)?;
-        Ok(ToolRegistry::new(vec![
-            Arc::new(files::ListFiles::new(root.clone())),
-            Arc::new(files::ReadFile::new(root)),
-        ]))
-    }
-
-    pub fn schemas(&self) -> Vec<ToolSchema> {
-        self.tools.iter().map(|t| t.schema()).collect()
-    }
-
-    /// Runs one call; unknown tools and tool errors become error outputs for the model.
-    pub async fn execute(&self, call: &ToolCall) -> ToolOutput {
-        let Some(tool) = self.tools.iter().find(|t| t.schema().name == call.name) else {
-            return ToolOutput::error(format!("unknown tool: {}", call.name));
-        };
-        match tool.call(&call.arguments).await {
-            Ok(output) => ToolOutput {
-                output,
-                is_error: false,
-            },
-            Err(e) => ToolOutput::error(e),
+            artifacts: Vec::new(),
         }
     }
 }
