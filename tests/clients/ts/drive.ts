@@ -1,0 +1,321 @@
+// Drives a live tah server through a client generated from openapi.yaml: the types come from
+// openapi-typescript (generated/api.d.ts), the calls go through openapi-fetch. Type-checked
+// with `tsc --strict`, so a schema that generates the wrong types fails before anything runs.
+//
+//   TAH_URL=http://127.0.0.1:8080 TAH_TOKEN=... node dist/drive.js
+//
+// Run by scripts/generated-clients.sh, which starts the server (mock model, a workspace
+// holding a README.md, an API token) and generates the types first.
+
+import assert from "node:assert/strict";
+
+import createClient from "openapi-fetch";
+
+import type { components, paths } from "./generated/api.js";
+
+type Schemas = components["schemas"];
+type Event = Schemas["Event"];
+type EventType = Schemas["EventType"];
+type Problem = Schemas["Problem"];
+
+// The wire `type` of every event variant is one of EventType, and every EventType has a
+// variant: both directions are checked by the compiler.
+type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
+const eventTypesMatch: Same<Event["type"], EventType> = true;
+
+// One entry per event type (the compiler refuses a missing or an unknown one).
+const KNOWN_TYPES: Record<EventType, true> = {
+  "session.created": true,
+  "session.forked": true,
+  "session.state": true,
+  "agent.started": true,
+  "user.message": true,
+  "llm.started": true,
+  "agent.assistant-stream": true,
+  "llm.completed": true,
+  "llm.retry": true,
+  "llm.failed": true,
+  "tool.started": true,
+  "tool.finished": true,
+  "agent.context.trimmed": true,
+  "agent.context.compacted": true,
+  "agent.context.compact-failed": true,
+  "storage.checkpoint": true,
+  "agent.finished": true,
+  "agent.failed": true,
+  "agent.cancelled": true,
+};
+
+const baseUrl = process.env.TAH_URL ?? "http://127.0.0.1:8080";
+const token = process.env.TAH_TOKEN ?? "";
+
+// The JSON bodies (results and problems): the SSE variants of the same responses
+// (`text/event-stream`) are left out of the types, as this client never asks for them.
+type Json = "application/json" | "application/problem+json";
+const client = createClient<paths, Json>({
+  baseUrl,
+  headers: token ? { Authorization: `Bearer ${token}` } : {},
+});
+const anonymous = createClient<paths, Json>({ baseUrl });
+
+let checks = 0;
+function check(condition: boolean, what: string): asserts condition {
+  assert.ok(condition, what);
+  checks += 1;
+}
+
+function problemKind(problem: Problem): string {
+  return problem.type.replace("urn:tah:problem:", "");
+}
+
+/** Every event of a session, read page by page (`limit` per page) through `next_cursor`. */
+async function allEvents(id: string, limit: number): Promise<Event[]> {
+  const events: Event[] = [];
+  let after: number | undefined;
+  for (let pages = 0; pages < 1000; pages++) {
+    const { data, error } = await client.GET("/v1/sessions/{id}/events", {
+      params: { path: { id }, query: { limit, after } },
+    });
+    if (error) throw new Error(`events: ${error.detail}`);
+    events.push(...data.data);
+    if (data.next_cursor === null) {
+      check(data.data.length <= limit, "a last page holds at most `limit` events");
+      return events;
+    }
+    check(data.data.length === limit, "a page followed by another is full");
+    after = Number(data.next_cursor);
+  }
+  throw new Error("events: paging did not end");
+}
+
+function checkLog(events: Event[], what: string): void {
+  check(events.length > 0, `${what}: the log is not empty`);
+  events.forEach((event, i) => {
+    check(event.seq === i + 1, `${what}: seq ${event.seq} at position ${i + 1}`);
+    check(KNOWN_TYPES[event.type] === true, `${what}: known type ${event.type}`);
+    check(!Number.isNaN(Date.parse(event.created_at)), `${what}: created_at is a timestamp`);
+  });
+}
+
+async function main(): Promise<void> {
+  check(eventTypesMatch, "Event['type'] and EventType agree");
+
+  // ---- health, and authentication
+  const health = await anonymous.GET("/healthz");
+  check(health.data?.status === "ok", "healthz answers ok without a token");
+  if (token) {
+    const refused = await anonymous.GET("/v1/sessions");
+    check(refused.response.status === 401, "a /v1 route without a token is 401");
+    check(
+      refused.error !== undefined && problemKind(refused.error) === "unauthorized",
+      "the 401 is an `unauthorized` problem",
+    );
+  }
+
+  // ---- create
+  const created = await client.POST("/v1/sessions", {
+    body: { title: "ts client", metadata: { client: "openapi-fetch", tags: ["a", "b"], n: 1 } },
+  });
+  if (created.error) throw new Error(`create: ${created.error.detail}`);
+  const session = created.data;
+  check(created.response.status === 201, "create answers 201");
+  check(session.state === "idle", "a new session is idle");
+  check(session.metadata.client === "openapi-fetch", "metadata comes back as sent");
+  check(Array.isArray(session.metadata.tags), "metadata keeps nested values");
+  check(
+    created.response.headers.get("location") === `/v1/sessions/${session.id}`,
+    "create sets Location",
+  );
+  const id = session.id;
+
+  // ---- a run, waiting for its result
+  const input = "hello from the TypeScript client";
+  const ran = await client.POST("/v1/sessions/{id}/runs", {
+    params: { path: { id }, query: { wait: true } },
+    body: { input },
+  });
+  if (ran.error) throw new Error(`run: ${ran.error.detail}`);
+  check(ran.response.status === 200, "?wait=true answers 200");
+  const result = ran.data;
+  check("run_id" in result, "?wait=true answers a RunResult");
+  check(result.status === "completed", `the run completed (${result.status})`);
+  check(result.session_id === id, "the result names its session");
+  check(result.text.includes(input), "the mock quotes the input");
+  check(result.steps >= 1, "the run made at least one LLM call");
+  check(result.usage.output_tokens > 0, "the run reports usage");
+
+  // ---- events as JSON pages
+  const events = await allEvents(id, 7);
+  checkLog(events, "session");
+  const everything = await allEvents(id, 500);
+  check(everything.length === events.length, "small and large pages read the same log");
+  const first = events[0];
+  check(first.type === "session.created", "the log starts with session.created");
+  if (first.type === "session.created") {
+    check(first.data.session_id === id, "session.created names the session");
+    check(first.data.title === "ts client", "session.created carries the title");
+  }
+  let finished = 0;
+  let toolCalls = 0;
+  let deltas = "";
+  for (const event of events) {
+    // Narrowing on `type` gives each event its own `data` type.
+    switch (event.type) {
+      case "agent.started":
+        check(event.data.kind === "run", "agent.started kind is run");
+        check(event.data.run_id === result.run_id, "agent.started names the run");
+        break;
+      case "user.message":
+        check(event.data.message.role === "user", "user.message holds a user message");
+        check(event.data.message.content === input, "user.message holds the input");
+        break;
+      case "agent.assistant-stream":
+        deltas += event.data.text;
+        break;
+      case "tool.started":
+        check(typeof event.data.call.name === "string", "tool.started names its tool");
+        toolCalls += 1;
+        break;
+      case "tool.finished":
+        check(typeof event.data.is_error === "boolean", "tool.finished says if it failed");
+        break;
+      case "llm.completed":
+        check(event.data.usage.input_tokens >= 0, "llm.completed carries usage");
+        break;
+      case "storage.checkpoint":
+        check(
+          event.data.step_id === null || typeof event.data.step_id === "string",
+          "a checkpoint's step_id is an id or null",
+        );
+        break;
+      case "agent.finished":
+        finished += 1;
+        check(event.data.run_id === result.run_id, "agent.finished names the run");
+        check(event.data.text === result.text, "agent.finished carries the result's text");
+        check(event.data.finish_reason === result.finish_reason, "and its finish_reason");
+        break;
+      default:
+        break;
+    }
+  }
+  check(finished === 1, "exactly one agent.finished");
+  check(toolCalls >= 1, "the mock called a tool");
+  check(deltas.includes(input), "the streamed deltas make up the reply");
+  const tail = events[events.length - 1].type;
+  check(tail === "agent.finished" || tail === "session.state", `the log ends with the run (${tail})`);
+
+  // ---- the run as a resource
+  const runs = await client.GET("/v1/sessions/{id}/runs", { params: { path: { id } } });
+  if (runs.error) throw new Error(`runs: ${runs.error.detail}`);
+  check(runs.data.data.length === 1 && runs.data.next_cursor === null, "one run, one page");
+  check(runs.data.data[0].id === result.run_id, "the run is listed");
+
+  // ---- fork the first turn
+  const forked = await client.POST("/v1/sessions/{id}/fork", {
+    params: { path: { id } },
+    body: { turns: 1 },
+  });
+  if (forked.error) throw new Error(`fork: ${forked.error.detail}`);
+  check(forked.response.status === 201, "fork answers 201");
+  check(forked.data.parent_id === id, "the fork names its parent");
+  check(forked.data.state === "idle", "a fork is idle");
+  check(forked.data.metadata.client === "openapi-fetch", "a fork keeps the metadata");
+  const forkEvents = await allEvents(forked.data.id, 100);
+  checkLog(forkEvents, "fork");
+  const forkedEvent = forkEvents[1];
+  check(forkedEvent.type === "session.forked", "a fork's log has session.forked second");
+  if (forkedEvent.type === "session.forked") {
+    check(forkedEvent.data.parent_id === id, "session.forked names the parent");
+    check(forkedEvent.data.turns === 1, "session.forked names the turns");
+  }
+
+  // ---- compact
+  const compacted = await client.POST("/v1/sessions/{id}/compact", { params: { path: { id } } });
+  if (compacted.error) throw new Error(`compact: ${compacted.error.detail}`);
+  check(compacted.response.status === 200, "compact answers 200 after a turn");
+  check(compacted.data !== undefined && compacted.data.turns === 1, "one turn was summarised");
+  check(compacted.data !== undefined && compacted.data.chars > 0, "the summary has text");
+  const afterCompact = await allEvents(id, 500);
+  checkLog(afterCompact, "after compaction");
+  const compactEvent = afterCompact[afterCompact.length - 1];
+  check(compactEvent.type === "agent.context.compacted", "compaction is logged");
+  if (compactEvent.type === "agent.context.compacted") {
+    check(compactEvent.data.auto === false, "a manual compaction is not auto");
+    check(compactEvent.data.turns === 1, "the event counts the turns");
+  }
+  const again = await client.POST("/v1/sessions/{id}/compact", { params: { path: { id } } });
+  check(again.response.status === 204 && again.data === undefined, "nothing more to compact: 204");
+
+  // ---- cancel a run in progress (the server runs the mock with a delay between pieces)
+  const started = await client.POST("/v1/sessions/{id}/runs", {
+    params: { path: { id } },
+    body: { input: { role: "user", content: "a run to cancel" } },
+  });
+  if (started.error) throw new Error(`start: ${started.error.detail}`);
+  check(started.response.status === 202, "a run without wait answers 202");
+  const run = started.data;
+  check("kind" in run && run.status === "running", "202 carries the running Run");
+  if (!("kind" in run)) throw new Error("202 without a Run");
+  check(
+    started.response.headers.get("location") === `/v1/sessions/${id}/runs/${run.id}`,
+    "the 202 sets Location",
+  );
+  const busy = await client.POST("/v1/sessions/{id}/runs", {
+    params: { path: { id }, query: { wait: true } },
+    body: { input: "a second run at once" },
+  });
+  check(busy.response.status === 409, "a second run while one is active is 409");
+  check(busy.error !== undefined && problemKind(busy.error) === "run-active", "409 run-active");
+  const cancelled = await client.POST("/v1/sessions/{id}/cancel", { params: { path: { id } } });
+  if (cancelled.error) throw new Error(`cancel: ${cancelled.error.detail}`);
+  check(cancelled.data.cancelled, "cancel stopped the active run");
+  check(cancelled.data.run_id === run.id, "cancel names the run");
+  let status: Schemas["RunStatus"] = run.status;
+  for (let i = 0; i < 100 && status === "running"; i++) {
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    const got = await client.GET("/v1/sessions/{id}/runs/{run_id}", {
+      params: { path: { id, run_id: run.id } },
+    });
+    if (got.error) throw new Error(`get run: ${got.error.detail}`);
+    status = got.data.status;
+  }
+  check(status === "cancelled", `the run ended cancelled (${status})`);
+  const idle = await client.POST("/v1/sessions/{id}/cancel", { params: { path: { id } } });
+  check(idle.data?.cancelled === false, "a second cancel is a no-op");
+  const finalLog = await allEvents(id, 500);
+  checkLog(finalLog, "after cancel");
+  const terminal = finalLog.filter(
+    (e) => e.type === "agent.finished" || e.type === "agent.failed" || e.type === "agent.cancelled",
+  );
+  check(terminal.length === 2, "two runs, two terminal events");
+  const last = terminal[1];
+  check(last.type === "agent.cancelled" && last.data.run_id === run.id, "agent.cancelled ends it");
+
+  const shown = await client.GET("/v1/sessions/{id}", { params: { path: { id } } });
+  if (shown.error) throw new Error(`get: ${shown.error.detail}`);
+  check(shown.data.state === "cancelled", "the session is cancelled");
+  check(shown.data.last_run?.id === run.id, "get shows the last run");
+
+  // ---- problems are typed too
+  const missing = await client.GET("/v1/sessions/{id}", {
+    params: { path: { id: "00000000-0000-7000-8000-000000000000" } },
+  });
+  check(missing.response.status === 404, "an unknown session is 404");
+  check(missing.error !== undefined && problemKind(missing.error) === "not-found", "404 not-found");
+  check(
+    missing.response.headers.get("content-type")?.startsWith("application/problem+json") === true,
+    "errors are problem+json",
+  );
+
+  const deleted = await client.DELETE("/v1/sessions/{id}", {
+    params: { path: { id: forked.data.id } },
+  });
+  check(deleted.response.status === 204, "delete answers 204");
+
+  console.log(`ts client: ${checks} checks passed`);
+}
+
+main().catch((error: unknown) => {
+  console.error("ts client: FAILED:", error);
+  process.exit(1);
+});
