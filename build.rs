@@ -6,6 +6,9 @@
 //! throwaway cluster of their own), or where `TAH_TEST_PG_URL` names a server and
 //! `TAH_TEST_PG=on` says so. `TAH_TEST_PG=off` builds as if the binaries were absent;
 //! `TAH_REQUIRE_PG=1` (CI) is `on`. The library and the binary do not depend on any of this.
+//!
+//! Likewise `cfg(mount_tests)`: the storage-fault tests mount a small tmpfs (a disk that fills
+//! up, a file system made read-only), which only root can; `TAH_TEST_MOUNT=on|off` overrides.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -24,6 +27,27 @@ fn main() {
     if enabled {
         println!("cargo::rustc-cfg=pg_tests");
     }
+    println!("cargo::rustc-check-cfg=cfg(mount_tests)");
+    println!("cargo::rerun-if-env-changed=TAH_TEST_MOUNT");
+    let mounts = match std::env::var("TAH_TEST_MOUNT").unwrap_or_default().as_str() {
+        "off" => false,
+        "on" => true,
+        _ => is_root(),
+    };
+    if mounts {
+        println!("cargo::rustc-cfg=mount_tests");
+    }
+}
+
+/// Whether the build runs as root (the effective uid on the `Uid:` line of /proc/self/status).
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            let line = status.lines().find(|l| l.starts_with("Uid:"))?;
+            line.split_whitespace().nth(2).map(|euid| euid == "0")
+        })
+        .unwrap_or(false)
 }
 
 /// Where `initdb` and `pg_ctl` are, looked up as `scripts/pg-test-cluster.sh` does.

@@ -4,7 +4,7 @@
 
 mod bench;
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -32,8 +32,8 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // Said once, on stderr (also where the log goes).
         Err(error) => {
-            tracing::error!("{error:#}");
             eprintln!("tah: {error:#}");
             ExitCode::FAILURE
         }
@@ -52,8 +52,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 
 fn init_tracing(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // Colours only for a terminal: a log file or a collector gets plain text.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),

@@ -69,10 +69,16 @@ impl SqliteStore {
             .busy_timeout(Duration::from_secs(10))
             .pragma("temp_store", "memory")
             .pragma("cache_size", "-16000");
+        // Created if missing by the first connection only: a file deleted later is never made
+        // again, empty, by a new connection of the pool.
+        let first = <sqlx::sqlite::SqliteConnection as sqlx::Connection>::connect_with(&options)
+            .await
+            .map_err(|e| unusable(format!("cannot open it: {e}")))?;
+        drop(first);
         let pool = SqlitePoolOptions::new()
             .max_connections(8)
             .min_connections(1)
-            .connect_with(options)
+            .connect_with(options.create_if_missing(false))
             .await
             .map_err(|e| unusable(format!("cannot open it: {e}")))?;
         // Before migrating: a read-only database is refused with a message that says so.

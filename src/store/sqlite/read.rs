@@ -19,7 +19,7 @@ use crate::store::rows::{
     step_from, Plain, StoredRow, CHECKPOINT_COLUMNS, EVENT_COLUMNS, INTERRUPTED_SESSIONS,
     MESSAGE_COLUMNS, RUN_COLUMNS, SESSION_COLUMNS, STEP_COLUMNS,
 };
-use crate::store::{SessionQuery, Store, StoreResult, WriteOp};
+use crate::store::{SessionQuery, Store, StoreError, StoreResult, WriteOp};
 
 /// Ids, times and JSON are stored as text.
 impl StoredRow for SqliteRow {
@@ -104,7 +104,8 @@ impl SqliteStore {
         .bind(after.map(|id| id.to_string()))
         .bind(limit)
         .fetch_all(&self.pool)
-        .await?;
+        .await
+        .map_err(|e| self.read_failed(e))?;
         rows.iter().map(decode).collect()
     }
 
@@ -122,8 +123,20 @@ impl SqliteStore {
         .bind(session_id.to_string())
         .bind(id.to_string())
         .fetch_optional(&self.pool)
-        .await?;
+        .await
+        .map_err(|e| self.read_failed(e))?;
         row.as_ref().map(decode).transpose()
+    }
+}
+
+impl SqliteStore {
+    /// A failed read, explained by the database file when it is gone or was replaced (its
+    /// connections may then find an empty file, or none).
+    fn read_failed(&self, error: sqlx::Error) -> StoreError {
+        match self.writer.check_file() {
+            Err(gone) => gone,
+            Ok(()) => StoreError::Database(error),
+        }
     }
 }
 
@@ -145,7 +158,8 @@ impl Store for SqliteStore {
         ))
         .bind(id.to_string())
         .fetch_optional(&self.pool)
-        .await?;
+        .await
+        .map_err(|e| self.read_failed(e))?;
         row.as_ref().map(session_from).transpose()
     }
 
@@ -159,7 +173,8 @@ impl Store for SqliteStore {
         .bind(query.state.map(SessionState::as_str))
         .bind(query.limit)
         .fetch_all(&self.pool)
-        .await?;
+        .await
+        .map_err(|e| self.read_failed(e))?;
         Ok(listed_sessions(&rows))
     }
 
@@ -167,7 +182,8 @@ impl Store for SqliteStore {
         let rows =
             sqlx::query("SELECT id FROM sessions WHERE state IN ('running', 'waiting_tool')")
                 .fetch_all(&self.pool)
-                .await?;
+                .await
+                .map_err(|e| self.read_failed(e))?;
         rows.iter().map(|r| r.uuid("id")).collect()
     }
 
@@ -175,7 +191,8 @@ impl Store for SqliteStore {
         let rows = sqlx::query(INTERRUPTED_SESSIONS)
             .bind(INTERRUPTED)
             .fetch_all(&self.pool)
-            .await?;
+            .await
+            .map_err(|e| self.read_failed(e))?;
         rows.iter().map(|r| r.uuid("id")).collect()
     }
 
@@ -193,7 +210,8 @@ impl Store for SqliteStore {
         .bind(after)
         .bind(limit)
         .fetch_all(&self.pool)
-        .await?;
+        .await
+        .map_err(|e| self.read_failed(e))?;
         rows.iter().map(message_from).collect()
     }
 
@@ -205,7 +223,8 @@ impl Store for SqliteStore {
         .bind(session_id.to_string())
         .bind(i64::try_from(n).unwrap_or(i64::MAX))
         .fetch_optional(&self.pool)
-        .await?;
+        .await
+        .map_err(|e| self.read_failed(e))?;
         Ok(row.map(|r| r.try_get(0)).transpose()?)
     }
 
@@ -214,7 +233,8 @@ impl Store for SqliteStore {
             sqlx::query("SELECT COALESCE(MAX(idx) + 1, 0) FROM messages WHERE session_id = ?")
                 .bind(session_id.to_string())
                 .fetch_one(&self.pool)
-                .await?;
+                .await
+                .map_err(|e| self.read_failed(e))?;
         Ok(row.try_get(0)?)
     }
 
@@ -227,7 +247,8 @@ impl Store for SqliteStore {
         .bind(after)
         .bind(limit)
         .fetch_all(&self.pool)
-        .await?;
+        .await
+        .map_err(|e| self.read_failed(e))?;
         rows.iter().map(event_from).collect()
     }
 
@@ -235,7 +256,8 @@ impl Store for SqliteStore {
         let row = sqlx::query("SELECT COALESCE(MAX(seq), 0) FROM events WHERE session_id = ?")
             .bind(session_id.to_string())
             .fetch_one(&self.pool)
-            .await?;
+            .await
+            .map_err(|e| self.read_failed(e))?;
         Ok(row.try_get(0)?)
     }
 
@@ -276,7 +298,8 @@ impl Store for SqliteStore {
         ))
         .bind(session_id.to_string())
         .fetch_optional(&self.pool)
-        .await?;
+        .await
+        .map_err(|e| self.read_failed(e))?;
         row.as_ref().map(checkpoint_from).transpose()
     }
 }

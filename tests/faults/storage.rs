@@ -1,0 +1,242 @@
+//! Storage faults: a disk that fills up during a run (and is freed again), a second process on
+//! the same SQLite file, a database made read-only, or deleted, under a running server.
+//!
+//! The disk and the read-only file system are a small tmpfs this test mounts, so those tests
+//! need root (`cfg(mount_tests)`); elsewhere they are reported as ignored.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::json;
+
+use crate::support::{is_postgres, ServerOptions, Subscriber, TestServer};
+
+/// A tmpfs of `size` mounted on a fresh directory, unmounted when dropped.
+struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    fn mount(size: &str) -> Tmpfs {
+        let dir = tempfile::Builder::new()
+            .prefix("tah-tmpfs-")
+            .tempdir()
+            .expect("a mount point");
+        let status = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .expect("run mount");
+        assert!(status.success(), "mount a tmpfs: {status}");
+        Tmpfs { dir }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn remount_read_only(&self) {
+        let status = Command::new("mount")
+            .args(["-o", "remount,ro"])
+            .arg(self.path())
+            .status()
+            .expect("run mount");
+        assert!(status.success(), "remount read-only: {status}");
+    }
+
+    /// Writes a file until the file system is full; returns its path.
+    fn fill(&self) -> PathBuf {
+        use std::io::Write;
+        let path = self.path().join("filler");
+        let mut file = std::fs::File::create(&path).expect("create the filler");
+        let block = vec![0u8; 64 * 1024];
+        while file.write_all(&block).is_ok() {}
+        let _ = file.flush();
+        path
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(self.path()).status();
+    }
+}
+
+async fn ready_status(server: &TestServer) -> StatusCode {
+    server.get("/readyz").await.status
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(not(mount_tests), ignore = "needs root to mount a tmpfs")]
+async fn a_full_disk_stops_the_run_and_the_session_recovers_once_space_is_freed() {
+    if is_postgres() {
+        return;
+    }
+    let disk = Tmpfs::mount("4m");
+    let url = format!("sqlite://{}", disk.path().join("data.db").display());
+    let server = TestServer::start(
+        ServerOptions::new()
+            .process()
+            .database_url(&url)
+            .mock_delay_ms(30),
+    )
+    .await;
+    let id = server.create_session().await;
+    let mut follower = Subscriber::open(&server.api, &id, "follower").await;
+    let waiting = {
+        let api = server.api.clone();
+        let path = format!("/v1/sessions/{id}/runs?wait=true");
+        tokio::spawn(async move { api.post_json(&path, &json!({"input": "fill it up"})).await })
+    };
+    follower
+        .wait_for("a delta", Duration::from_secs(10), |seen| {
+            seen.iter().any(|s| s.kind() == "agent.assistant-stream")
+        })
+        .await;
+
+    let filler = disk.fill();
+    let filled_at = Instant::now();
+    // The run stops at its first failed write; ?wait=true says why.
+    let reply = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("?wait=true answered")
+        .expect("the request task");
+    let problem =
+        reply.expect_problem(StatusCode::SERVICE_UNAVAILABLE, "?wait=true on a full disk");
+    assert!(
+        problem["type"]
+            .as_str()
+            .unwrap_or("")
+            .ends_with("storage-failed"),
+        "{problem}"
+    );
+    assert!(
+        filled_at.elapsed() < Duration::from_secs(5),
+        "the run went on for {:?} after the disk filled",
+        filled_at.elapsed()
+    );
+    assert_eq!(ready_status(&server).await, StatusCode::SERVICE_UNAVAILABLE);
+    let readyz = server.get("/readyz").await.body;
+    assert!(
+        readyz["detail"].as_str().unwrap_or("").contains("full"),
+        "{readyz}"
+    );
+    // Writes are refused with what happened, not a 500; nothing half-written.
+    let reply = server.post_json("/v1/sessions", &json!({})).await;
+    let problem = reply.expect_problem(StatusCode::SERVICE_UNAVAILABLE, "create on a full disk");
+    assert!(
+        problem["type"]
+            .as_str()
+            .unwrap_or("")
+            .ends_with("storage-unavailable"),
+        "{problem}"
+    );
+    assert!(reply.headers.contains_key("retry-after"));
+
+    std::fs::remove_file(&filler).expect("free the disk");
+    let freed_at = Instant::now();
+    let session = server
+        .poll_session(&id, "failed (storage)", Duration::from_secs(15), |s| {
+            s["state"] == "failed"
+        })
+        .await;
+    let recovered_after = freed_at.elapsed();
+    assert_eq!(session["error"], "storage", "{session}");
+    eprintln!("full disk: the session was recovered {recovered_after:?} after space was freed");
+    // The follower gets the run's terminal event.
+    let seen = follower
+        .wait_for("agent.failed", Duration::from_secs(10), |seen| {
+            seen.iter().any(|s| s.kind() == "agent.failed")
+        })
+        .await;
+    let failed = seen.iter().find(|s| s.kind() == "agent.failed").unwrap();
+    assert_eq!(failed.event["data"]["error"], "storage");
+    assert_eq!(ready_status(&server).await, StatusCode::OK);
+    // And the run is resumable: the session works again.
+    let result = server
+        .post_json(&format!("/v1/sessions/{id}/resume?wait=true"), &json!({}))
+        .await
+        .expect_json(StatusCode::OK, "resume after the disk was freed");
+    assert_eq!(result["status"], "completed", "{result}");
+    let again = server.run_wait(&id, "and once more").await;
+    assert_eq!(again["status"], "completed", "{again}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(not(mount_tests), ignore = "needs root to mount a tmpfs")]
+async fn a_read_only_database_is_refused_at_start_with_a_message_that_says_so() {
+    let disk = Tmpfs::mount("4m");
+    let db = disk.path().join("data.db");
+    let url = format!("sqlite://{}", db.display());
+    let mut server = TestServer::start(ServerOptions::new().process().database_url(&url)).await;
+    server.create_session().await;
+    server.stop().await;
+    disk.remount_read_only();
+    let output = Command::new(env!("CARGO_BIN_EXE_tah"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--database-url", &url])
+        .output()
+        .expect("run tah");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("read-only"), "{stderr}");
+    assert!(stderr.contains(&db.display().to_string()), "{stderr}");
+    assert!(!stderr.contains("corrupt"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_process_on_the_same_database_is_refused_naming_the_first() {
+    if is_postgres() {
+        return;
+    }
+    let server = TestServer::start(ServerOptions::new().process()).await;
+    let output = Command::new(env!("CARGO_BIN_EXE_tah"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--database-url"])
+        .arg(server.database_url())
+        .output()
+        .expect("run a second tah");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("in use"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("pid {}", server.pid())),
+        "{stderr}"
+    );
+    // Said once, naming the file.
+    let path = server.database_path().display().to_string();
+    assert_eq!(stderr.matches(&path).count(), 1, "{stderr}");
+    // The first server is untouched.
+    let id = server.create_session().await;
+    assert_eq!(
+        server.run_wait(&id, "still mine").await["status"],
+        "completed"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_deleted_under_the_server_is_noticed() {
+    if is_postgres() {
+        return;
+    }
+    let server = TestServer::start(ServerOptions::new().process()).await;
+    let id = server.create_session().await;
+    assert_eq!(ready_status(&server).await, StatusCode::OK);
+    std::fs::remove_file(server.database_path()).expect("delete the database");
+    let readyz = server.get("/readyz").await;
+    let problem = readyz.expect_problem(StatusCode::SERVICE_UNAVAILABLE, "readyz");
+    assert!(
+        problem["detail"].as_str().unwrap_or("").contains("gone"),
+        "{problem}"
+    );
+    let reply = server.post_json("/v1/sessions", &json!({})).await;
+    let problem = reply.expect_problem(StatusCode::SERVICE_UNAVAILABLE, "create");
+    assert!(
+        problem["detail"].as_str().unwrap_or("").contains("restart"),
+        "{problem}"
+    );
+    let reply = server
+        .post_json(&format!("/v1/sessions/{id}/runs"), &json!({"input": "hi"}))
+        .await;
+    reply.expect_problem(StatusCode::SERVICE_UNAVAILABLE, "run");
+}
