@@ -156,6 +156,7 @@ fn session_ops(id: Uuid, events: usize, at: &mut DateTime<Utc>, ops: &mut Vec<Wr
         last_run_id: None,
         created_at: *at,
         updated_at: *at,
+        options: Default::default(),
     };
     ops.push(WriteOp::InsertSession(record));
     let mut system = Message::new(Role::System, "You are a coding agent. ".repeat(20));

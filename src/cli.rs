@@ -49,6 +49,13 @@ pub enum Provider {
     Anthropic,
 }
 
+/// `--approval-mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ApprovalModeArg {
+    Ask,
+    Deny,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
     Text,
@@ -211,6 +218,44 @@ pub struct ServeArgs {
         default_value_t = 300
     )]
     pub llm_deadline_secs: u64,
+
+    /// Built-in tools offered to the model (comma-separated; default: all of them, `shell` only
+    /// where its sandbox works): list_files, read_file, glob, grep, write_file, edit_file,
+    /// shell. A session may narrow them further with `tools` at creation.
+    #[arg(long = "tools", env = "TAH_TOOLS", value_delimiter = ',')]
+    pub tools: Vec<String>,
+
+    /// Calls of one model reply that run at once at most (those the policy allows).
+    #[arg(long, env = "TAH_TOOL_CONCURRENCY", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub tool_concurrency: u32,
+
+    /// A JSON file with the server's policy rules: `[{"tool": GLOB, "match": GLOB, "action":
+    /// "allow"|"ask"|"deny"}]`. With no rule matching, list_files, read_file, glob and grep are
+    /// allowed and every other tool asks for approval.
+    #[arg(long, env = "TAH_TOOL_POLICY")]
+    pub tool_policy: Option<std::path::PathBuf>,
+
+    /// What a call the policy would ask about does where nobody can answer: `ask` waits for an
+    /// approval, `deny` refuses it (recorded as decided by the policy).
+    #[arg(long, env = "TAH_APPROVAL_MODE", value_enum, default_value = "ask")]
+    pub approval_mode: ApprovalModeArg,
+
+    /// Seconds an approval (or a client tool's result) is waited for; then the call is
+    /// resolved as unanswered and the model is told so. 0 = wait for ever.
+    #[arg(
+        long = "approval-timeout-s",
+        env = "TAH_APPROVAL_TIMEOUT_S",
+        default_value_t = 900
+    )]
+    pub approval_timeout_secs: u64,
+
+    /// Let `shell` commands use the network (default: none, not even loopback).
+    #[arg(long, env = "TAH_SHELL_NETWORK")]
+    pub shell_network: bool,
+
+    /// The longest `timeout_s` a `shell` call may ask for, in seconds (the default is 120).
+    #[arg(long = "shell-max-timeout-s", env = "TAH_SHELL_MAX_TIMEOUT_S", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..=86400))]
+    pub shell_max_timeout_secs: u64,
 
     /// Log format.
     #[arg(long, env = "TAH_LOG_FORMAT", value_enum, default_value = "text")]

@@ -9,8 +9,12 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::cli::ApprovalModeArg;
 pub use crate::cli::{LogFormat, Provider, ServeArgs, DEFAULT_SYSTEM_PROMPT};
 use crate::llm::guard::ReplyLimits;
+use crate::model::Rule;
+use crate::tools::builtin::shell::ShellSettings;
+use crate::tools::policy::{ApprovalMode, Rules};
 
 /// Why a configuration was refused.
 #[derive(Debug, thiserror::Error)]
@@ -24,6 +28,10 @@ pub enum ConfigError {
     WeakToken,
     #[error("--cors-origin {0:?} must look like https://example.com")]
     CorsOrigin(String),
+    #[error("--tools names tools that do not exist: {} (the built-in tools are {})", .0.join(", "), crate::tools::builtin::NAMES.join(", "))]
+    UnknownTools(Vec<String>),
+    #[error("--tool-policy {path}: {why}")]
+    Policy { path: String, why: String },
 }
 
 /// A value that must not show up in logs or debug output (API keys, API tokens).
@@ -81,6 +89,12 @@ pub struct Settings {
     reply_limits: ReplyLimits,
     max_output_tokens: u32,
     llm_deadline: Option<Duration>,
+    tools: Option<Vec<String>>,
+    tool_concurrency: usize,
+    tool_policy: Vec<Rule>,
+    approval_mode: ApprovalMode,
+    approval_timeout: Option<Duration>,
+    shell: ShellSettings,
 }
 
 impl Settings {
@@ -108,6 +122,27 @@ impl Settings {
         {
             return Err(ConfigError::CorsOrigin(origin.clone()));
         }
+        let tools = (!args.tools.is_empty()).then(|| {
+            args.tools
+                .iter()
+                .map(|t| t.trim().to_string())
+                .filter(|t| !t.is_empty())
+                .collect::<Vec<_>>()
+        });
+        if let Some(tools) = &tools {
+            let unknown: Vec<String> = tools
+                .iter()
+                .filter(|t| !crate::tools::builtin::NAMES.contains(&t.as_str()))
+                .cloned()
+                .collect();
+            if !unknown.is_empty() {
+                return Err(ConfigError::UnknownTools(unknown));
+            }
+        }
+        let tool_policy = match &args.tool_policy {
+            Some(path) => read_policy(path)?,
+            None => Vec::new(),
+        };
         let provider = args.provider.unwrap_or_else(default_provider);
         let model = ModelSettings {
             provider,
@@ -147,7 +182,48 @@ impl Settings {
             max_output_tokens: args.max_output_tokens,
             llm_deadline: (args.llm_deadline_secs > 0)
                 .then(|| Duration::from_secs(args.llm_deadline_secs)),
+            tools,
+            tool_concurrency: args.tool_concurrency as usize,
+            tool_policy,
+            approval_mode: match args.approval_mode {
+                ApprovalModeArg::Ask => ApprovalMode::Ask,
+                ApprovalModeArg::Deny => ApprovalMode::Deny,
+            },
+            approval_timeout: (args.approval_timeout_secs > 0)
+                .then(|| Duration::from_secs(args.approval_timeout_secs)),
+            shell: ShellSettings {
+                network: args.shell_network,
+                max_timeout: Duration::from_secs(args.shell_max_timeout_secs),
+                default_timeout: Duration::from_secs(120.min(args.shell_max_timeout_secs)),
+            },
         })
+    }
+
+    /// The built-in tools offered (`None`: all of them).
+    pub fn tools(&self) -> Option<&[String]> {
+        self.tools.as_deref()
+    }
+
+    pub fn tool_concurrency(&self) -> usize {
+        self.tool_concurrency
+    }
+
+    /// The server's policy rules (from `--tool-policy`).
+    pub fn tool_policy(&self) -> &[Rule] {
+        &self.tool_policy
+    }
+
+    pub fn approval_mode(&self) -> ApprovalMode {
+        self.approval_mode
+    }
+
+    /// How long an approval or a client's result is waited for (`None`: for ever).
+    pub fn approval_timeout(&self) -> Option<Duration> {
+        self.approval_timeout
+    }
+
+    pub fn shell(&self) -> ShellSettings {
+        self.shell
     }
 
     /// Host names answered besides the loopback names and the listen address.
@@ -274,6 +350,22 @@ fn api_key(api_key_env: Option<&str>, provider: Provider) -> Option<Secret> {
         .ok()
         .filter(|v| !v.is_empty())
         .map(Secret)
+}
+
+/// The rules of a `--tool-policy` file, checked (their globs compile).
+fn read_policy(path: &Path) -> Result<Vec<Rule>, ConfigError> {
+    let fail = |why: String| ConfigError::Policy {
+        path: path.display().to_string(),
+        why,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
+    let rules: Vec<Rule> = serde_json::from_str(&text).map_err(|e| {
+        fail(format!(
+            "not a JSON array of rules {{tool, match?, action}}: {e}"
+        ))
+    })?;
+    Rules::compile(rules.clone()).map_err(|e| fail(e.to_string()))?;
+    Ok(rules)
 }
 
 /// A byte count from the command line as a size in memory.

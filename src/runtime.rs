@@ -14,9 +14,10 @@ use crate::agent::{AgentDeps, AgentSettings};
 use crate::config::{Provider, Settings};
 use crate::llm::wire::{HttpModelConfig, Timeouts};
 use crate::llm::{anthropic, mock::MockModel, openai, ModelClient};
-use crate::session::{SessionDeps, Sessions};
+use crate::session::{SessionDeps, Sessions, ToolPolicy};
 use crate::store::{self, writer::Writer, Cluster, Store};
-use crate::tools::{policy, SandboxStatus, ToolContext, ToolRegistry, ToolSettings, Workspace};
+use crate::tools::policy::Rules;
+use crate::tools::{Sandbox, SandboxStatus, ToolContext, ToolRegistry, ToolSettings, Workspace};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
@@ -48,6 +49,7 @@ pub struct RuntimeParts {
     pub lease_ttl: Duration,
     /// This process's id among replicas.
     pub replica: Uuid,
+    pub policy: ToolPolicy,
 }
 
 pub struct Runtime {
@@ -70,16 +72,19 @@ impl Runtime {
                 path: config.workspace().display().to_string(),
                 source,
             })?;
-        // Until calls go through policy and approvals, only the tools policy allows without
-        // asking are offered; they are built-in names, so selecting them cannot fail.
-        let no_shell = SandboxStatus::Unavailable("not offered yet".into());
-        let tools = ToolRegistry::builtin(&ToolSettings::default(), no_shell)
-            .select(&policy::ALLOWED_BY_DEFAULT)
-            .unwrap_or_default();
+        let tools = builtin_tools(config).await;
         let settings = AgentSettings {
             system_prompt: config.system_prompt().to_string(),
             max_steps: config.max_steps(),
             context_chars: config.context_chars(),
+            tool_concurrency: config.tool_concurrency(),
+        };
+        // Checked when the settings were parsed.
+        let rules = Rules::compile(config.tool_policy().to_vec()).unwrap_or_default();
+        let policy = ToolPolicy {
+            rules,
+            mode: config.approval_mode(),
+            approval_timeout: config.approval_timeout(),
         };
         Runtime::assemble(RuntimeParts {
             store: opened.store,
@@ -92,6 +97,7 @@ impl Runtime {
             auto_resume: config.auto_resume(),
             lease_ttl: config.lease_ttl(),
             replica,
+            policy,
         })
         .await
     }
@@ -118,6 +124,7 @@ impl Runtime {
             replica: parts.replica,
             lease_ttl: parts.lease_ttl,
             auto_resume: parts.auto_resume,
+            policy: parts.policy,
         });
         sessions.start_coordination();
         let interrupted = sessions.recover_interrupted().await?;
@@ -179,6 +186,32 @@ impl Runtime {
                 tracing::warn!(%error, "could not release leases; they will expire");
             }
         }
+    }
+}
+
+/// The built-in tools `--tools` chose; `shell` is offered only where its sandbox works, and the
+/// log says why when it does not.
+async fn builtin_tools(config: &Settings) -> ToolRegistry {
+    let wants_shell = config
+        .tools()
+        .is_none_or(|tools| tools.iter().any(|t| t == "shell"));
+    let sandbox = if wants_shell {
+        Sandbox::probe().await
+    } else {
+        SandboxStatus::Unavailable("not chosen by --tools".into())
+    };
+    if let (true, Some(reason)) = (wants_shell, sandbox.reason()) {
+        tracing::warn!(%reason, "the shell tool is not offered");
+    }
+    let settings = ToolSettings {
+        shell: config.shell(),
+        ..ToolSettings::default()
+    };
+    let all = ToolRegistry::builtin(&settings, sandbox);
+    match config.tools() {
+        // The names were checked when the settings were parsed.
+        Some(names) => all.keep(names),
+        None => all,
     }
 }
 

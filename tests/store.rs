@@ -124,6 +124,7 @@ fn session(state: SessionState) -> SessionRecord {
         last_run_id: None,
         created_at: t,
         updated_at: t,
+        options: Default::default(),
     }
 }
 

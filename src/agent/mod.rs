@@ -6,10 +6,12 @@
 //! records everything through a [`Journal`], which the session actor implements, so this module
 //! never depends on sessions or storage.
 
+mod calls;
 pub mod compaction;
 pub mod context;
 #[cfg(test)]
 mod fixtures;
 mod turn;
 
+pub use calls::{Admission, Answer, Verdict};
 pub use turn::{run_turn, AgentDeps, AgentError, AgentSettings, Journal, TurnOutcome};

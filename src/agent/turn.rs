@@ -7,6 +7,9 @@ use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+#[cfg(test)]
+use super::calls::Verdict;
+use super::calls::{run_calls, Admission, Answer};
 use super::compaction::{self, CompactError, Summary};
 use super::context::{self, TrimStats};
 use crate::llm::{LlmError, ModelClient, ModelRequest, Purpose, StreamItem};
@@ -22,6 +25,8 @@ pub struct AgentSettings {
     pub max_steps: Option<u32>,
     /// Character budget of each request; `None` = send the full history.
     pub context_chars: Option<usize>,
+    /// Calls of one reply that run at once at most.
+    pub tool_concurrency: usize,
 }
 
 /// What the loop needs besides the session.
@@ -72,14 +77,27 @@ pub trait Journal: Send {
     async fn summary_appended(&mut self, summary: Summary, auto: bool) -> Result<(), Self::Error>;
     /// A compaction failed; the turn goes on with trimming.
     async fn compact_failed(&mut self, error: String) -> Result<(), Self::Error>;
+    /// Decides (and records) whether a call of the current reply runs now, is refused, or
+    /// waits for an answer.
+    async fn admit(&mut self, call: &ToolCall) -> Result<Admission, Self::Error>;
+    /// The next answer to a call that waits (a human's, a client's, or a timeout's); only
+    /// asked while some call waits.
+    async fn next_answer(&mut self) -> Result<Answer, Self::Error>;
     /// A tool call begins (recorded before it runs).
-    async fn tool_started(&mut self, call: &ToolCall) -> Result<Uuid, Self::Error>;
-    /// The tool is done: appends its result message and checkpoints.
+    async fn tool_started(&mut self, step_id: Uuid, call: &ToolCall) -> Result<(), Self::Error>;
+    /// A call is done (it ran, or was refused or answered): its outcome is recorded.
     async fn tool_finished(
         &mut self,
         step_id: Uuid,
         call: &ToolCall,
         output: &ToolOutput,
+    ) -> Result<(), Self::Error>;
+    /// Results join the history, in the order of the calls, with a checkpoint; `done` when
+    /// every call of the reply has its result.
+    async fn tool_results(
+        &mut self,
+        results: &[(ToolCall, ToolOutput)],
+        done: bool,
     ) -> Result<(), Self::Error>;
 }
 
@@ -135,16 +153,10 @@ pub async fn run_turn<J: Journal>(
         journal.user_message(input).await?;
     }
     loop {
-        for call in pending_calls(journal.history()) {
-            if cancel.is_cancelled() {
-                return Err(AgentError::Cancelled { usage, steps });
-            }
-            let step_id = journal.tool_started(&call).await?;
-            let output = tokio::select! {
-                output = deps.tools.execute(&deps.tool_context, &call) => output,
-                _ = cancel.cancelled() => return Err(AgentError::Cancelled { usage, steps }),
-            };
-            journal.tool_finished(step_id, &call, &output).await?;
+        let calls = pending_calls(journal.history());
+        if !calls.is_empty() {
+            let concurrency = settings.tool_concurrency;
+            run_calls(journal, deps, concurrency, calls, cancel, (usage, steps)).await?;
         }
         if cancel.is_cancelled() {
             return Err(AgentError::Cancelled { usage, steps });
@@ -301,6 +313,8 @@ mod tests {
         log: Vec<String>,
         /// Refuse to record this fact (by its log name).
         refuse: Option<&'static str>,
+        admissions: std::collections::HashMap<String, Scripted>,
+        answers: std::collections::VecDeque<Answer>,
     }
 
     #[derive(Debug, thiserror::Error)]
@@ -392,9 +406,33 @@ mod tests {
             self.note("compact_failed", error)
         }
 
-        async fn tool_started(&mut self, call: &ToolCall) -> Result<Uuid, Refused> {
-            self.note("tool_started", call.name.clone())?;
-            Ok(Uuid::now_v7())
+        async fn admit(&mut self, call: &ToolCall) -> Result<Admission, Refused> {
+            let step_id = Uuid::now_v7();
+            Ok(match self.admissions.remove(&call.id) {
+                Some(Scripted::Refuse(text)) => Admission::Refused {
+                    step_id,
+                    output: ToolOutput::error(text),
+                },
+                Some(Scripted::Wait) => {
+                    self.note("waits", call.id.clone())?;
+                    Admission::Waits { step_id }
+                }
+                None => Admission::Run {
+                    step_id,
+                    call: call.clone(),
+                },
+            })
+        }
+
+        async fn next_answer(&mut self) -> Result<Answer, Refused> {
+            match self.answers.pop_front() {
+                Some(answer) => Ok(answer),
+                None => std::future::pending().await,
+            }
+        }
+
+        async fn tool_started(&mut self, _: Uuid, call: &ToolCall) -> Result<(), Refused> {
+            self.note("tool_started", call.name.clone())
         }
 
         async fn tool_finished(
@@ -404,10 +442,27 @@ mod tests {
             output: &ToolOutput,
         ) -> Result<(), Refused> {
             let detail = format!("{} error={}", call.name, output.is_error);
-            self.note("tool_finished", detail)?;
-            self.push(Message::tool_result(&call.id, &output.output));
+            self.note("tool_finished", detail)
+        }
+
+        async fn tool_results(
+            &mut self,
+            results: &[(ToolCall, ToolOutput)],
+            done: bool,
+        ) -> Result<(), Refused> {
+            let ids: Vec<&str> = results.iter().map(|(c, _)| c.id.as_str()).collect();
+            self.note("tool_results", format!("{} done={done}", ids.join(",")))?;
+            for (call, output) in results {
+                self.push(Message::tool_result(&call.id, &output.output));
+            }
             Ok(())
         }
+    }
+
+    /// How the journal admits a call, by id (unlisted calls run).
+    enum Scripted {
+        Refuse(&'static str),
+        Wait,
     }
 
     struct Fixture {
@@ -437,6 +492,7 @@ mod tests {
                 system_prompt: "be brief".into(),
                 max_steps,
                 context_chars: None,
+                tool_concurrency: 4,
             },
         }
     }
@@ -468,10 +524,12 @@ mod tests {
                 "llm_completed tool_calls",
                 "tool_started list_files",
                 "tool_finished list_files error=false",
+                "tool_results call_2_0 done=true",
                 "llm_started upto=4",
                 "llm_completed tool_calls",
                 "tool_started read_file",
                 "tool_finished read_file error=false",
+                "tool_results call_4_1 done=true",
                 "llm_started upto=6",
                 "llm_completed stop",
             ]
@@ -509,6 +567,7 @@ mod tests {
                 "llm_completed tool_calls",
                 "tool_started list_files",
                 "tool_finished list_files error=false",
+                "tool_results call_2_0 done=true",
             ]
         );
     }
@@ -564,7 +623,7 @@ mod tests {
     async fn a_fact_the_journal_cannot_record_ends_the_run_with_its_error() {
         let f = fixture(Some(20));
         let mut journal = journal();
-        journal.refuse = Some("tool_finished");
+        journal.refuse = Some("tool_results");
         let cancel = CancellationToken::new();
         let result = run_turn(
             &mut journal,
@@ -575,8 +634,105 @@ mod tests {
         )
         .await;
         match result {
-            Err(AgentError::Journal(Refused(what))) => assert_eq!(what, "tool_finished"),
+            Err(AgentError::Journal(Refused(what))) => assert_eq!(what, "tool_results"),
             other => panic!("expected the journal's error, got {other:?}"),
         }
+    }
+
+    #[tokio::test]
+    async fn calls_run_as_admitted_and_their_results_join_in_call_order() {
+        let f = fixture(Some(1));
+        let mut journal = journal();
+        journal.push(Message::new(Role::User, "look"));
+        let call = |id: &str, name: &str| ToolCall {
+            id: id.into(),
+            name: name.into(),
+            arguments: serde_json::json!({"path": "."}),
+        };
+        journal.push(Message::assistant(
+            "",
+            vec![
+                call("a", "list_files"),
+                call("b", "list_files"),
+                call("c", "read_file"),
+            ],
+        ));
+        journal.admissions.insert("b".into(), Scripted::Wait);
+        journal
+            .admissions
+            .insert("c".into(), Scripted::Refuse("not allowed"));
+        journal.answers.push_back(Answer {
+            call_id: "b".into(),
+            verdict: Verdict::Run(call("b", "list_files")),
+        });
+        let cancel = CancellationToken::new();
+        run_turn(&mut journal, &f.deps, &f.settings, None, &cancel)
+            .await
+            .expect("the turn ends");
+        let facts = journal.facts();
+        // The refused call is done at once; the approved one starts beside the allowed one.
+        assert_eq!(
+            facts[..4],
+            [
+                "waits b",
+                "tool_finished read_file error=true",
+                "tool_started list_files",
+                "tool_started list_files",
+            ][..],
+            "{facts:?}"
+        );
+        let finished = facts
+            .iter()
+            .filter(|f| f.starts_with("tool_finished"))
+            .count();
+        assert_eq!(finished, 3, "{facts:?}");
+        // However they finished, the results are in the order of the calls, all of them.
+        let results: Vec<&str> = facts
+            .iter()
+            .filter_map(|f| f.strip_prefix("tool_results "))
+            .collect();
+        let joined: Vec<&str> = results
+            .iter()
+            .flat_map(|r| r.split(' ').next().unwrap_or("").split(','))
+            .collect();
+        assert_eq!(joined, ["a", "b", "c"], "{results:?}");
+        assert!(results.last().unwrap().ends_with("done=true"));
+        let tool_ids: Vec<&str> = journal
+            .history
+            .iter()
+            .filter_map(|m| m.tool_call_id.as_deref())
+            .collect();
+        assert_eq!(tool_ids, ["a", "b", "c"]);
+    }
+
+    #[tokio::test]
+    async fn a_call_that_waits_is_cancelled_with_the_run() {
+        let f = fixture(Some(5));
+        let mut journal = journal();
+        journal.push(Message::new(Role::User, "look"));
+        journal.push(Message::assistant(
+            "",
+            vec![ToolCall {
+                id: "w".into(),
+                name: "shell".into(),
+                arguments: serde_json::json!({"command": "ls"}),
+            }],
+        ));
+        journal.admissions.insert("w".into(), Scripted::Wait);
+        let cancel = CancellationToken::new();
+        let canceller = {
+            let cancel = cancel.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                cancel.cancel();
+            })
+        };
+        let result = run_turn(&mut journal, &f.deps, &f.settings, None, &cancel).await;
+        canceller.await.unwrap();
+        assert!(
+            matches!(result, Err(AgentError::Cancelled { .. })),
+            "{result:?}"
+        );
+        assert_eq!(journal.facts(), ["waits w"]);
     }
 }

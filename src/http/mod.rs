@@ -3,6 +3,7 @@
 //! Handlers are thin: they parse and validate input, call the session layer, and shape the
 //! answer. One module per resource; `router` merges them.
 
+mod approvals;
 mod auth;
 mod events;
 mod guard;
@@ -89,6 +90,7 @@ pub fn router(state: AppState, options: &HttpOptions) -> Router {
         .route("/openapi.yaml", get(openapi))
         .merge(quick)
         .merge(runs::routes())
+        .merge(approvals::routes())
         .merge(events::routes())
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(tokens, auth::require_token))

@@ -26,6 +26,9 @@ pub struct Problem {
     /// Seconds after which a retry may succeed (sent as `Retry-After`).
     #[serde(skip)]
     pub retry_after: Option<u64>,
+    /// The stored answer, when a call was already answered differently.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resolution: Option<Box<serde_json::Value>>,
 }
 
 impl Problem {
@@ -36,6 +39,7 @@ impl Problem {
             status: status.as_u16(),
             detail: detail.into(),
             retry_after: None,
+            resolution: None,
         }
     }
 
@@ -69,6 +73,17 @@ impl From<SessionError> for Problem {
     fn from(error: SessionError) -> Problem {
         match error {
             SessionError::NotFound => Problem::not_found("session not found"),
+            SessionError::BadInput(detail) => Problem::bad_request(detail),
+            SessionError::Invalid(detail) => {
+                Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid-input", detail)
+            }
+            SessionError::NoSuchCall(detail) => {
+                Problem::new(StatusCode::NOT_FOUND, "no-such-call", detail)
+            }
+            SessionError::AlreadyResolved { detail, resolution } => Problem {
+                resolution: Some(Box::new(resolution)),
+                ..Problem::new(StatusCode::CONFLICT, "already-resolved", detail)
+            },
             SessionError::Conflict { kind, detail } => {
                 Problem::new(StatusCode::CONFLICT, kind, detail)
             }

@@ -15,7 +15,7 @@ use super::paging::{one_more, CursorQuery, Page};
 use super::problem::{parse_id, ApiJson, ApiQuery, OptionalJson, Problem};
 use super::AppState;
 use crate::model::{RunKind, RunRecord, RunResult, RunStatus};
-use crate::session::{RunRequest, RunStarted, RunStopped};
+use crate::session::{Pending, RunRequest, RunStarted, RunStopped};
 
 pub fn routes() -> Router<AppState> {
     Router::new()
@@ -40,11 +40,22 @@ struct RunBody {
 struct RunQuery {
     #[serde(default, deserialize_with = "super::params::lenient_bool")]
     wait: Option<bool>,
+    /// What to do about calls of the active run that wait for an answer.
+    pending: Option<PendingParam>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct EmptyBody {}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum PendingParam {
+    /// Refuse the new run while calls wait (the default).
+    Refuse,
+    /// Deny every waiting call and start the new run.
+    Deny,
+}
 
 /// `input` is a string or a user message object `{role: "user", content: "..."}`.
 fn parse_input(input: Value) -> Result<String, Problem> {
@@ -99,6 +110,10 @@ async fn start(
         RunRequest {
             kind: RunKind::Run,
             input: Some(input),
+            pending: match query.pending {
+                Some(PendingParam::Deny) => Pending::Deny,
+                Some(PendingParam::Refuse) | None => Pending::Refuse,
+            },
         },
         query,
         &headers,
@@ -120,6 +135,7 @@ async fn resume(
         RunRequest {
             kind: RunKind::Resume,
             input: None,
+            pending: Pending::Refuse,
         },
         query,
         &headers,

@@ -12,7 +12,9 @@ use serde_json::Value;
 use super::paging::{one_more, page_limit, parse_cursor, CursorQuery, Page};
 use super::problem::{parse_id, ApiQuery, OptionalJson, Problem};
 use super::AppState;
-use crate::model::{Message, RunRecord, SessionRecord, SessionState, StepRecord};
+use crate::model::{
+    ClientTool, Message, Rule, RunRecord, SessionOptions, SessionRecord, SessionState, StepRecord,
+};
 use crate::session::NewSession;
 use crate::store::SessionQuery;
 
@@ -35,6 +37,14 @@ struct CreateBody {
     system_prompt: Option<String>,
     title: Option<String>,
     metadata: Option<Value>,
+    /// The tools it is offered (default: all the server offers).
+    tools: Option<Vec<String>>,
+    /// Its own policy rules, applied with the server's.
+    #[serde(default)]
+    tool_policy: Vec<Rule>,
+    /// Tools its client runs.
+    #[serde(default)]
+    client_tools: Vec<ClientTool>,
 }
 
 async fn create(
@@ -62,12 +72,19 @@ async fn create(
     if body.metadata.as_ref().is_some_and(|m| !m.is_object()) {
         return Err(Problem::bad_request("metadata must be a JSON object"));
     }
+    let options = SessionOptions {
+        tools: body.tools,
+        tool_policy: body.tool_policy,
+        client_tools: body.client_tools,
+    };
+    state.sessions.check_options(&options)?;
     let record = state
         .sessions
         .create(NewSession {
             system_prompt: body.system_prompt,
             title: body.title,
             metadata: body.metadata,
+            options,
         })
         .await?;
     let location = format!("/v1/sessions/{}", record.id);

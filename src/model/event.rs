@@ -10,7 +10,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::{FinishReason, Message, RunKind, SessionState, ToolCall, Usage};
+use super::{
+    Decision, FinishReason, Message, ResolvedBy, Rule, RunKind, SessionState, ToolCall, Usage,
+};
 
 /// One event of a session's log: `seq` is contiguous per session, starting at 1. On the wire
 /// it is `{session_id, seq, type, data, created_at}`.
@@ -136,6 +138,41 @@ pub enum EventKind {
         output: String,
         is_error: bool,
     },
+    /// A call waits for a human's answer (policy said `ask`).
+    #[serde(rename = "tool.approval-requested")]
+    ToolApprovalRequested {
+        step_id: Uuid,
+        call_id: String,
+        tool: String,
+        input: Value,
+        /// What the policy matched: the command, the path, or the input's JSON.
+        subject: String,
+        /// When nobody's answer is taken any more (`None`: never).
+        expires_at: Option<DateTime<Utc>>,
+    },
+    #[serde(rename = "tool.approval-resolved")]
+    ToolApprovalResolved {
+        call_id: String,
+        decision: Decision,
+        by: ResolvedBy,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+        /// The input the call runs with, when the answer replaced it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        input: Option<Value>,
+    },
+    /// An `always` answer added a session rule.
+    #[serde(rename = "tool.policy-updated")]
+    ToolPolicyUpdated { rule: Rule },
+    /// A call of a tool the client runs waits for the client's result.
+    #[serde(rename = "tool.client-requested")]
+    ToolClientRequested {
+        step_id: Uuid,
+        call_id: String,
+        tool: String,
+        input: Value,
+        expires_at: Option<DateTime<Utc>>,
+    },
     #[serde(rename = "agent.context.trimmed")]
     ContextTrimmed {
         step_id: Uuid,
@@ -193,6 +230,10 @@ impl EventKind {
             EventKind::LlmFailed { .. } => "llm.failed",
             EventKind::ToolStarted { .. } => "tool.started",
             EventKind::ToolFinished { .. } => "tool.finished",
+            EventKind::ToolApprovalRequested { .. } => "tool.approval-requested",
+            EventKind::ToolApprovalResolved { .. } => "tool.approval-resolved",
+            EventKind::ToolPolicyUpdated { .. } => "tool.policy-updated",
+            EventKind::ToolClientRequested { .. } => "tool.client-requested",
             EventKind::ContextTrimmed { .. } => "agent.context.trimmed",
             EventKind::ContextCompacted { .. } => "agent.context.compacted",
             EventKind::ContextCompactFailed { .. } => "agent.context.compact-failed",

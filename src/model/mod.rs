@@ -7,14 +7,16 @@ mod event;
 mod message;
 mod session;
 mod step;
+mod tool;
 
 pub use event::{CharsBeforeAfter, Event, EventKind};
 pub use message::{Message, Role, ToolCall, ToolSchema, SUMMARY_PREFIX, TRANSCRIPT_USER_MARKER};
 pub use session::{
-    Checkpoint, RunKind, RunRecord, RunResult, RunStatus, SessionRecord, SessionState, StepKind,
-    StepRecord, StepStatus, Usage, INTERRUPTED, STORAGE_FAILED,
+    Checkpoint, RunKind, RunRecord, RunResult, RunStatus, SessionOptions, SessionRecord,
+    SessionState, StepKind, StepRecord, StepStatus, Usage, INTERRUPTED, STORAGE_FAILED,
 };
 pub use step::{FinishReason, LlmRequestDescriptor, TrimStats};
+pub use tool::{Action, ClientTool, Decision, ResolvedBy, Rule};
 
 use chrono::{DateTime, SubsecRound, Utc};
 use uuid::Uuid;

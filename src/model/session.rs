@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::FinishReason;
+use super::{ClientTool, FinishReason, Rule};
 
 /// The six session states.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -91,6 +91,23 @@ pub struct SessionRecord {
     pub last_run_id: Option<Uuid>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// Served beside the other fields.
+    #[serde(flatten)]
+    pub options: SessionOptions,
+}
+
+/// What a session chose at creation beyond its prompt (a fork inherits it).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SessionOptions {
+    /// The built-in (and MCP) tools it is offered; `None`: all the server offers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<String>>,
+    /// Its own policy rules, applied with the server's; `always` answers add to them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_policy: Vec<Rule>,
+    /// Tools its client runs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub client_tools: Vec<ClientTool>,
 }
 
 impl SessionRecord {

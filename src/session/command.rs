@@ -4,11 +4,12 @@
 //! command, and nothing else matches on a command.
 
 use serde::Serialize;
+use serde_json::Value;
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
 use super::SessionError;
-use crate::model::{RunKind, RunRecord, RunResult, SessionState};
+use crate::model::{Decision, RunKind, RunRecord, RunResult, SessionState};
 
 /// Where an actor sends a command's answer.
 pub(super) type Reply<T> = oneshot::Sender<Result<T, SessionError>>;
@@ -44,6 +45,38 @@ pub(super) enum Command {
     Recover {
         reply: Reply<()>,
     },
+    /// A human's answer to a call waiting for approval.
+    Approve {
+        call_id: String,
+        answer: ApprovalAnswer,
+        reply: Reply<Value>,
+    },
+    /// A client's result for a call of one of its tools.
+    ClientResult {
+        call_id: String,
+        output: String,
+        is_error: bool,
+        reply: Reply<Value>,
+    },
+}
+
+/// What a human answers to an approval request.
+#[derive(Debug, Clone)]
+pub struct ApprovalAnswer {
+    pub decision: Decision,
+    pub reason: Option<String>,
+    /// Replaces the call's input (checked against the tool's schema).
+    pub input: Option<Value>,
+}
+
+/// What a new run does about calls of the active run that wait for an answer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Pending {
+    /// Refuse the new run (409).
+    #[default]
+    Refuse,
+    /// Deny every waiting call ("superseded by a new message"), end that run, start this one.
+    Deny,
 }
 
 #[derive(Debug, Clone)]
@@ -51,6 +84,7 @@ pub struct RunRequest {
     pub kind: RunKind,
     /// The user's input; `None` for a resume.
     pub input: Option<String>,
+    pub pending: Pending,
 }
 
 /// A run that has started (its start is durable), or the result of a completed session that a

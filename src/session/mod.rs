@@ -13,6 +13,7 @@
 //! - `coordination`: heartbeat, takeover sweep and notifications (scale-out).
 //! - `steps`: rebuilding an LLM step's exact request.
 //! - `stream`: replay-then-live event streams.
+//! - `waiting`: the calls of a run that wait for an answer (approvals, client tools).
 
 mod actor;
 mod command;
@@ -22,10 +23,14 @@ mod live;
 mod sessions;
 mod steps;
 mod stream;
+mod waiting;
 
-pub use command::{CancelOutcome, Compacted, RunRequest, RunStarted, RunStopped};
+pub use command::{
+    ApprovalAnswer, CancelOutcome, Compacted, Pending, RunRequest, RunStarted, RunStopped,
+};
 pub use sessions::{NewSession, Sessions, Subscription};
 pub use stream::EventStream;
+pub use waiting::{ClientResult, PendingApproval, Resolution};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,6 +42,16 @@ use uuid::Uuid;
 use crate::agent::{AgentDeps, AgentSettings};
 use crate::store::writer::Writer;
 use crate::store::{Cluster, Store, StoreError};
+use crate::tools::policy::{ApprovalMode, Rules};
+
+/// How calls are admitted: the server's rules, what `ask` means without a human, and how long
+/// an answer (a human's, or a client's) is waited for.
+pub struct ToolPolicy {
+    pub rules: Rules,
+    pub mode: ApprovalMode,
+    /// `None`: wait for ever.
+    pub approval_timeout: Option<Duration>,
+}
 
 /// What every session actor depends on, shared by all of them.
 pub struct SessionDeps {
@@ -59,6 +74,7 @@ pub struct SessionDeps {
     pub lease_ttl: Duration,
     /// Resume interrupted runs by themselves (at start, and after taking a session over).
     pub auto_resume: bool,
+    pub policy: ToolPolicy,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -68,6 +84,21 @@ pub enum SessionError {
     /// The session's state does not allow the request (a run is active, nothing to resume…).
     #[error("{detail}")]
     Conflict { kind: &'static str, detail: String },
+    /// The request is not valid for this server (an unknown tool name, a bad rule…).
+    #[error("{0}")]
+    BadInput(String),
+    /// An answer that does not fit (an edited input against the tool's schema).
+    #[error("{0}")]
+    Invalid(String),
+    /// No such waiting call in the session's current run.
+    #[error("{0}")]
+    NoSuchCall(String),
+    /// The call was answered already, differently; `resolution` is the stored answer.
+    #[error("{detail}")]
+    AlreadyResolved {
+        detail: String,
+        resolution: serde_json::Value,
+    },
     /// The model provider failed (a compaction's summary request).
     #[error(transparent)]
     Upstream(crate::llm::LlmError),

@@ -12,14 +12,20 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::actor::SessionActor;
-use super::command::{CancelOutcome, Command, Compacted, Reply, RunRequest, RunStarted};
+use super::command::{
+    ApprovalAnswer, CancelOutcome, Command, Compacted, Pending, Reply, RunRequest, RunStarted,
+};
 use super::live::{LiveSessions, Slot};
 use super::stream::EventStream;
+use super::waiting::{self, PendingApproval};
 use super::{coordination, steps, SessionDeps, SessionError};
 use crate::model::{
-    self, Event, EventKind, Message, Role, RunKind, SessionRecord, SessionState, Usage,
+    self, Event, EventKind, Message, Role, RunKind, SessionOptions, SessionRecord, SessionState,
+    Usage,
 };
 use crate::store::{Store, WriteOp};
+use crate::tools::policy::Rules;
+use crate::tools::ToolInfo;
 
 /// A session's live channels, taken before its backlog is read.
 pub struct Subscription {
@@ -39,6 +45,8 @@ pub struct NewSession {
     pub system_prompt: Option<String>,
     pub title: Option<String>,
     pub metadata: Option<Value>,
+    /// Validated by the caller against the server's tools.
+    pub options: SessionOptions,
 }
 
 /// How often a command is handed to a session's next actor when the one it reached stopped.
@@ -94,6 +102,7 @@ impl Sessions {
             last_run_id: None,
             created_at: now,
             updated_at: now,
+            options: new.options,
         };
         let prompt = new
             .system_prompt
@@ -225,6 +234,111 @@ impl Sessions {
             .ok_or(SessionError::NotFound)
     }
 
+    /// The tools a new session is offered, available or not.
+    pub fn tools(&self) -> Vec<ToolInfo> {
+        self.deps.agent.tools.list()
+    }
+
+    /// Checks what a new session chose: its tools exist, its rules compile, its client
+    /// tools are well formed and clash with nothing.
+    pub fn check_options(&self, options: &SessionOptions) -> Result<(), SessionError> {
+        let server = &self.deps.agent.tools;
+        if let Some(tools) = &options.tools {
+            if let Err(unknown) = server.select(tools) {
+                return Err(SessionError::BadInput(format!(
+                    "tools names tools this server does not offer: {} (it offers {})",
+                    unknown.0.join(", "),
+                    server.names().join(", ")
+                )));
+            }
+        }
+        Rules::compile(options.tool_policy.clone())
+            .map_err(|e| SessionError::BadInput(format!("tool_policy: {e}")))?;
+        let mut names = std::collections::HashSet::new();
+        for tool in &options.client_tools {
+            let valid = !tool.name.is_empty()
+                && tool.name.len() <= 64
+                && tool
+                    .name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+            if !valid {
+                return Err(SessionError::BadInput(format!(
+                    "client tool name {:?}: use 1-64 letters, digits, _ or -",
+                    tool.name
+                )));
+            }
+            if server.get(&tool.name).is_some() || !names.insert(tool.name.as_str()) {
+                return Err(SessionError::BadInput(format!(
+                    "client tool name {:?} clashes with another tool",
+                    tool.name
+                )));
+            }
+            if !tool.input_schema.is_object() {
+                return Err(SessionError::BadInput(format!(
+                    "client tool {:?}: input_schema must be a JSON schema object",
+                    tool.name
+                )));
+            }
+            if tool.timeout_s == Some(0) {
+                return Err(SessionError::BadInput(format!(
+                    "client tool {:?}: timeout_s must be at least 1",
+                    tool.name
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The approvals the session's run waits for, rebuilt from its events.
+    pub async fn pending_approvals(&self, id: Uuid) -> Result<Vec<PendingApproval>, SessionError> {
+        let session = self.get(id).await?;
+        if !session.state.is_active() {
+            return Ok(Vec::new());
+        }
+        let Some(run_id) = session.last_run_id else {
+            return Ok(Vec::new());
+        };
+        let Some(run) = self.deps.store.run(id, run_id).await? else {
+            return Ok(Vec::new());
+        };
+        let waiting = waiting::of_run(self.deps.store.as_ref(), id, run.start_seq).await?;
+        Ok(waiting.pending_approvals())
+    }
+
+    /// A human's answer to a call waiting for approval; answers the resolution once it is
+    /// recorded.
+    pub async fn approve(
+        &self,
+        id: Uuid,
+        call_id: String,
+        answer: ApprovalAnswer,
+    ) -> Result<Value, SessionError> {
+        self.send(id, |reply| Command::Approve {
+            call_id: call_id.clone(),
+            answer: answer.clone(),
+            reply,
+        })
+        .await
+    }
+
+    /// A client's result for a call of one of its tools; answers once it is recorded.
+    pub async fn client_result(
+        &self,
+        id: Uuid,
+        call_id: String,
+        output: String,
+        is_error: bool,
+    ) -> Result<Value, SessionError> {
+        self.send(id, |reply| Command::ClientResult {
+            call_id: call_id.clone(),
+            output: output.clone(),
+            is_error,
+            reply,
+        })
+        .await
+    }
+
     /// Starts a run (or a resume). Of concurrent requests exactly one starts; the others get a
     /// conflict.
     pub async fn run(&self, id: Uuid, request: RunRequest) -> Result<RunStarted, SessionError> {
@@ -343,6 +457,7 @@ impl Sessions {
                 let request = RunRequest {
                     kind: RunKind::Resume,
                     input: None,
+                    pending: Pending::Refuse,
                 };
                 match sessions.run(id, request).await {
                     Ok(_) => tracing::info!(session_id = %id, "resuming an interrupted run"),

@@ -21,7 +21,8 @@ use crate::model::{
 };
 
 /// A session with its derived counters; the table is aliased `s`.
-pub const SESSION_COLUMNS: &str = "s.id, s.parent_id, s.title, s.metadata, s.system_prompt, \
+pub const SESSION_COLUMNS: &str =
+    "s.id, s.parent_id, s.title, s.metadata, s.options, s.system_prompt, \
      s.state, s.error, s.input_tokens, s.output_tokens, s.last_run_id, s.created_at, \
      s.updated_at, \
      COALESCE((SELECT MAX(idx) FROM messages m WHERE m.session_id = s.id) + 1, 0) \
@@ -146,6 +147,8 @@ pub fn session_from<R: StoredRow>(row: &R) -> StoreResult<SessionRecord> {
         parent_id: row.opt_uuid("parent_id")?,
         title: row.get("title")?,
         metadata: row.json("metadata")?,
+        options: serde_json::from_value(row.json("options")?)
+            .map_err(|e| StoreError::Corrupt(format!("options: {e}")))?,
         system_prompt: row.get("system_prompt")?,
         state: named(row, "state", SessionState::parse)?,
         error: row.get("error")?,

@@ -17,6 +17,7 @@
 //! - [`policy`]: allow / ask / deny rules, as a pure function.
 
 pub mod builtin;
+pub mod client;
 pub mod policy;
 pub mod registry;
 pub mod sandbox;

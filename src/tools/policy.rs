@@ -18,33 +18,14 @@ use super::{Subject, SubjectKind};
 /// The tools allowed when no rule says otherwise: they only read the workspace.
 pub const ALLOWED_BY_DEFAULT: [&str; 4] = ["list_files", "read_file", "glob", "grep"];
 
-/// What to do with a call, from the least restrictive to the most.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Action {
-    Allow,
-    Ask,
-    Deny,
-}
+pub use crate::model::{Action, Rule};
 
-/// One policy rule as the server's policy file and a session's `tool_policy` spell it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Rule {
-    pub tool: String,
-    #[serde(rename = "match", default, skip_serializing_if = "Option::is_none")]
-    pub subject: Option<String>,
-    pub action: Action,
-}
-
-impl Rule {
-    /// The rule an "always" approval adds: this tool, exactly this subject, allowed.
-    pub fn always_allow(tool: &str, subject: &Subject) -> Rule {
-        Rule {
-            tool: globset::escape(tool),
-            subject: Some(globset::escape(&subject.text)),
-            action: Action::Allow,
-        }
+/// The rule an "always" approval adds: this tool, exactly this subject, allowed.
+pub fn always_allow(tool: &str, subject: &Subject) -> Rule {
+    Rule {
+        tool: globset::escape(tool),
+        subject: Some(globset::escape(&subject.text)),
+        action: Action::Allow,
     }
 }
 
@@ -425,7 +406,7 @@ mod tests {
         let tricky = command("rm -rf build/*.o [x] {a,b}");
         let mut session = Rules::default();
         session
-            .push(Rule::always_allow("shell", &tricky))
+            .push(always_allow("shell", &tricky))
             .expect("escaped globs compile");
         let none = Rules::default();
         assert_eq!(action(&none, &session, "shell", &tricky), Action::Allow);
@@ -442,7 +423,7 @@ mod tests {
             action(&none, &session, "shell", &command("rm -rf build/*.o x a")),
             Action::Ask
         );
-        let file = Rule::always_allow("write_file", &path("notes/*.md"));
+        let file = always_allow("write_file", &path("notes/*.md"));
         assert_eq!(file.action, Action::Allow);
         session.push(file).expect("compiles");
         assert_eq!(

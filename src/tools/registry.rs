@@ -135,6 +135,20 @@ impl ToolRegistry {
         })
     }
 
+    /// The tools of these names that are here, without complaint about the others.
+    pub fn keep<S: AsRef<str>>(&self, names: &[S]) -> ToolRegistry {
+        let wanted: HashSet<&str> = names.iter().map(AsRef::as_ref).collect();
+        ToolRegistry {
+            tools: self
+                .tools
+                .iter()
+                .filter(|t| wanted.contains(t.name()))
+                .cloned()
+                .collect(),
+            max_output_bytes: self.max_output_bytes,
+        }
+    }
+
     pub fn names(&self) -> Vec<&str> {
         self.tools.iter().map(|t| t.name()).collect()
     }

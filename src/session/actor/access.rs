@@ -12,6 +12,7 @@ use super::{Core, SessionActor, Stop};
 use crate::model::{self, RunResult, RunStatus, SessionState, INTERRUPTED, STORAGE_FAILED};
 use crate::session::command::Reply;
 use crate::session::lease::Taken;
+use crate::session::waiting::{self, Waiting};
 use crate::session::SessionError;
 use crate::store::{Cluster, StoreError, WriteOp};
 
@@ -149,6 +150,7 @@ impl SessionActor {
             record,
             history: Vec::new(),
             history_loaded: false,
+            parked: None,
             last_result: last_run.as_ref().map(RunResult::from),
             last_run,
         }))
@@ -192,10 +194,33 @@ impl SessionActor {
         }
     }
 
+    /// What the session's run waits for, when it waits only for answers (nothing running):
+    /// rebuilt from the run's events.
+    async fn parked_calls(&self, core: &Core) -> Result<Option<Waiting>, StoreError> {
+        if core.record.state != SessionState::WaitingTool {
+            return Ok(None);
+        }
+        let Some(run) = core
+            .last_run
+            .as_ref()
+            .filter(|r| r.status == RunStatus::Running)
+        else {
+            return Ok(None);
+        };
+        let waiting = waiting::of_run(self.deps.store.as_ref(), self.id, run.start_seq).await?;
+        Ok(waiting.is_parked().then_some(waiting))
+    }
+
     /// Records the run in progress as interrupted (or as failed on storage, when the session's
     /// last actor stopped on a failed write): as at the end of any run, the state change, then
     /// the run's terminal event.
     async fn recover_interrupted(&self, core: &mut Core) -> Result<(), StoreError> {
+        if let Some(waiting) = self.parked_calls(core).await? {
+            // It waits only for answers, which no restart loses: it goes on waiting.
+            tracing::info!(session_id = %self.id, "a run that waits for answers goes on waiting");
+            core.parked = Some(waiting);
+            return Ok(());
+        }
         let cause = if self.live.is_stalled(self.id) {
             STORAGE_FAILED
         } else {

@@ -1,6 +1,7 @@
 //! Cancel: stops the active run or compaction; with nothing active here, asks the replica
 //! that runs the session (scale-out), else answers that nothing was running.
 
+use super::run::Begin;
 use super::{Active, Phase, SessionActor, Stop};
 use crate::model::SessionState;
 use crate::session::command::{CancelOutcome, Reply};
@@ -22,13 +23,34 @@ pub(super) async fn handle(phase: Phase<'_>, reply: Reply<CancelOutcome>) -> Res
             }));
             Ok(())
         }
-        Phase::Idle(actor, _) => {
+        Phase::Idle(actor, inbox) => {
             let id = actor.id;
-            if let Err(refusal) = actor.load().await {
-                return refusal.answer(id, reply);
-            }
-            let _ = reply.send(actor.cancel_elsewhere().await);
-            Ok(())
+            let parked = match actor.load().await {
+                Ok(core) => core.parked.is_some(),
+                Err(refusal) => return refusal.answer(id, reply),
+            };
+            // A run that waits with nobody driving it is ended here; anything else may run
+            // on another replica.
+            let parked = match parked {
+                true => match actor.claim_with_history().await {
+                    Ok(core) => core.parked.take().map(|w| (w, core.record.last_run_id)),
+                    Err(refusal) => return refusal.answer(id, reply),
+                },
+                false => None,
+            };
+            let Some((waiting, run_id)) = parked else {
+                let _ = reply.send(actor.cancel_elsewhere().await);
+                return Ok(());
+            };
+            // A run that waits for answers with nobody driving it: end it here.
+            let _ = reply.send(Ok(CancelOutcome {
+                cancelled: true,
+                run_id,
+                state: SessionState::WaitingTool,
+            }));
+            let mut begin = Begin::resumed(waiting);
+            begin.cancelled = true;
+            actor.continue_run(begin, inbox).await.map(drop)
         }
     }
 }

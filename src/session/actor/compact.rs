@@ -30,6 +30,10 @@ impl SessionActor {
             return refusal.answer(id, reply);
         }
         let core = self.core.as_mut().ok_or(Stop::Gone)?;
+        if core.parked.is_some() {
+            let _ = reply.send(Err(super::run::approvals_pending()));
+            return Ok(());
+        }
         if compaction::compactable_turns(&core.history) == 0 {
             let _ = reply.send(Ok(None));
             return Ok(());
@@ -37,6 +41,7 @@ impl SessionActor {
         let activity = Activity {
             cancel: self.deps.shutdown.child_token(),
             what: Active::Compaction(core.record.state),
+            calls: None,
         };
         let sink = super::journal::Sink {
             deps: &self.deps,

@@ -9,10 +9,11 @@ use async_trait::async_trait;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
+use super::calls::CallDesk;
 use super::Core;
 use crate::agent::compaction::Summary;
 use crate::agent::context::TrimStats;
-use crate::agent::Journal;
+use crate::agent::{Admission, Answer, Journal};
 use crate::model::{
     self, CharsBeforeAfter, Checkpoint, Event, EventKind, FinishReason, LlmRequestDescriptor,
     Message, Role, SessionState, StepKind, StepRecord, StepStatus, ToolCall, Usage,
@@ -166,16 +167,25 @@ pub(super) struct RunJournal<'a> {
     pub sink: Sink<'a>,
     /// What is gathered and not yet handed to the writer.
     pub batch: Batch,
+    /// How the run's tool calls are admitted and answered.
+    pub calls: CallDesk,
 }
 
 impl<'a> RunJournal<'a> {
-    pub fn new(id: Uuid, run_id: Uuid, core: &'a mut Core, sink: Sink<'a>) -> RunJournal<'a> {
+    pub fn new(
+        id: Uuid,
+        run_id: Uuid,
+        core: &'a mut Core,
+        sink: Sink<'a>,
+        calls: CallDesk,
+    ) -> RunJournal<'a> {
         RunJournal {
             id,
             run_id,
             core,
             sink,
             batch: Batch::new(id),
+            calls,
         }
     }
 
@@ -185,7 +195,7 @@ impl<'a> RunJournal<'a> {
     }
 
     /// Commits what is gathered and waits for it to be durable.
-    async fn flush(&mut self) -> Result<(), StoreError> {
+    pub(super) async fn flush_now(&mut self) -> Result<(), StoreError> {
         let batch = self.take_batch();
         self.sink.commit(batch).await
     }
@@ -212,7 +222,7 @@ impl<'a> RunJournal<'a> {
         }
     }
 
-    fn tool_step(&self, id: Uuid, call: &ToolCall, status: StepStatus) -> StepRecord {
+    pub(super) fn tool_step(&self, id: Uuid, call: &ToolCall, status: StepStatus) -> StepRecord {
         let request = serde_json::to_value(call).unwrap_or(Value::Null);
         self.step(id, StepKind::Tool, status, request)
     }
@@ -289,7 +299,7 @@ impl Journal for RunJournal<'_> {
             },
         );
         self.batch.checkpoint(self.core, self.run_id, Some(step_id));
-        self.flush().await
+        self.flush_now().await
     }
 
     async fn llm_failed(&mut self, step_id: Uuid, error: String) -> Result<(), StoreError> {
@@ -299,7 +309,7 @@ impl Journal for RunJournal<'_> {
         self.batch.ops.push(WriteOp::UpsertStep(step));
         self.batch
             .event(self.core, EventKind::LlmFailed { step_id, error });
-        self.flush().await
+        self.flush_now().await
     }
 
     async fn context_trimmed(
@@ -329,12 +339,12 @@ impl Journal for RunJournal<'_> {
             .message(self.core, Message::new(Role::User, input));
         self.batch
             .event(self.core, EventKind::UserMessage { message });
-        self.flush().await
+        self.flush_now().await
     }
 
     async fn summary_appended(&mut self, summary: Summary, auto: bool) -> Result<(), StoreError> {
         self.batch.summary(self.core, &summary, auto);
-        self.flush().await
+        self.flush_now().await
     }
 
     async fn compact_failed(&mut self, error: String) -> Result<(), StoreError> {
@@ -343,24 +353,19 @@ impl Journal for RunJournal<'_> {
             self.core,
             EventKind::ContextCompactFailed { session_id, error },
         );
-        self.flush().await
+        self.flush_now().await
     }
 
-    async fn tool_started(&mut self, call: &ToolCall) -> Result<Uuid, StoreError> {
-        let step_id = model::new_id();
-        let step = self.tool_step(step_id, call, StepStatus::Running);
-        self.batch.ops.push(WriteOp::UpsertStep(step));
-        self.batch.state(self.core, SessionState::WaitingTool, None);
-        self.batch.event(
-            self.core,
-            EventKind::ToolStarted {
-                step_id,
-                call: call.clone(),
-            },
-        );
-        // Durable before the tool runs: a crash mid-tool shows the call as started.
-        self.flush().await?;
-        Ok(step_id)
+    async fn admit(&mut self, call: &ToolCall) -> Result<Admission, StoreError> {
+        self.admit_call(call).await
+    }
+
+    async fn next_answer(&mut self) -> Result<Answer, StoreError> {
+        self.next_call_answer().await
+    }
+
+    async fn tool_started(&mut self, step_id: Uuid, call: &ToolCall) -> Result<(), StoreError> {
+        self.call_started(step_id, call).await
     }
 
     async fn tool_finished(
@@ -369,28 +374,14 @@ impl Journal for RunJournal<'_> {
         call: &ToolCall,
         output: &ToolOutput,
     ) -> Result<(), StoreError> {
-        self.batch
-            .message(self.core, Message::tool_result(&call.id, &output.output));
-        let status = if output.is_error {
-            StepStatus::Failed
-        } else {
-            StepStatus::Completed
-        };
-        let mut step = self.tool_step(step_id, call, status);
-        step.response = Some(json!({ "output": output.output, "is_error": output.is_error }));
-        step.finished_at = Some(model::now());
-        self.batch.ops.push(WriteOp::UpsertStep(step));
-        self.batch.event(
-            self.core,
-            EventKind::ToolFinished {
-                step_id,
-                call_id: call.id.clone(),
-                output: output.output.clone(),
-                is_error: output.is_error,
-            },
-        );
-        self.batch.state(self.core, SessionState::Running, None);
-        self.batch.checkpoint(self.core, self.run_id, Some(step_id));
-        self.flush().await
+        self.call_finished(step_id, call, output).await
+    }
+
+    async fn tool_results(
+        &mut self,
+        results: &[(ToolCall, ToolOutput)],
+        done: bool,
+    ) -> Result<(), StoreError> {
+        self.call_results(results, done).await
     }
 }

@@ -2,6 +2,7 @@
 //! process left behind, and the loss of the lease.
 
 use super::journal::Batch;
+use super::run::Begin;
 use super::{Phase, Stop};
 use crate::session::actor::access::Refusal;
 use crate::session::command::Reply;
@@ -17,8 +18,13 @@ pub(super) async fn delete(phase: Phase<'_>, reply: Reply<()>) -> Result<(), Sto
         Phase::Idle(actor, _) => actor,
     };
     let id = actor.id;
-    if let Err(refusal) = actor.claim().await {
-        return refusal.answer(id, reply);
+    match actor.claim().await {
+        Err(refusal) => return refusal.answer(id, reply),
+        Ok(core) if core.parked.is_some() => {
+            let _ = reply.send(Err(super::run::approvals_pending()));
+            return Ok(());
+        }
+        Ok(_) => {}
     }
     let batch = Batch::new(id).with(WriteOp::DeleteSession(id));
     match actor.sink().commit(batch).await {
@@ -37,18 +43,25 @@ pub(super) async fn delete(phase: Phase<'_>, reply: Reply<()>) -> Result<(), Sto
 /// Claims the session (recording a run left in progress as interrupted) and answers whether
 /// its last run was interrupted, so that it can be resumed.
 pub(super) async fn take_over(phase: Phase<'_>, reply: Reply<bool>) -> Result<(), Stop> {
-    let actor = match phase {
+    let (actor, inbox) = match phase {
         // The session runs here: there is nothing to take over.
         Phase::Busy(_) => {
             let _ = reply.send(Ok(false));
             return Ok(());
         }
-        Phase::Idle(actor, _) => actor,
+        Phase::Idle(actor, inbox) => (actor, inbox),
     };
     let id = actor.id;
     match actor.claim().await {
         Ok(core) => {
             let _ = reply.send(Ok(core.record.is_interrupted()));
+            // A run that waits for answers: drive it again, so that its waits expire in time.
+            if let Some(waiting) = core.parked.take() {
+                let mut next = actor.continue_run(Begin::resumed(waiting), inbox).await?;
+                while let Some((request, reply)) = next.take() {
+                    next = actor.start_run(request, reply, inbox).await?;
+                }
+            }
             Ok(())
         }
         // Running on another replica: not ours to take over.

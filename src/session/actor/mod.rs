@@ -10,6 +10,8 @@
 //! writes (batches, commits, the agent loop's journal); `end` decides how a run ends.
 
 mod access;
+mod approvals;
+mod calls;
 mod cancel;
 mod compact;
 mod end;
@@ -53,6 +55,9 @@ pub(super) struct Core {
     last_result: Option<RunResult>,
     /// The newest run, for resume.
     last_run: Option<RunRecord>,
+    /// The newest run waits only for answers to its calls, and nothing drives it (found so
+    /// after a restart or a takeover): what waits.
+    parked: Option<crate::session::waiting::Waiting>,
 }
 
 /// Why an actor stops. An actor that stops answers nothing more: the commands left in its
@@ -84,6 +89,8 @@ pub(super) enum Phase<'a> {
 pub(super) struct Activity {
     pub cancel: CancellationToken,
     pub what: Active,
+    /// For a run: its calls that wait for answers.
+    calls: Option<calls::RunCalls>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -132,6 +139,17 @@ impl Command {
             Command::TakeOver { reply } => lifecycle::take_over(phase, reply).await,
             Command::LeaseLost => lifecycle::lease_lost(phase),
             Command::Recover { reply } => lifecycle::recover(phase, reply).await,
+            Command::Approve {
+                call_id,
+                answer,
+                reply,
+            } => approvals::approve(phase, call_id, answer, reply).await,
+            Command::ClientResult {
+                call_id,
+                output,
+                is_error,
+                reply,
+            } => approvals::client_result(phase, call_id, output, is_error, reply).await,
         }
     }
 }

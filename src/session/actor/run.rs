@@ -1,19 +1,33 @@
-//! The run command: starting a run or a resume, and driving the agent loop while the mailbox
-//! is still served.
+//! The run command: starting a run or a resume, continuing a run that waited for answers
+//! without a driver (after a restart or a takeover), and driving the agent loop while the
+//! mailbox is still served.
 
-use tokio::sync::oneshot;
+use std::sync::{Arc, Mutex};
 
+use tokio::sync::{mpsc, oneshot};
+
+use super::calls::{AnswerMsg, CallDesk, RunCalls};
 use super::end::{self, Conclusion, RunOutcome, Stopping};
 use super::journal::{Batch, RunJournal};
 use super::{Active, Activity, Phase, SessionActor, Stop};
-use crate::agent::{context, run_turn};
+use crate::agent::{context, run_turn, AgentDeps};
 use crate::model::{
-    self, EventKind, Message, Role, RunKind, RunRecord, RunResult, RunStatus, SessionState, Usage,
+    self, EventKind, Message, ResolvedBy, Role, RunKind, RunRecord, RunResult, RunStatus,
+    SessionRecord, SessionState, Usage,
 };
-use crate::session::command::{Reply, RunRequest, RunStarted, RunStopped};
+use crate::session::command::{Pending, Reply, RunRequest, RunStarted, RunStopped};
 use crate::session::live::Inbox;
+use crate::session::waiting::Waiting;
 use crate::session::SessionError;
-use crate::store::WriteOp;
+use crate::store::{StoreError, WriteOp};
+use crate::tools::client::ClientSide;
+use crate::tools::policy::Rules;
+use crate::tools::{Tool, ToolRegistry};
+
+/// A run asked for while another one ended: it starts next.
+pub(super) type NextRun = Option<(RunRequest, Reply<RunStarted>)>;
+
+const SUPERSEDED: &str = "superseded by a new message";
 
 pub(super) async fn handle(
     phase: Phase<'_>,
@@ -22,10 +36,26 @@ pub(super) async fn handle(
 ) -> Result<(), Stop> {
     match phase {
         Phase::Busy(activity) => {
-            let _ = reply.send(Err(activity.conflict("start another run")));
+            let calls = activity.calls.as_ref();
+            let waits = calls.is_some_and(|c| c.waiting().has_pending());
+            match (waits, request.pending, calls) {
+                (true, Pending::Deny, Some(calls)) => {
+                    // Ends the active run once its waiting calls are denied; this one follows.
+                    *super::calls::lock_superseded(calls) = Some((request, reply));
+                    activity.cancel.cancel();
+                }
+                (true, Pending::Refuse, _) => drop(reply.send(Err(approvals_pending()))),
+                _ => drop(reply.send(Err(activity.conflict("start another run")))),
+            }
             Ok(())
         }
-        Phase::Idle(actor, inbox) => actor.start_run(request, reply, inbox).await,
+        Phase::Idle(actor, inbox) => {
+            let mut next = Some((request, reply));
+            while let Some((request, reply)) = next.take() {
+                next = actor.start_run(request, reply, inbox).await?;
+            }
+            Ok(())
+        }
     }
 }
 
@@ -36,18 +66,77 @@ fn nothing_to_resume() -> SessionError {
     }
 }
 
+pub(super) fn approvals_pending() -> SessionError {
+    SessionError::Conflict {
+        kind: "approvals-pending",
+        detail: "the session's run waits for answers to tool calls; answer them, cancel the run, \
+                 or start the new run with ?pending=deny to deny them"
+            .to_string(),
+    }
+}
+
+/// How a driven run begins.
+pub(super) struct Begin {
+    pub input: Option<String>,
+    /// What waits already (a continued run), and an answer that came for it.
+    pub waiting: Waiting,
+    pub answer: Option<AnswerMsg>,
+    /// Cancelled before it is driven (a cancel or a new message for a run that waited).
+    pub cancelled: bool,
+    pub superseded_by: NextRun,
+    pub result_tx: oneshot::Sender<Result<RunResult, RunStopped>>,
+}
+
+impl Begin {
+    fn new(
+        input: Option<String>,
+        result_tx: oneshot::Sender<Result<RunResult, RunStopped>>,
+    ) -> Begin {
+        Begin {
+            input,
+            waiting: Waiting::default(),
+            answer: None,
+            cancelled: false,
+            superseded_by: None,
+            result_tx,
+        }
+    }
+
+    /// A run that waited, continued without a client waiting for its result.
+    pub fn resumed(waiting: Waiting) -> Begin {
+        Begin::new(None, oneshot::channel().0).with_waiting(waiting)
+    }
+
+    fn with_waiting(mut self, waiting: Waiting) -> Begin {
+        self.waiting = waiting;
+        self
+    }
+}
+
 impl SessionActor {
-    async fn start_run(
+    pub(super) async fn start_run(
         &mut self,
         request: RunRequest,
         reply: Reply<RunStarted>,
         inbox: &mut Inbox,
-    ) -> Result<(), Stop> {
+    ) -> Result<NextRun, Stop> {
         let id = self.id;
         let core = match self.claim_with_history().await {
             Ok(core) => core,
-            Err(refusal) => return refusal.answer(id, reply),
+            Err(refusal) => return refusal.answer(id, reply).map(|()| None),
         };
+        if let Some(waiting) = core.parked.take() {
+            // A run waits for answers: a new message supersedes it, or is refused.
+            if request.pending == Pending::Refuse {
+                core.parked = Some(waiting);
+                let _ = reply.send(Err(approvals_pending()));
+                return Ok(None);
+            }
+            let mut begin = Begin::resumed(waiting);
+            begin.cancelled = true;
+            begin.superseded_by = Some((request, reply));
+            return self.continue_run(begin, inbox).await;
+        }
         if request.kind == RunKind::Resume {
             match core.record.state {
                 SessionState::Completed => {
@@ -55,11 +144,11 @@ impl SessionActor {
                         Some(result) => Ok(RunStarted::AlreadyCompleted(result)),
                         None => Err(nothing_to_resume()),
                     });
-                    return Ok(());
+                    return Ok(None);
                 }
                 SessionState::Idle => {
                     let _ = reply.send(Err(nothing_to_resume()));
-                    return Ok(());
+                    return Ok(None);
                 }
                 _ => {}
             }
@@ -68,7 +157,7 @@ impl SessionActor {
             let _ = reply.send(Err(SessionError::TooBusy(
                 "the server is running as many runs as it is allowed to; retry shortly".to_string(),
             )));
-            return Ok(());
+            return Ok(None);
         };
         let core = self.core.as_mut().ok_or(Stop::Gone)?;
         let run = RunRecord {
@@ -124,22 +213,91 @@ impl SessionActor {
             run: run.clone(),
             result: result_rx,
         }));
-        let ended = self.drive(run, input, result_tx, inbox).await;
+        let ended = self.drive(run, Begin::new(input, result_tx), inbox).await;
         drop(permit);
         ended
+    }
+
+    /// Drives the run that waited for answers with nobody driving it (the actor's `parked`
+    /// calls): after a restart or a takeover, when an answer arrives, or to end it.
+    pub(super) async fn continue_run(
+        &mut self,
+        begin: Begin,
+        inbox: &mut Inbox,
+    ) -> Result<NextRun, Stop> {
+        let run = self
+            .core
+            .as_ref()
+            .and_then(|core| core.last_run.clone())
+            .filter(|run| run.status == RunStatus::Running)
+            .ok_or(Stop::Gone)?;
+        if let Some(core) = self.core.as_mut() {
+            core.parked = None;
+        }
+        // The run holds no permit while it waits, and takes none to go on: an answer never
+        // meets a 429.
+        self.drive(run, begin, inbox).await
+    }
+
+    /// The tools a run of this session is offered: the server's (narrowed to the session's
+    /// choice) and the session's client tools.
+    fn run_tools(&self, record: &SessionRecord) -> ToolRegistry {
+        let server = &self.deps.agent.tools;
+        let chosen = match &record.options.tools {
+            Some(names) => server.keep(names),
+            None => server.clone(),
+        };
+        let client: Vec<Arc<dyn Tool>> = record
+            .options
+            .client_tools
+            .iter()
+            .map(|t| Arc::new(ClientSide(t.clone())) as Arc<dyn Tool>)
+            .collect();
+        // Names were checked against the server's tools when the session was created.
+        chosen.with(client.clone()).unwrap_or(chosen)
     }
 
     /// Runs the loop while still answering the mailbox, then records how the run ended.
     async fn drive(
         &mut self,
         run: RunRecord,
-        input: Option<String>,
-        result_tx: oneshot::Sender<Result<RunResult, RunStopped>>,
+        begin: Begin,
         inbox: &mut Inbox,
-    ) -> Result<(), Stop> {
+    ) -> Result<NextRun, Stop> {
+        let core = self.core.as_ref().ok_or(Stop::Gone)?;
+        let tools = self.run_tools(&core.record);
+        let session_rules =
+            Rules::compile(core.record.options.tool_policy.clone()).unwrap_or_default();
+        let (answers, answers_rx) = mpsc::unbounded_channel();
+        let waiting = Arc::new(Mutex::new(begin.waiting));
+        if let Some(answer) = begin.answer {
+            let _ = answers.send(answer);
+        }
         let activity = Activity {
             cancel: self.deps.shutdown.child_token(),
             what: Active::Run(run.id),
+            calls: Some(RunCalls {
+                waiting: waiting.clone(),
+                answers,
+                tools: tools.clone(),
+                superseded_by: Mutex::new(begin.superseded_by),
+            }),
+        };
+        if begin.cancelled {
+            activity.cancel.cancel();
+        }
+        let agent = AgentDeps {
+            tools: tools.clone(),
+            ..self.deps.agent.clone()
+        };
+        let desk = CallDesk {
+            waiting,
+            answers: answers_rx,
+            tools,
+            context: self.deps.agent.tool_context.clone(),
+            session_rules,
+            replies: Default::default(),
+            running: 0,
         };
         let sink = super::journal::Sink {
             deps: &self.deps,
@@ -152,14 +310,14 @@ impl SessionActor {
         if let Some(prompt) = &core.record.system_prompt {
             settings.system_prompt = prompt.clone();
         }
-        let mut journal = RunJournal::new(self.id, run.id, core, sink);
+        let mut journal = RunJournal::new(self.id, run.id, core, sink, desk);
         let mut lease_lost = false;
         let result = {
             let turn = run_turn(
                 &mut journal,
-                &self.deps.agent,
+                &agent,
                 &settings,
-                input,
+                begin.input,
                 &activity.cancel,
             );
             tokio::pin!(turn);
@@ -175,6 +333,7 @@ impl SessionActor {
                 }
             }
         };
+        let result_tx = begin.result_tx;
         if lease_lost {
             let _ = result_tx.send(Err(RunStopped::Elsewhere));
             return Err(Stop::LeaseLost);
@@ -191,7 +350,27 @@ impl SessionActor {
                 return Err(stop);
             }
         };
-        let stopping = match (self.deps.shutdown.is_cancelled(), &self.deps.cluster) {
+        let next = activity
+            .calls
+            .as_ref()
+            .and_then(|calls| super::calls::lock_superseded(calls).take());
+        let shutting_down = self.deps.shutdown.is_cancelled();
+        if let RunOutcome::Cancelled { .. } = outcome {
+            if shutting_down && next.is_none() && journal.calls.is_parked() {
+                // It waits only for answers, which a restart does not lose: leave it waiting.
+                let batch = journal.take_batch();
+                let _ = sink.commit(batch).await;
+                let _ = result_tx.send(Err(RunStopped::Elsewhere));
+                return Ok(None);
+            }
+            if !shutting_down {
+                match &next {
+                    Some(_) => journal.settle_waiting(ResolvedBy::User, Some(SUPERSEDED)),
+                    None => journal.settle_waiting(ResolvedBy::Cancel, None),
+                }
+            }
+        }
+        let stopping = match (shutting_down, &self.deps.cluster) {
             (false, _) => Stopping::No,
             (true, None) => Stopping::Alone,
             (true, Some(_)) => Stopping::Replicated,
@@ -204,7 +383,7 @@ impl SessionActor {
                 // last checkpoint at once.
                 let _ = sink.commit(batch).await;
                 let _ = result_tx.send(Err(RunStopped::Elsewhere));
-                return Ok(());
+                return Ok(None);
             }
         };
         let core = journal.core;
@@ -218,13 +397,17 @@ impl SessionActor {
         match sink.commit(batch).await {
             Ok(()) => {
                 let _ = result_tx.send(Ok(result));
-                Ok(())
+                Ok(next)
             }
             Err(error) => {
+                let text = error.to_string();
                 let stop = Stop::write_failed(self.id, &error);
                 let _ = result_tx.send(Err(RunStopped::Storage {
-                    error: error.to_string(),
+                    error: text.clone(),
                 }));
+                if let Some((_, reply)) = next {
+                    let _ = reply.send(Err(SessionError::Store(StoreError::Poisoned(text))));
+                }
                 Err(stop)
             }
         }

@@ -77,14 +77,15 @@ async fn apply(conn: &mut PgConnection, op: &WriteOp) -> StoreResult<()> {
 
 async fn insert_session(conn: &mut PgConnection, s: &SessionRecord) -> Result<(), sqlx::Error> {
     sqlx::query(
-        "INSERT INTO sessions (id, parent_id, title, metadata, system_prompt, state, error, \
-         input_tokens, output_tokens, last_run_id, created_at, updated_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+        "INSERT INTO sessions (id, parent_id, title, metadata, options, system_prompt, state, \
+         error, input_tokens, output_tokens, last_run_id, created_at, updated_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
     )
     .bind(s.id)
     .bind(s.parent_id)
     .bind(opt_text(&s.title))
     .bind(json(&s.metadata))
+    .bind(json(&options_value(s)))
     .bind(opt_text(&s.system_prompt))
     .bind(s.state.as_str())
     .bind(opt_text(&s.error))
@@ -100,12 +101,13 @@ async fn insert_session(conn: &mut PgConnection, s: &SessionRecord) -> Result<()
 
 async fn update_session(conn: &mut PgConnection, s: &SessionRecord) -> Result<(), sqlx::Error> {
     sqlx::query(
-        "UPDATE sessions SET title = $1, metadata = $2, state = $3, error = $4, \
-         input_tokens = $5, output_tokens = $6, last_run_id = $7, updated_at = $8 \
-         WHERE id = $9",
+        "UPDATE sessions SET title = $1, metadata = $2, options = $3, state = $4, error = $5, \
+         input_tokens = $6, output_tokens = $7, last_run_id = $8, updated_at = $9 \
+         WHERE id = $10",
     )
     .bind(opt_text(&s.title))
     .bind(json(&s.metadata))
+    .bind(json(&options_value(s)))
     .bind(s.state.as_str())
     .bind(opt_text(&s.error))
     .bind(tokens(s.usage.input_tokens))
@@ -116,6 +118,10 @@ async fn update_session(conn: &mut PgConnection, s: &SessionRecord) -> Result<()
     .execute(conn)
     .await?;
     Ok(())
+}
+
+fn options_value(s: &SessionRecord) -> serde_json::Value {
+    serde_json::to_value(&s.options).unwrap_or_else(|_| serde_json::json!({}))
 }
 
 async fn delete_session(conn: &mut PgConnection, id: Uuid) -> Result<(), sqlx::Error> {

@@ -146,15 +146,16 @@ fn apply(tx: &Transaction<'_>, op: &WriteOp) -> rusqlite::Result<()> {
 
 fn insert_session(tx: &Transaction<'_>, s: &SessionRecord) -> rusqlite::Result<()> {
     tx.prepare_cached(
-        "INSERT INTO sessions (id, parent_id, title, metadata, system_prompt, state, error, \
-         input_tokens, output_tokens, last_run_id, created_at, updated_at) \
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO sessions (id, parent_id, title, metadata, options, system_prompt, state, \
+         error, input_tokens, output_tokens, last_run_id, created_at, updated_at) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     )?
     .execute(params![
         s.id.to_string(),
         s.parent_id.map(|id| id.to_string()),
         s.title,
         s.metadata.to_string(),
+        options_json(s),
         s.system_prompt,
         s.state.as_str(),
         s.error,
@@ -169,12 +170,13 @@ fn insert_session(tx: &Transaction<'_>, s: &SessionRecord) -> rusqlite::Result<(
 
 fn update_session(tx: &Transaction<'_>, s: &SessionRecord) -> rusqlite::Result<()> {
     tx.prepare_cached(
-        "UPDATE sessions SET title = ?, metadata = ?, state = ?, error = ?, \
+        "UPDATE sessions SET title = ?, metadata = ?, options = ?, state = ?, error = ?, \
          input_tokens = ?, output_tokens = ?, last_run_id = ?, updated_at = ? WHERE id = ?",
     )?
     .execute(params![
         s.title,
         s.metadata.to_string(),
+        options_json(s),
         s.state.as_str(),
         s.error,
         tokens(s.usage.input_tokens),
@@ -184,6 +186,11 @@ fn update_session(tx: &Transaction<'_>, s: &SessionRecord) -> rusqlite::Result<(
         s.id.to_string(),
     ])?;
     Ok(())
+}
+
+fn options_json(s: &SessionRecord) -> String {
+    // Plain data with string keys: serialising it cannot fail.
+    serde_json::to_string(&s.options).unwrap_or_else(|_| "{}".to_string())
 }
 
 fn delete_session(tx: &Transaction<'_>, id: Uuid) -> rusqlite::Result<()> {
