@@ -1,6 +1,15 @@
 //! The mock model: deterministic and offline, so the whole server runs and is tested without a
 //! provider. Per turn it lists the workspace, reads its README when there is one, then answers
 //! with a short summary that quotes the user's input. Without tools it echoes the input.
+//!
+//! A few inputs make it use the other tools, so that they (and their approvals) can be tried
+//! with no provider key:
+//! - "write a note …" calls `write_file` on `notes.md` with the input as content;
+//! - "run `COMMAND`" calls `shell` with the command between the backticks;
+//! - "ask the client …" calls the first tool offered that is not a built-in one (a session's
+//!   client tool) with `{"question": input}`.
+//!
+//! After the call it answers with what the call returned.
 
 use std::time::Duration;
 
@@ -125,10 +134,14 @@ fn next_move(request: &ModelRequest) -> (String, Vec<ToolCall>) {
         .map(|i| request.messages[i].content.clone())
         .unwrap_or_default();
     let has_tool = |name: &str| request.tools.iter().any(|t| t.name == name);
+    let turn = &request.messages[last_user.map(|i| i + 1).unwrap_or(0)..];
+    let next_index = request.messages.last().map_or(0, |m| m.index + 1);
+    if let Some(reply) = chosen_tool_move(&input, request, turn, next_index) {
+        return reply;
+    }
     if !has_tool("list_files") {
         return (format!("Echo: {input}"), Vec::new());
     }
-    let turn = &request.messages[last_user.map(|i| i + 1).unwrap_or(0)..];
     let call_name = |call_id: &str| {
         turn.iter()
             .flat_map(|m| &m.tool_calls)
@@ -141,7 +154,6 @@ fn next_move(request: &ModelRequest) -> (String, Vec<ToolCall>) {
         })
     };
     let calls_so_far = turn.iter().map(|m| m.tool_calls.len()).sum::<usize>();
-    let next_index = request.messages.last().map_or(0, |m| m.index + 1);
     let call = |name: &str, arguments: serde_json::Value| ToolCall {
         // The history index the reply will get: unique within the session.
         id: format!("call_{}_{}", next_index, calls_so_far),
@@ -180,6 +192,69 @@ fn next_move(request: &ModelRequest) -> (String, Vec<ToolCall>) {
         summary_text(&input, &entries, readme.copied(), read),
         Vec::new(),
     )
+}
+
+/// The built-in tools' names: a tool offered that is not one of them is a client's (or an MCP
+/// server's).
+const BUILTIN: [&str; 7] = [
+    "list_files",
+    "read_file",
+    "glob",
+    "grep",
+    "write_file",
+    "edit_file",
+    "shell",
+];
+
+/// The call an input asks for by name ("write a note", "run `…`", "ask the client"), then the
+/// answer once its result is in; `None` for any other input.
+fn chosen_tool_move(
+    input: &str,
+    request: &ModelRequest,
+    turn: &[Message],
+    next_index: i64,
+) -> Option<(String, Vec<ToolCall>)> {
+    let lower = input.to_lowercase();
+    let offered = |name: &str| request.tools.iter().any(|t| t.name == name);
+    let (name, arguments) = if lower.contains("write a note") && offered("write_file") {
+        (
+            "write_file".to_string(),
+            json!({"path": "notes.md", "content": format!("{input}\n")}),
+        )
+    } else if let Some(command) = backticked_command(input).filter(|_| offered("shell")) {
+        ("shell".to_string(), json!({"command": command}))
+    } else if lower.contains("ask the client") {
+        let tool = request
+            .tools
+            .iter()
+            .find(|t| !BUILTIN.contains(&t.name.as_str()))?;
+        (tool.name.clone(), json!({"question": input}))
+    } else {
+        return None;
+    };
+    let result = turn.iter().find(|m| m.role == Role::Tool);
+    Some(match result {
+        None => (
+            String::new(),
+            vec![ToolCall {
+                id: format!("call_{next_index}_0"),
+                name,
+                arguments,
+            }],
+        ),
+        Some(result) => {
+            let said = result.content.lines().last().unwrap_or("").trim();
+            (format!("{name} answered: {said}"), Vec::new())
+        }
+    })
+}
+
+/// The command of "run `COMMAND`".
+fn backticked_command(input: &str) -> Option<String> {
+    let at = input.to_lowercase().find("run `")?;
+    let rest = &input[at + "run `".len()..];
+    let end = rest.find('`')?;
+    Some(rest[..end].to_string()).filter(|c| !c.trim().is_empty())
 }
 
 fn listing_is_error(content: &str) -> bool {

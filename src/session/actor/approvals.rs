@@ -83,6 +83,10 @@ pub(super) async fn client_result(
     }
 }
 
+fn no_run_waits() -> SessionError {
+    SessionError::NoSuchCall("the session has no run that waits for answers".to_string())
+}
+
 fn nothing_waits(call_id: &str) -> SessionError {
     SessionError::NoSuchCall(format!(
         "nothing in the session waits for an answer to call_id {call_id:?}"
@@ -97,11 +101,20 @@ impl SessionActor {
         check: impl FnOnce(&mut crate::session::waiting::Waiting) -> Result<Answered<T>, SessionError>,
     ) -> Result<Result<Answered<T>, SessionError>, super::access::Refusal> {
         let core = self.claim_with_history().await?;
-        Ok(match core.parked.as_mut() {
-            Some(waiting) => check(waiting),
-            None => Err(SessionError::NoSuchCall(
-                "the session has no run that waits for answers".to_string(),
-            )),
+        if let Some(waiting) = core.parked.as_mut() {
+            return Ok(check(waiting));
+        }
+        // No run waits: the same answer to a call of the last run is a repeat, another one a
+        // conflict, and nothing else can be answered any more.
+        let Some(run) = core.last_run.clone() else {
+            return Ok(Err(no_run_waits()));
+        };
+        let mut waiting =
+            crate::session::waiting::of_run(self.deps.store.as_ref(), self.id, run.start_seq)
+                .await?;
+        Ok(match check(&mut waiting) {
+            Ok(Answered::Fresh(_)) => Err(no_run_waits()),
+            other => other,
         })
     }
 

@@ -225,6 +225,11 @@ impl SessionActor {
         begin: Begin,
         inbox: &mut Inbox,
     ) -> Result<NextRun, Stop> {
+        // The loop reads the whole history; the command that found the run may not have.
+        if let Err(refusal) = self.claim_with_history().await {
+            let (reply, _) = oneshot::channel::<Result<(), SessionError>>();
+            return refusal.answer(self.id, reply).map(|()| None);
+        }
         let run = self
             .core
             .as_ref()
