@@ -1,0 +1,472 @@
+//! Approvals through HTTP: what policy asks about waits for a human, and every answer (allow,
+//! always, deny with a reason, an edited input, a repeat, a conflicting answer, none in time,
+//! a cancel, a new message) is recorded once and continues the run, also after a restart.
+
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use crate::support::{is_postgres, TestServer};
+use crate::{call, finished, model_calling, options, start};
+
+/// Starts a run and waits until its first approval is requested; returns the session id and
+/// the pending approval.
+async fn until_pending(server: &TestServer) -> (String, Value) {
+    let id = server.create_session().await;
+    server.start_run(&id, "please do it").await;
+    let pending = wait_pending(server, &id, 1).await;
+    (id, pending[0].clone())
+}
+
+async fn wait_pending(server: &TestServer, id: &str, n: usize) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let page = server.get_ok(&format!("/v1/sessions/{id}/approvals")).await;
+        let data = page["data"].as_array().cloned().unwrap_or_default();
+        if data.len() >= n {
+            return data;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {n} pending approvals: {page}"
+        );
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+}
+
+async fn answer(
+    server: &TestServer,
+    id: &str,
+    call_id: &str,
+    body: Value,
+) -> crate::support::Reply {
+    server
+        .post_json(&format!("/v1/sessions/{id}/approvals/{call_id}"), &body)
+        .await
+}
+
+async fn ended(server: &TestServer, id: &str) -> Value {
+    server
+        .poll_session(id, "ended", Duration::from_secs(15), |s| {
+            !matches!(s["state"].as_str(), Some("running" | "waiting_tool"))
+        })
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_allowed_call_runs_and_the_answer_is_idempotent() {
+    let model = model_calling(vec![call(
+        "w1",
+        "write_file",
+        json!({"path": "a.txt", "content": "A"}),
+    )])
+    .await;
+    let server = start(&model, &[]).await;
+    let (id, pending) = until_pending(&server).await;
+    assert_eq!(pending["call_id"], "w1");
+    assert_eq!(pending["tool"], "write_file");
+    assert_eq!(pending["subject"], "a.txt");
+    assert!(pending["expires_at"].is_string(), "{pending}");
+    assert_eq!(server.session(&id).await["state"], "waiting_tool");
+    assert!(
+        !server.workspace().join("a.txt").exists(),
+        "ran before it was allowed"
+    );
+
+    let asked = Instant::now();
+    let reply = answer(&server, &id, "w1", json!({"decision": "allow"})).await;
+    let resolution = reply.expect_json(StatusCode::OK, "allow");
+    assert_eq!(
+        resolution,
+        json!({"call_id": "w1", "decision": "allow", "by": "user"})
+    );
+    let session = ended(&server, &id).await;
+    assert_eq!(session["state"], "completed", "{session}");
+    assert_eq!(
+        std::fs::read_to_string(server.workspace().join("a.txt")).unwrap(),
+        "A"
+    );
+    let events = server.events(&id).await;
+    let started_at = events
+        .iter()
+        .find(|e| e["type"] == "tool.started")
+        .and_then(|e| e["created_at"].as_str())
+        .unwrap()
+        .to_string();
+    eprintln!(
+        "approval answered → tool started: {} ms (answer to end of run {:?})",
+        millis_between(&resolved_at(&events, "w1"), &started_at),
+        asked.elapsed()
+    );
+    // The same answer again: 200 and nothing new; another one: 409 with the stored answer.
+    let count = events.len();
+    let again = answer(&server, &id, "w1", json!({"decision": "allow"})).await;
+    assert_eq!(again.expect_json(StatusCode::OK, "repeat"), resolution);
+    let other = answer(&server, &id, "w1", json!({"decision": "deny"})).await;
+    let problem = other.expect_problem(StatusCode::CONFLICT, "another answer");
+    assert_eq!(problem["resolution"], resolution);
+    assert_eq!(server.events(&id).await.len(), count);
+}
+
+fn resolved_at(events: &[Value], call_id: &str) -> String {
+    events
+        .iter()
+        .find(|e| e["type"] == "tool.approval-resolved" && e["data"]["call_id"] == call_id)
+        .and_then(|e| e["created_at"].as_str())
+        .unwrap()
+        .to_string()
+}
+
+fn millis_between(a: &str, b: &str) -> i64 {
+    let t = |s: &str| chrono::DateTime::parse_from_rfc3339(s).unwrap();
+    (t(b) - t(a)).num_milliseconds()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_denial_reaches_the_model_with_its_reason_and_the_run_goes_on() {
+    let model = model_calling(vec![call("d1", "shell", json!({"command": "rm -rf /"}))]).await;
+    let server = start(&model, &[]).await;
+    let (id, _) = until_pending(&server).await;
+    let reply = answer(
+        &server,
+        &id,
+        "d1",
+        json!({"decision": "deny", "reason": "never do that"}),
+    )
+    .await;
+    reply.expect_json(StatusCode::OK, "deny");
+    assert_eq!(ended(&server, &id).await["state"], "completed");
+    let events = server.events(&id).await;
+    let output = finished(&events, "d1")["data"]["output"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let output: Value = serde_json::from_str(&output).unwrap();
+    assert_eq!(
+        output,
+        json!({"error": "the user denied this call", "reason": "never do that"})
+    );
+    assert!(!events.iter().any(|e| e["type"] == "tool.started"));
+    // The model saw the denial as the call's result.
+    let requests = model.requests();
+    let last = requests.last().unwrap();
+    let tool_message = last.body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .cloned()
+        .unwrap();
+    assert!(tool_message["content"]
+        .as_str()
+        .unwrap()
+        .contains("the user denied this call"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn always_adds_a_session_rule_and_the_same_call_then_runs_unasked() {
+    let first = call(
+        "a1",
+        "write_file",
+        json!({"path": "log.txt", "content": "1"}),
+    );
+    let second = call(
+        "a2",
+        "write_file",
+        json!({"path": "log.txt", "content": "2"}),
+    );
+    let other = call(
+        "a3",
+        "write_file",
+        json!({"path": "other.txt", "content": "3"}),
+    );
+    let model = crate::support::fakes::start_openai(vec![
+        crate::support::fakes::Reply::sse(crate::support::fakes::openai::tool_calls_reply(
+            "",
+            &[first],
+        )),
+        crate::support::fakes::Reply::sse(crate::support::fakes::openai::text_reply(&["ok"])),
+        crate::support::fakes::Reply::sse(crate::support::fakes::openai::tool_calls_reply(
+            "",
+            &[second, other],
+        )),
+        crate::support::fakes::Reply::sse(crate::support::fakes::openai::text_reply(&["ok"])),
+    ])
+    .await;
+    let server = start(&model, &[]).await;
+    let (id, _) = until_pending(&server).await;
+    answer(&server, &id, "a1", json!({"decision": "always"}))
+        .await
+        .expect_json(StatusCode::OK, "always");
+    ended(&server, &id).await;
+    let events = server.events(&id).await;
+    let updated = events
+        .iter()
+        .find(|e| e["type"] == "tool.policy-updated")
+        .expect("a policy-updated event");
+    assert_eq!(
+        updated["data"]["rule"],
+        json!({"tool": "write_file", "match": "log.txt", "action": "allow"})
+    );
+    let session = server.session(&id).await;
+    assert_eq!(session["tool_policy"][0]["match"], "log.txt", "{session}");
+    // Next turn: the same tool and subject runs without asking; another subject asks.
+    server.start_run(&id, "again").await;
+    let pending = wait_pending(&server, &id, 1).await;
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0]["call_id"], "a3");
+    let events = server.events(&id).await;
+    assert!(events
+        .iter()
+        .any(|e| e["type"] == "tool.started" && e["data"]["call"]["id"] == "a2"));
+    answer(&server, &id, "a3", json!({"decision": "deny"})).await;
+    ended(&server, &id).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edited_input_is_checked_and_runs_instead() {
+    let model = model_calling(vec![call(
+        "e1",
+        "write_file",
+        json!({"path": "x.txt", "content": "model"}),
+    )])
+    .await;
+    let server = start(&model, &[]).await;
+    let (id, _) = until_pending(&server).await;
+    let bad = answer(
+        &server,
+        &id,
+        "e1",
+        json!({"decision": "allow", "input": {"path": 7}}),
+    )
+    .await;
+    bad.expect_problem(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "an input that does not fit",
+    );
+    // Still waiting, nothing recorded.
+    assert_eq!(wait_pending(&server, &id, 1).await.len(), 1);
+    let edited = json!({"path": "y.txt", "content": "human"});
+    let reply = answer(
+        &server,
+        &id,
+        "e1",
+        json!({"decision": "allow", "input": edited}),
+    )
+    .await;
+    assert_eq!(reply.expect_json(StatusCode::OK, "edited")["input"], edited);
+    ended(&server, &id).await;
+    assert_eq!(
+        std::fs::read_to_string(server.workspace().join("y.txt")).unwrap(),
+        "human"
+    );
+    assert!(!server.workspace().join("x.txt").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nobody_answering_in_time_fails_closed_and_says_so() {
+    let model = model_calling(vec![call("t1", "shell", json!({"command": "true"}))]).await;
+    let server = start(&model, &["--approval-timeout-s", "1"]).await;
+    let id = server.create_session().await;
+    server.start_run(&id, "wait for me").await;
+    assert_eq!(ended(&server, &id).await["state"], "completed");
+    let events = server.events(&id).await;
+    let resolved = events
+        .iter()
+        .find(|e| e["type"] == "tool.approval-resolved")
+        .unwrap();
+    assert_eq!(resolved["data"]["by"], "timeout");
+    let output = finished(&events, "t1")["data"]["output"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(output.contains("nobody answered"), "{output}");
+    assert!(!output.contains("denied"), "{output}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_resolves_what_waits_before_the_run_ends() {
+    let model = model_calling(vec![call("k1", "shell", json!({"command": "true"}))]).await;
+    let server = start(&model, &[]).await;
+    let (id, _) = until_pending(&server).await;
+    let outcome = server.cancel(&id).await;
+    assert_eq!(outcome["cancelled"], true, "{outcome}");
+    assert_eq!(ended(&server, &id).await["state"], "cancelled");
+    let events = server.events(&id).await;
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
+    let resolved = kinds
+        .iter()
+        .position(|k| *k == "tool.approval-resolved")
+        .unwrap();
+    let cancelled = kinds.iter().position(|k| *k == "agent.cancelled").unwrap();
+    assert!(resolved < cancelled, "{kinds:?}");
+    assert_eq!(events[resolved]["data"]["by"], "cancel");
+    // The next run starts cleanly: the call has its result.
+    let result = server.run_wait(&id, "next").await;
+    assert_eq!(result["status"], "completed", "{result}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_run_is_refused_while_calls_wait_unless_it_denies_them() {
+    let model = model_calling(vec![call("p1", "shell", json!({"command": "true"}))]).await;
+    let server = start(&model, &[]).await;
+    let (id, _) = until_pending(&server).await;
+    let refused = server
+        .post_json(
+            &format!("/v1/sessions/{id}/runs"),
+            &json!({"input": "hello?"}),
+        )
+        .await;
+    let problem = refused.expect_problem(StatusCode::CONFLICT, "a run while calls wait");
+    assert!(
+        problem["type"]
+            .as_str()
+            .unwrap()
+            .ends_with("approvals-pending"),
+        "{problem}"
+    );
+    let reply = server
+        .post_json(
+            &format!("/v1/sessions/{id}/runs?pending=deny&wait=true"),
+            &json!({"input": "never mind"}),
+        )
+        .await;
+    let result = reply.expect_json(StatusCode::OK, "pending=deny");
+    assert_eq!(result["status"], "completed", "{result}");
+    let events = server.events(&id).await;
+    let resolved = events
+        .iter()
+        .find(|e| e["type"] == "tool.approval-resolved")
+        .unwrap();
+    assert_eq!(resolved["data"]["by"], "user");
+    assert_eq!(resolved["data"]["reason"], "superseded by a new message");
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
+    let at = |k: &str| kinds.iter().rposition(|x| *x == k).unwrap();
+    assert!(
+        at("tool.approval-resolved") < at("user.message"),
+        "{kinds:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_run_survives_kill_9_and_the_answer_continues_it() {
+    let model = model_calling(vec![call(
+        "r1",
+        "write_file",
+        json!({"path": "r.txt", "content": "R"}),
+    )])
+    .await;
+    let mut server = TestServer::start(options(&model, &[]).process()).await;
+    let (id, _) = until_pending(&server).await;
+    server.kill9().await;
+    server.restart().await;
+    let session = server.session(&id).await;
+    assert_eq!(session["state"], "waiting_tool", "{session}");
+    let pending = wait_pending(&server, &id, 1).await;
+    assert_eq!(pending[0]["call_id"], "r1");
+    answer(&server, &id, "r1", json!({"decision": "allow"}))
+        .await
+        .expect_json(StatusCode::OK, "allow after a restart");
+    assert_eq!(ended(&server, &id).await["state"], "completed");
+    assert_eq!(
+        std::fs::read_to_string(server.workspace().join("r.txt")).unwrap(),
+        "R"
+    );
+    // One run, never interrupted.
+    let runs = server.runs(&id).await;
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs[0]["status"], "completed");
+    assert!(!server
+        .events(&id)
+        .await
+        .iter()
+        .any(|e| e["type"] == "agent.failed"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_expired_while_the_server_was_down_is_resolved_when_it_starts() {
+    if is_postgres() {
+        return;
+    }
+    let model = model_calling(vec![call("x1", "shell", json!({"command": "true"}))]).await;
+    let mut server =
+        TestServer::start(options(&model, &["--approval-timeout-s", "1"]).process()).await;
+    let (id, _) = until_pending(&server).await;
+    server.stop().await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    server
+        .restart_with(options(&model, &["--approval-timeout-s", "1"]).process())
+        .await;
+    assert_eq!(ended(&server, &id).await["state"], "completed");
+    let events = server.events(&id).await;
+    let resolved = events
+        .iter()
+        .find(|e| e["type"] == "tool.approval-resolved")
+        .unwrap();
+    assert_eq!(resolved["data"]["by"], "timeout");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_policy_wins_over_the_session_and_approval_mode_deny_needs_no_human() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.json");
+    std::fs::write(
+        &policy,
+        json!([{"tool": "shell", "match": "rm *", "action": "deny"}]).to_string(),
+    )
+    .unwrap();
+    let policy = policy.display().to_string();
+    let model = model_calling(vec![
+        call("q1", "shell", json!({"command": "rm -rf build"})),
+        call("q2", "write_file", json!({"path": "n.txt", "content": "n"})),
+    ])
+    .await;
+    let server = start(
+        &model,
+        &["--tool-policy", &policy, "--approval-mode", "deny"],
+    )
+    .await;
+    // The session tries to loosen both: the server's deny stands; its allow for writes holds.
+    let session = server
+        .create_session_with(&json!({"tool_policy": [
+            {"tool": "shell", "action": "allow"},
+            {"tool": "write_file", "action": "allow"}
+        ]}))
+        .await;
+    let id = session["id"].as_str().unwrap().to_string();
+    let result = server.run_wait(&id, "clean up").await;
+    assert_eq!(result["status"], "completed", "{result}");
+    let events = server.events(&id).await;
+    assert_eq!(finished(&events, "q1")["data"]["is_error"], true);
+    let resolved: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "tool.approval-resolved")
+        .collect();
+    assert_eq!(resolved.len(), 1);
+    assert_eq!(resolved[0]["data"]["by"], "policy");
+    assert!(resolved[0]["data"]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("server"));
+    assert_eq!(finished(&events, "q2")["data"]["is_error"], false);
+    // With approval mode deny, what would ask is refused by the policy.
+    let model = model_calling(vec![call(
+        "m1",
+        "edit_file",
+        json!({"path": "README.md", "old_string": "a", "new_string": "b"}),
+    )])
+    .await;
+    let server = TestServer::start(options(&model, &["--approval-mode", "deny"])).await;
+    let id = server.create_session().await;
+    server.run_wait(&id, "edit").await;
+    let events = server.events(&id).await;
+    let resolved = events
+        .iter()
+        .find(|e| e["type"] == "tool.approval-resolved")
+        .unwrap();
+    assert_eq!(resolved["data"]["by"], "policy");
+    assert!(!events
+        .iter()
+        .any(|e| e["type"] == "tool.approval-requested"));
+}

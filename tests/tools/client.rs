@@ -1,0 +1,137 @@
+//! Tools a client runs itself: the model calls one, the session waits for the client's result
+//! (durably, across a restart), and a result that does not come in time is an error result.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use crate::support::TestServer;
+use crate::{call, finished, model_calling, options, start};
+
+fn with_client_tool(timeout_s: Option<u64>) -> Value {
+    let mut tool = json!({
+        "name": "pick_color",
+        "description": "Asks the user to pick a color.",
+        "input_schema": {"type": "object", "properties": {"question": {"type": "string"}}}
+    });
+    if let Some(t) = timeout_s {
+        tool["timeout_s"] = json!(t);
+    }
+    json!({"client_tools": [tool]})
+}
+
+async fn until_requested(server: &TestServer, id: &str) -> Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let events = server.events(id).await;
+        if let Some(e) = events.iter().find(|e| e["type"] == "tool.client-requested") {
+            return e.clone();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no tool.client-requested"
+        );
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_result_continues_the_run_and_is_idempotent() {
+    let model = model_calling(vec![call(
+        "k1",
+        "pick_color",
+        json!({"question": "which?"}),
+    )])
+    .await;
+    let server = start(&model, &[]).await;
+    let session = server.create_session_with(&with_client_tool(None)).await;
+    let id = session["id"].as_str().unwrap().to_string();
+    // The model is offered the client tool.
+    server.start_run(&id, "choose").await;
+    let requested = until_requested(&server, &id).await;
+    assert_eq!(requested["data"]["tool"], "pick_color");
+    assert_eq!(requested["data"]["input"], json!({"question": "which?"}));
+    assert_eq!(server.session(&id).await["state"], "waiting_tool");
+    let first = model.requests();
+    assert!(first[0].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|t| t["function"]["name"] == "pick_color"));
+
+    let path = format!("/v1/sessions/{id}/tool-results/k1");
+    let reply = server.post_json(&path, &json!({"output": "teal"})).await;
+    let result = reply.expect_json(StatusCode::OK, "the result");
+    assert_eq!(
+        result,
+        json!({"call_id": "k1", "output": "teal", "is_error": false})
+    );
+    let session = server
+        .poll_session(&id, "completed", Duration::from_secs(10), |s| {
+            s["state"] == "completed"
+        })
+        .await;
+    assert_eq!(session["state"], "completed");
+    let events = server.events(&id).await;
+    assert_eq!(finished(&events, "k1")["data"]["output"], "teal");
+    let again = server.post_json(&path, &json!({"output": "teal"})).await;
+    assert_eq!(again.expect_json(StatusCode::OK, "repeat"), result);
+    let other = server.post_json(&path, &json!({"output": "red"})).await;
+    other.expect_problem(StatusCode::CONFLICT, "another result");
+    let unknown = server
+        .post_json(
+            &format!("/v1/sessions/{id}/tool-results/nope"),
+            &json!({"output": "x"}),
+        )
+        .await;
+    unknown.expect_problem(StatusCode::NOT_FOUND, "unknown call");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_does_not_answer_in_time_gets_an_error_result() {
+    let model = model_calling(vec![call("k2", "pick_color", json!({}))]).await;
+    let server = start(&model, &[]).await;
+    let session = server.create_session_with(&with_client_tool(Some(1))).await;
+    let id = session["id"].as_str().unwrap().to_string();
+    let result = server.run_wait(&id, "choose").await;
+    assert_eq!(result["status"], "completed", "{result}");
+    let events = server.events(&id).await;
+    let done = finished(&events, "k2");
+    assert_eq!(done["data"]["is_error"], true);
+    assert!(done["data"]["output"]
+        .as_str()
+        .unwrap()
+        .contains("did not send this call's result in time"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_call_waits_across_a_restart() {
+    let model = model_calling(vec![call("k3", "pick_color", json!({}))]).await;
+    let mut server = TestServer::start(options(&model, &[]).process()).await;
+    let session = server.create_session_with(&with_client_tool(None)).await;
+    let id = session["id"].as_str().unwrap().to_string();
+    server.start_run(&id, "choose").await;
+    until_requested(&server, &id).await;
+    server.kill9().await;
+    server.restart().await;
+    assert_eq!(server.session(&id).await["state"], "waiting_tool");
+    let reply = server
+        .post_json(
+            &format!("/v1/sessions/{id}/tool-results/k3"),
+            &json!({"output": {"color": "blue"}, "is_error": false}),
+        )
+        .await;
+    reply.expect_json(StatusCode::OK, "result after a restart");
+    let session = server
+        .poll_session(&id, "completed", Duration::from_secs(10), |s| {
+            s["state"] == "completed"
+        })
+        .await;
+    assert_eq!(session["state"], "completed");
+    let events = server.events(&id).await;
+    assert_eq!(
+        finished(&events, "k3")["data"]["output"],
+        "{\"color\":\"blue\"}"
+    );
+}
