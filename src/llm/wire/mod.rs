@@ -15,7 +15,8 @@
 //!   attempt.
 //! - `sse`: the call across its attempts: timed body, SSE decoding, retries.
 //! - `status`: what a failed attempt means (status, `Retry-After`, transport error).
-//! - `reply`: the [`EventParser`] a dialect implements, and the helpers both parse with.
+//! - `reply`: the [`EventParser`] a dialect implements, the [`ReplyDraft`] both assemble a
+//!   reply in, and the helpers both parse with.
 
 mod config;
 mod reply;
@@ -28,9 +29,11 @@ use std::time::Duration;
 use crate::llm::LlmErrorKind;
 
 pub use config::{HttpModelConfig, RetryPolicy, Timeouts};
-pub(crate) use reply::{error_message, parse_arguments, parse_json, truncate, EventParser};
+pub(crate) use reply::{
+    error_message, parse_arguments, parse_json, truncate, EventParser, ReplyDraft,
+};
 pub use status::parse_retry_after;
-pub(crate) use transport::Transport;
+pub(crate) use transport::{key_header, Transport};
 
 /// Why one attempt failed, and whether another attempt may help.
 #[derive(Debug, Clone)]

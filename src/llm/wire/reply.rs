@@ -1,5 +1,6 @@
-//! Reading a reply: the [`EventParser`] a dialect implements for its events, and the helpers
-//! both dialects parse with (JSON payloads, tool-call arguments, a provider's error message).
+//! Reading a reply: the [`EventParser`] a dialect implements for its events, the
+//! [`ReplyDraft`] both assemble their text, usage and finish reason in, and the helpers both
+//! parse with (JSON payloads, tool-call arguments, a provider's error message).
 
 use eventsource_stream::Event;
 use serde_json::Value;
@@ -7,6 +8,7 @@ use serde_json::Value;
 use super::Failure;
 use crate::llm::guard;
 use crate::llm::ModelReply;
+use crate::model::{ToolCall, Usage};
 
 /// Reads one provider's SSE events into a reply. A fresh parser is made for every attempt.
 pub(crate) trait EventParser: Send + 'static {
@@ -18,9 +20,64 @@ pub(crate) trait EventParser: Send + 'static {
         deltas: &mut Vec<String>,
     ) -> Result<Option<ModelReply>, Failure>;
 
+    /// Whether the provider already said why the reply stopped, so that a body ending without
+    /// an end marker still carries the whole reply.
+    fn is_complete(&self) -> bool;
+
+    /// The reply assembled so far.
+    fn finish(&mut self) -> ModelReply;
+
     /// The body ended without an end marker: the reply if what arrived is complete, otherwise
     /// a (retryable) broken-stream failure.
-    fn end(&mut self) -> Result<ModelReply, Failure>;
+    fn end(&mut self) -> Result<ModelReply, Failure> {
+        if self.is_complete() {
+            Ok(self.finish())
+        } else {
+            Err(Failure::broken_stream())
+        }
+    }
+}
+
+/// What both dialects assemble alike while reading a reply: its text (a character the provider
+/// split across two events joined again), its usage, and why it stopped.
+#[derive(Default)]
+pub(crate) struct ReplyDraft {
+    text: String,
+    joiner: guard::Utf16Joiner,
+    /// Normalised to `stop`, `tool_calls`, `length`, …; `None` until the provider says.
+    pub finish_reason: Option<String>,
+    pub usage: Usage,
+}
+
+impl ReplyDraft {
+    /// Appends a piece of streamed text; what can be shown of it goes into `deltas`.
+    pub fn push_text(&mut self, text: &str, deltas: &mut Vec<String>) {
+        let text = self.joiner.push(text);
+        if !text.is_empty() {
+            self.text.push_str(&text);
+            deltas.push(text.into_owned());
+        }
+    }
+
+    /// The reply with `tool_calls`. Without a finish reason from the provider it is
+    /// `tool_calls` when the model called tools, `stop` otherwise.
+    pub fn finish(&mut self, tool_calls: Vec<ToolCall>) -> ModelReply {
+        let finish_reason = self.finish_reason.take().unwrap_or_else(|| {
+            if tool_calls.is_empty() {
+                "stop"
+            } else {
+                "tool_calls"
+            }
+            .to_string()
+        });
+        self.text.push_str(self.joiner.finish());
+        ModelReply {
+            text: std::mem::take(&mut self.text),
+            tool_calls,
+            finish_reason,
+            usage: self.usage,
+        }
+    }
 }
 
 /// Parses an event's JSON payload, or fails with a protocol error naming the bad chunk. Lone

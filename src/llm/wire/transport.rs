@@ -170,3 +170,17 @@ impl Transport {
         self.secrets.scrub(&text)
     }
 }
+
+/// A header that carries the API key: marked sensitive so that it is never logged, and refused
+/// (without showing the key) when the key has characters a header cannot carry.
+pub(crate) fn key_header(provider: &'static str, value: &str) -> Result<HeaderValue, LlmError> {
+    let mut value = HeaderValue::from_str(value).map_err(|_| {
+        LlmError::new(
+            provider,
+            LlmErrorKind::Auth,
+            "the API key contains characters not allowed in an HTTP header",
+        )
+    })?;
+    value.set_sensitive(true);
+    Ok(value)
+}
