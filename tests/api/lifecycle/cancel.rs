@@ -4,7 +4,6 @@
 
 use std::time::{Duration, Instant};
 
-use reqwest::StatusCode;
 use serde_json::Value;
 
 use crate::support::*;
@@ -64,11 +63,7 @@ async fn cancel_during_a_slow_stream_ends_the_run_cancelled() {
     );
 
     // The cancelled turn can be resumed to its end…
-    let path = format!("/v1/sessions/{id}/resume?wait=true");
-    let resumed = server
-        .post_empty(&path)
-        .await
-        .expect_json(StatusCode::OK, &path);
+    let resumed = server.resume_wait(&id).await;
     assert_eq!(resumed["status"], "completed", "{resumed}");
     assert!(
         resumed["text"].as_str().unwrap_or("").contains("cancel me"),

@@ -49,11 +49,7 @@ async fn kill_9_mid_turn_then_resume_completes_the_turn() {
     assert_eq!(types(&terminals), ["agent.failed"], "{:?}", types(&log));
     assert_eq!(terminals[0]["data"]["error"], "interrupted");
 
-    let path = format!("/v1/sessions/{id}/resume?wait=true");
-    let resumed = server
-        .post_empty(&path)
-        .await
-        .expect_json(StatusCode::OK, &path);
+    let resumed = server.resume_wait(&id).await;
     assert_eq!(resumed["status"], "completed", "{resumed}");
     assert_eq!(resumed["finish_reason"], "stop", "{resumed}");
     assert_ne!(resumed["run_id"], run_id.as_str());

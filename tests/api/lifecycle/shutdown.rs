@@ -81,11 +81,7 @@ async fn sigterm_during_a_slow_run_stops_gracefully_and_the_run_resumes() {
     assert_eq!(terminals[0]["data"]["error"], "interrupted");
     assert_eq!(server.session(&other).await["state"], "failed");
 
-    let path = format!("/v1/sessions/{id}/resume?wait=true");
-    let resumed = server
-        .post_empty(&path)
-        .await
-        .expect_json(StatusCode::OK, &path);
+    let resumed = server.resume_wait(&id).await;
     assert_eq!(resumed["status"], "completed", "{resumed}");
     assert!(
         resumed["text"]
