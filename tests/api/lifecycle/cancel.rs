@@ -11,10 +11,7 @@ use crate::support::*;
 #[tokio::test]
 async fn cancel_during_a_slow_stream_ends_the_run_cancelled() {
     let server = TestServer::start(ServerOptions::new().mock_delay_ms(50)).await;
-    let id = server.create_session().await;
-    let mut sse = server.sse(&id, SseFrom::Start).await;
-    let run = server.start_run(&id, "cancel me").await;
-    let run_id = id_of(&run);
+    let (id, run_id, mut sse) = server.watched_run("cancel me").await;
 
     sse.until_type("agent.assistant-stream").await;
     let asked = Instant::now();
@@ -35,11 +32,7 @@ async fn cancel_during_a_slow_stream_ends_the_run_cancelled() {
     assert_eq!(session["state"], "cancelled", "{session}");
     let log = server.events(&id).await;
     assert_contiguous_from_one(&log);
-    let terminals = terminal_events_of(&log, &run_id);
-    assert_eq!(
-        types(&terminals.into_iter().cloned().collect::<Vec<_>>()),
-        ["agent.cancelled"]
-    );
+    assert_eq!(terminal_types(&log, &run_id), ["agent.cancelled"]);
     assert_eq!(
         log.last().expect("log")["type"],
         "agent.cancelled",
@@ -167,11 +160,11 @@ async fn cancel_right_after_post_runs_cancels_that_run() {
         let stored = server.wait_run(&id, &run_id).await;
         assert_eq!(stored["status"], "cancelled", "round {round}: {stored}");
         let log = server.events(&id).await;
-        let terminals: Vec<Value> = terminal_events_of(&log, &run_id)
-            .into_iter()
-            .cloned()
-            .collect();
-        assert_eq!(types(&terminals), ["agent.cancelled"], "round {round}");
+        assert_eq!(
+            terminal_types(&log, &run_id),
+            ["agent.cancelled"],
+            "round {round}"
+        );
         assert_eq!(server.session(&id).await["state"], "cancelled");
     }
 

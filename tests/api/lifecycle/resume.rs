@@ -2,17 +2,14 @@
 //! turn without repeating or losing a step; what resume answers in each state.
 
 use reqwest::StatusCode;
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::support::*;
 
 #[tokio::test]
 async fn kill_9_mid_turn_then_resume_completes_the_turn() {
     let mut server = TestServer::start(ServerOptions::new().mock_delay_ms(50).process()).await;
-    let id = server.create_session().await;
-    let mut sse = server.sse(&id, SseFrom::Start).await;
-    let run = server.start_run(&id, "survive a crash").await;
-    let run_id = id_of(&run);
+    let (id, run_id, mut sse) = server.watched_run("survive a crash").await;
     let mut deltas = 0;
     let seen = sse
         .until(|f| {
@@ -42,12 +39,7 @@ async fn kill_9_mid_turn_then_resume_completes_the_turn() {
         frame_events(&seen)[..],
         "events seen before the crash"
     );
-    let terminals: Vec<Value> = terminal_events_of(&log, &run_id)
-        .into_iter()
-        .cloned()
-        .collect();
-    assert_eq!(types(&terminals), ["agent.failed"], "{:?}", types(&log));
-    assert_eq!(terminals[0]["data"]["error"], "interrupted");
+    assert_interrupted(&log, &run_id);
 
     let resumed = server.resume_wait(&id).await;
     assert_eq!(resumed["status"], "completed", "{resumed}");
@@ -76,16 +68,7 @@ async fn kill_9_mid_turn_then_resume_completes_the_turn() {
     assert_tool_calls_answered(&messages);
     let roles = roles(&messages);
     assert_eq!(
-        roles,
-        [
-            "system",
-            "user",
-            "assistant",
-            "tool",
-            "assistant",
-            "tool",
-            "assistant"
-        ],
+        roles, MOCK_TURN_ROLES,
         "the resumed turn neither repeats nor loses a step"
     );
     assert_eq!(messages[6]["content"], resumed["text"]);

@@ -11,10 +11,7 @@ use crate::support::*;
 #[tokio::test]
 async fn sigterm_during_a_slow_run_stops_gracefully_and_the_run_resumes() {
     let mut server = TestServer::start(ServerOptions::new().mock_delay_ms(50).process()).await;
-    let id = server.create_session().await;
-    let mut sse = server.sse(&id, SseFrom::Start).await;
-    let run = server.start_run(&id, "stop the server").await;
-    let run_id = id_of(&run);
+    let (id, run_id, mut sse) = server.watched_run("stop the server").await;
     sse.until_type("agent.assistant-stream").await;
     // A client blocked on ?wait=true in another session when the signal comes.
     let other = server.create_session().await;
@@ -73,12 +70,7 @@ async fn sigterm_during_a_slow_run_stops_gracefully_and_the_run_resumes() {
     assert_eq!(session["error"], "interrupted", "{session}");
     let log = server.events(&id).await;
     assert_contiguous_from_one(&log);
-    let terminals: Vec<Value> = terminal_events_of(&log, &run_id)
-        .into_iter()
-        .cloned()
-        .collect();
-    assert_eq!(types(&terminals), ["agent.failed"], "{:?}", types(&log));
-    assert_eq!(terminals[0]["data"]["error"], "interrupted");
+    assert_interrupted(&log, &run_id);
     assert_eq!(server.session(&other).await["state"], "failed");
 
     let resumed = server.resume_wait(&id).await;
