@@ -6,24 +6,16 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use crate::replica;
+use crate::replica::{self, RUN_LIMIT};
 use crate::support::{
     assert_conflict, assert_contiguous, assert_indexes_contiguous, assert_runs,
-    assert_tool_calls_answered, deltas, describe, has_terminal, is_terminal, words, Subscriber,
+    assert_tool_calls_answered, describe, has_terminal, is_terminal, words, Subscriber,
     TestDatabase,
 };
 
-const RUN_LIMIT: Duration = Duration::from_secs(20);
-
 pub async fn cancel_via_b(db: TestDatabase) {
-    let a = replica::start("A", &db.url, 50).await;
-    let b = replica::start("B", &db.url, 50).await;
-    let id = a.api.create_session().await;
-    let mut on_a = Subscriber::open(&a.api, &id, "subscriber on A").await;
-    let run = a.api.start_run(&id, &words(60)).await;
-    let run_id = run["id"].as_str().expect("run id").to_string();
-    on_a.wait_for("3 deltas", RUN_LIMIT, |seen| deltas(seen) >= 3)
-        .await;
+    let (a, b) = replica::pair(&db.url, /*mock_delay_ms*/ 50).await;
+    let (id, run_id, mut on_a) = replica::watched_run(&a, &a, &words(60), /*deltas_seen*/ 3).await;
 
     let asked = Instant::now();
     let reply = b.api.cancel(&id).await;
@@ -95,14 +87,8 @@ pub async fn cancel_via_b(db: TestDatabase) {
 }
 
 pub async fn conflicts_across_replicas(db: TestDatabase) {
-    let a = replica::start("A", &db.url, 30).await;
-    let b = replica::start("B", &db.url, 30).await;
-    let id = a.api.create_session().await;
-    let mut on_b = Subscriber::open(&b.api, &id, "subscriber on B").await;
-    let run = a.api.start_run(&id, &words(50)).await;
-    let run_id = run["id"].as_str().expect("run id").to_string();
-    on_b.wait_for("2 deltas", RUN_LIMIT, |seen| deltas(seen) >= 2)
-        .await;
+    let (a, b) = replica::pair(&db.url, /*mock_delay_ms*/ 30).await;
+    let (id, run_id, mut on_b) = replica::watched_run(&a, &b, &words(50), /*deltas_seen*/ 2).await;
 
     let conflict = b.api.post_run(&id, "a second run").await;
     assert_conflict(&conflict, "POST /runs on B while A runs the session");
