@@ -69,14 +69,8 @@ async fn not_found_and_bad_request_are_not_retried(flavor: Flavor) {
     let server = fake(
         flavor,
         vec![
-            Reply::status(
-                404,
-                r#"{"error":{"message":"model test-model does not exist"}}"#,
-            ),
-            Reply::status(
-                400,
-                format!(r#"{{"error":{{"message":"{}"}}}}"#, "x".repeat(2000)),
-            ),
+            Reply::status(404, error_body("model test-model does not exist")),
+            Reply::status(400, error_body(&"x".repeat(2000))),
         ],
     )
     .await;

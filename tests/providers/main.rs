@@ -83,6 +83,11 @@ fn tool_calls_reply(flavor: Flavor, text: &str, calls: &[FakeToolCall]) -> Strin
     }
 }
 
+/// An error body as OpenAI-compatible servers send it.
+fn error_body(message: &str) -> String {
+    serde_json::json!({ "error": { "message": message } }).to_string()
+}
+
 fn request(text: &str) -> ModelRequest {
     ModelRequest {
         messages: vec![

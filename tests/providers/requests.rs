@@ -4,7 +4,10 @@
 use serde_json::{json, Value};
 use tah::model::{ToolCall, ToolSchema};
 
-use crate::support::fakes::{Flavor, Reply};
+use tah::llm::wire::HttpModelConfig;
+use tah::llm::ModelRequest;
+
+use crate::support::fakes::{Flavor, Recorded, Reply};
 use crate::*;
 
 /// The history of the request-shape tests: system, user, assistant with two tool calls, two
@@ -42,15 +45,23 @@ fn shaped_request() -> ModelRequest {
     }
 }
 
+/// The request a client of `flavor` sends for `request` (the fake answers `ok`), with its
+/// configuration changed by `configure` first.
+async fn request_sent(
+    flavor: Flavor,
+    configure: impl FnOnce(&mut HttpModelConfig),
+    request: ModelRequest,
+) -> Recorded {
+    let server = fake(flavor, vec![Reply::sse(text_reply(flavor, &["ok"]))]).await;
+    let mut cfg = config(&server.base_url, 3);
+    configure(&mut cfg);
+    done(&run(&*client_with(flavor, cfg), request).await);
+    server.requests().remove(0)
+}
+
 #[tokio::test]
 async fn openai_request_shape() {
-    let server = fake(
-        Flavor::OpenAi,
-        vec![Reply::sse(text_reply(Flavor::OpenAi, &["ok"]))],
-    )
-    .await;
-    done(&run(&*client(Flavor::OpenAi, &server), shaped_request()).await);
-    let sent = &server.requests()[0];
+    let sent = request_sent(Flavor::OpenAi, |_| {}, shaped_request()).await;
     assert_eq!(sent.path, "/v1/chat/completions");
     assert_eq!(sent.headers["authorization"], format!("Bearer {KEY}"));
     assert_eq!(sent.headers["content-type"], "application/json");
@@ -84,18 +95,10 @@ async fn openai_request_shape() {
 
     // Without a key no Authorization header is sent; without tools no `tools` field; an
     // assistant message with only tool calls has `content: null`.
-    let server = fake(
-        Flavor::OpenAi,
-        vec![Reply::sse(text_reply(Flavor::OpenAi, &["ok"]))],
-    )
-    .await;
-    let mut cfg = config(&server.base_url, 0);
-    cfg.api_key = None;
     let mut req = shaped_request();
     req.tools.clear();
     req.messages[2].content.clear();
-    done(&run(&*client_with(Flavor::OpenAi, cfg), req).await);
-    let sent = &server.requests()[0];
+    let sent = request_sent(Flavor::OpenAi, |cfg| cfg.api_key = None, req).await;
     assert!(!sent.headers.contains_key("authorization"));
     assert!(sent.body.get("tools").is_none());
     // The reply's token limit is always sent (a compatible server otherwise has none).
@@ -105,13 +108,7 @@ async fn openai_request_shape() {
 
 #[tokio::test]
 async fn anthropic_request_shape() {
-    let server = fake(
-        Flavor::Anthropic,
-        vec![Reply::sse(text_reply(Flavor::Anthropic, &["ok"]))],
-    )
-    .await;
-    done(&run(&*client(Flavor::Anthropic, &server), shaped_request()).await);
-    let sent = &server.requests()[0];
+    let sent = request_sent(Flavor::Anthropic, |_| {}, shaped_request()).await;
     assert_eq!(sent.path, "/v1/messages");
     assert_eq!(sent.headers["x-api-key"], KEY);
     assert_eq!(sent.headers["anthropic-version"], "2023-06-01");
@@ -153,19 +150,13 @@ async fn anthropic_request_shape() {
 
     // Several system messages (a compaction summary) are joined; non-object arguments become
     // `{}`; no tools means no `tools` field.
-    let server = fake(
-        Flavor::Anthropic,
-        vec![Reply::sse(text_reply(Flavor::Anthropic, &["ok"]))],
-    )
-    .await;
     let mut req = shaped_request();
     req.tools.clear();
     req.messages
         .insert(1, Message::new(Role::System, "Summary."));
     req.messages[3].tool_calls[0].arguments = Value::String("{broken".into());
     req.messages[3].content.clear();
-    done(&run(&*client(Flavor::Anthropic, &server), req).await);
-    let body = &server.requests()[0].body;
+    let body = &request_sent(Flavor::Anthropic, |_| {}, req).await.body;
     assert_eq!(body["system"], "You are helpful.\n\nSummary.");
     assert!(body.get("tools").is_none());
     assert_eq!(
@@ -176,12 +167,7 @@ async fn anthropic_request_shape() {
 
 #[tokio::test]
 async fn anthropic_base_url_with_v1_suffix_works() {
-    let server = fake(
-        Flavor::Anthropic,
-        vec![Reply::sse(text_reply(Flavor::Anthropic, &["ok"]))],
-    )
-    .await;
-    let cfg = config(&format!("{}/v1/", server.base_url), 0);
-    done(&run(&*client_with(Flavor::Anthropic, cfg), request("hi")).await);
-    assert_eq!(server.requests()[0].path, "/v1/messages");
+    let with_v1 = |cfg: &mut HttpModelConfig| cfg.base_url = format!("{}/v1/", cfg.base_url);
+    let sent = request_sent(Flavor::Anthropic, with_v1, request("hi")).await;
+    assert_eq!(sent.path, "/v1/messages");
 }

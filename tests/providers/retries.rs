@@ -20,8 +20,7 @@ async fn rate_limit_with_retry_after_then_success(flavor: Flavor) {
     let server = fake(
         flavor,
         vec![
-            Reply::status(429, r#"{"error":{"message":"slow down"}}"#)
-                .with_header("retry-after", "0"),
+            Reply::status(429, error_body("slow down")).with_header("retry-after", "0"),
             Reply::sse_events(&text_reply(flavor, &["ok"])),
         ],
     )
@@ -43,11 +42,7 @@ async fn rate_limit_with_retry_after_then_success(flavor: Flavor) {
 }
 
 async fn server_error_forever_fails_after_retries(flavor: Flavor) {
-    let server = fake(
-        flavor,
-        vec![Reply::status(500, r#"{"error":{"message":"boom"}}"#)],
-    )
-    .await;
+    let server = fake(flavor, vec![Reply::status(500, error_body("boom"))]).await;
     let items = run(&*client(flavor, &server), request("hi")).await;
     let err = failure(&items);
     assert_eq!(err.kind, LlmErrorKind::Server, "{err}");
