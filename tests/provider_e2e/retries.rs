@@ -3,22 +3,40 @@
 
 use serde_json::Value;
 
-use crate::support::fakes::{self, Flavor, Reply};
+use crate::support::fakes::{self, FakeServer, Flavor, Reply};
+use crate::support::TestServer;
 use crate::*;
 
-async fn retried_then_completes(flavor: Flavor, first: Reply, code: &str) {
-    let provider = provider_name(flavor);
+/// A turn on a fresh session whose first model request is answered with `first` and whose
+/// next one streams `pieces`: the fake, the server, the session's id and the run's result.
+async fn turn_answered_after(
+    flavor: Flavor,
+    first: Reply,
+    pieces: &[&str],
+) -> (FakeServer, TestServer, String, Value) {
     let fake = fakes::start(
         flavor,
-        vec![
-            first,
-            Reply::sse_events(&text_reply(flavor, &["After ", "retry."])),
-        ],
+        vec![first, Reply::sse_events(&text_reply(flavor, pieces))],
     )
     .await;
     let server = start_server(flavor, &fake).await;
     let id = server.create_session().await;
     let result = server.run_wait(&id, "hello").await;
+    (fake, server, id, result)
+}
+
+/// The assistant messages of a history.
+fn assistant_messages(messages: &[Value]) -> Vec<&Value> {
+    messages
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .collect()
+}
+
+async fn retried_then_completes(flavor: Flavor, first: Reply, code: &str) {
+    let provider = provider_name(flavor);
+    let (fake, server, id, result) =
+        turn_answered_after(flavor, first, &["After ", "retry."]).await;
     assert_eq!(result["status"], "completed", "{provider} {code}: {result}");
     assert_eq!(result["text"], "After retry.");
     assert_eq!(
@@ -38,10 +56,7 @@ async fn retried_then_completes(flavor: Flavor, first: Reply, code: &str) {
         "{provider}: the retry error should name HTTP {code}: {error:?}"
     );
     let messages = server.messages(&id).await;
-    let assistants: Vec<&Value> = messages
-        .iter()
-        .filter(|m| m["role"] == "assistant")
-        .collect();
+    let assistants = assistant_messages(&messages);
     assert_eq!(
         assistants.len(),
         1,
@@ -95,26 +110,14 @@ async fn cut_stream_then_success(flavor: Flavor) {
         .rposition(|e| e.contains("answer "))
         .expect("the second piece");
     let cut = Reply::cut(events[..=last].to_vec());
-    let fake = fakes::start(
-        flavor,
-        vec![
-            cut,
-            Reply::sse_events(&text_reply(flavor, &["Complete ", "answer."])),
-        ],
-    )
-    .await;
-    let server = start_server(flavor, &fake).await;
-    let id = server.create_session().await;
-    let result = server.run_wait(&id, "hello").await;
+    let (fake, server, id, result) =
+        turn_answered_after(flavor, cut, &["Complete ", "answer."]).await;
     assert_eq!(result["status"], "completed", "{provider}: {result}");
     assert_eq!(result["text"], "Complete answer.", "{provider}: {result}");
     assert_eq!(fake.request_count(), 2);
 
     let messages = server.messages(&id).await;
-    let assistants: Vec<&Value> = messages
-        .iter()
-        .filter(|m| m["role"] == "assistant")
-        .collect();
+    let assistants = assistant_messages(&messages);
     assert_eq!(
         assistants.len(),
         1,
