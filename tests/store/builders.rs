@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 use tah::model::{
-    new_id, now, Event, EventKind, Message, Role, RunKind, RunRecord, RunStatus, SessionRecord,
-    SessionState, StepKind, StepRecord, StepStatus, ToolCall, Usage,
+    new_id, now, Event, EventKind, Message, Role, RunKind, RunRecord, SessionRecord, SessionState,
+    StepKind, StepRecord, StepStatus, ToolCall, Usage,
 };
 use tah::store::{Store, WriteOp};
 use uuid::Uuid;
@@ -79,21 +79,8 @@ pub fn events_op(session_id: Uuid, seqs: std::ops::RangeInclusive<i64>) -> Vec<W
 }
 
 pub fn run(session_id: Uuid) -> RunRecord {
-    RunRecord {
-        id: new_id(),
-        session_id,
-        kind: RunKind::Run,
-        status: RunStatus::Running,
-        input: Some("what is in README.md?".into()),
-        text: None,
-        finish_reason: None,
-        usage: Usage::default(),
-        steps: 0,
-        error: None,
-        start_seq: 3,
-        created_at: now(),
-        finished_at: None,
-    }
+    let input = Some("what is in README.md?".to_string());
+    RunRecord::started(session_id, RunKind::Run, input, /*start_seq*/ 3)
 }
 
 pub fn step(session_id: Uuid, run_id: Uuid, kind: StepKind) -> StepRecord {
