@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use crate::support::*;
 
-/// Figures for the issue: what an LLM step stores does not grow with the history. Its
+/// What an LLM step stores does not grow with the history (the figures are printed). Its
 /// `request` is the projection descriptor (how to rebuild the request), not the request, so a
 /// 30-turn session without `--context-chars` stores about as much per step at the end as at
 /// the start.
