@@ -11,11 +11,11 @@
 //!
 //! - `config`: [`HttpModelConfig`], [`Timeouts`] and the [`RetryPolicy`] (backoff with full
 //!   jitter, capped, `Retry-After` first).
-//! - `transport`: the [`Transport`] of one endpoint: client, headers, the first answer of an
+//! - `transport`: the `Transport` of one endpoint: client, headers, the first answer of an
 //!   attempt.
 //! - `sse`: the call across its attempts: timed body, SSE decoding, retries.
 //! - `status`: what a failed attempt means (status, `Retry-After`, transport error).
-//! - `reply`: the [`EventParser`] a dialect implements, the [`ReplyDraft`] both assemble a
+//! - `reply`: the `EventParser` a dialect implements, the `ReplyDraft` both assemble a
 //!   reply in, and the helpers both parse with.
 
 mod config;
