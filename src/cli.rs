@@ -1,7 +1,8 @@
 //! The command line of the `tah` binary: clap types and nothing else. Every flag has an
 //! environment fallback (the flag wins). This module holds what a user types, unchecked;
 //! [`crate::config::Settings::parse`] turns `tah serve`'s flags into validated settings, and
-//! the binary's load generator reads [`BenchArgs`] and [`FakeModelArgs`].
+//! the binary's load generator reads [`BenchArgs`] and [`FakeModelArgs`] (both with the fake
+//! model's [`FakeReplyArgs`]).
 //!
 //! It imports nothing from the rest of the crate, so that `config` and the binary's `bench`
 //! can both depend on it without depending on each other.
@@ -262,24 +263,33 @@ pub struct ServeArgs {
     pub log_format: LogFormat,
 }
 
+/// The replies of the fake model, as `tah fake-model` serves them and as `tah bench` has them
+/// served (by the fake model it starts, or by the one at --fake-model-url for the floor).
+#[derive(Debug, Clone, Args)]
+pub struct FakeReplyArgs {
+    /// Fake model: content chunks per text reply.
+    #[arg(long, default_value_t = 50)]
+    pub pieces: usize,
+
+    /// Fake model: delay between two content chunks, in milliseconds (`tah bench --provider
+    /// mock`: the server's --mock-delay-ms).
+    #[arg(long, default_value_t = 0)]
+    pub piece_delay_ms: u64,
+
+    /// Fake model: tool-call replies per turn before the text reply (counted from the `tool`
+    /// messages after the last user message).
+    #[arg(long, default_value_t = 1)]
+    pub tool_calls: usize,
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct FakeModelArgs {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:0")]
     pub listen: SocketAddr,
 
-    /// Content chunks per text reply.
-    #[arg(long, default_value_t = 50)]
-    pub pieces: usize,
-
-    /// Delay between two content chunks, in milliseconds.
-    #[arg(long, default_value_t = 0)]
-    pub piece_delay_ms: u64,
-
-    /// Tool-call replies per turn before the text reply (counted from the `tool` messages after
-    /// the last user message).
-    #[arg(long, default_value_t = 1)]
-    pub tool_calls: usize,
+    #[command(flatten)]
+    pub reply: FakeReplyArgs,
 
     /// Stamp every piece with its send time (`⏱<unix-micros>⏱ `), not only the first.
     #[arg(long)]
@@ -323,18 +333,8 @@ pub struct BenchArgs {
     #[arg(long, value_enum, default_value = "fake")]
     pub provider: BenchProvider,
 
-    /// Fake model: content chunks per text reply.
-    #[arg(long, default_value_t = 50)]
-    pub pieces: usize,
-
-    /// Fake model: delay between two content chunks, in milliseconds (mock provider: the
-    /// server's --mock-delay-ms).
-    #[arg(long, default_value_t = 0)]
-    pub piece_delay_ms: u64,
-
-    /// Fake model: tool-call replies per turn before the text reply.
-    #[arg(long, default_value_t = 1)]
-    pub tool_calls: usize,
+    #[command(flatten)]
+    pub reply: FakeReplyArgs,
 
     /// Use this running server (e.g. http://127.0.0.1:8080) instead of spawning one; CPU and
     /// memory figures then need --server-pid.

@@ -3,24 +3,37 @@
 //!
 //! # Layout
 //!
-//! - [`model`]: the domain vocabulary (messages, events, sessions, runs, steps); no I/O.
+//! - [`model`]: the domain vocabulary, no I/O: `message`, `event` (an [`model::Event`] keeps
+//!   its typed kind), `session` (sessions, runs, steps, checkpoints as stored), `step` (the
+//!   LLM step descriptor and finish reasons).
 //! - [`cli`]: the binary's command line (clap types only: `serve`, `bench`, `fake-model`).
 //! - [`config`]: `tah serve`'s flags parsed once into validated [`config::Settings`].
-//! - [`store`]: the `Store` trait, its SQLite and PostgreSQL implementations and the
-//!   group-commit writer.
-//! - [`llm`]: the `ModelClient` trait and the providers (mock, OpenAI-compatible, Anthropic).
-//! - [`tools`]: the `Tool` trait and the workspace-confined file tools.
-//! - [`agent`]: the agent loop and context projection; reaches a session only through the
-//!   small `Journal` interface it defines.
-//! - [`session`]: the per-session actor that owns a session and drives the loop, its handle,
-//!   and the registry of live actors.
+//! - [`store`]: the `Store` trait and its backends: `sqlite/{read, write, lock}` (the embedded
+//!   store), `postgres/{read, write, cluster}` (scale-out: leases, fencing, notifications),
+//!   `rows` (the column lists and row decoding both share) and `writer` (group commit).
+//! - [`llm`]: the `ModelClient` trait and the providers (`mock`, `openai`, `anthropic`);
+//!   `wire/` is the HTTP plumbing both real providers share (timeouts, retries, SSE) and
+//!   `guard` what their replies are held to (size limits, secrets scrubbed).
+//! - [`tools`]: the `Tool` trait; `builtin/` (files, search, edit, shell), the `workspace`
+//!   that confines them, the bubblewrap `sandbox`, the `registry` that runs calls, `schema`,
+//!   and the pure `policy`.
+//! - [`agent`]: the agent loop (`turn`), context projection (`context`, pure) and `compaction`;
+//!   it reaches a session only through the small `Journal` interface it defines.
+//! - [`session`]: sessions as live objects: `actor/` (the per-session actor, one handler per
+//!   command family, its journal, how a run ends), `command`, `sessions` (the API the HTTP
+//!   layer uses), `live` (the live sessions of this process), `lease`, `stream`
+//!   (replay-then-live), `steps` (rebuilding a step's request) and `coordination` (scale-out
+//!   background tasks).
 //! - [`runtime`]: ties store, model, tools and settings together; usable without HTTP.
-//! - [`http`]: the axum router, problem+json errors and SSE streaming.
+//! - [`http`]: the axum router, one module per resource (`sessions`, `runs`, `events`), with
+//!   `auth`, `guard` (requests a web page could forge), `problem` (problem+json), `paging`,
+//!   `params` and `server` (the listener loop and its connection limits).
 //! - [`app`]: the [`app::Application`] — runtime and router on a bound listener, served until
 //!   stopped; what `tah serve` runs and what the black-box tests start in-process.
 //!
-//! The binary (`src/main.rs`) adds the load generator and the fake model (`tah bench`,
-//! `tah fake-model`), which are not part of the library.
+//! The binary (`src/main.rs`) adds `src/bench/`: the fake model (`fake_model`, `tah
+//! fake-model`) and the load generator (`loadgen/`, `tah bench`), which are not part of the
+//! library.
 //!
 //! Imports point one way: `http → session → agent → {llm, tools}`, `session → store`, and every
 //! module may use `model`; `app → {runtime, http, config}`, `config → cli`, and nothing imports

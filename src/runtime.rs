@@ -1,5 +1,5 @@
 //! The runtime: the store, the group-commit writer, the model client, the tools, the agent
-//! settings and the session registry, put together from validated [`Settings`]. Usable without
+//! settings and the live sessions, put together from validated [`Settings`]. Usable without
 //! HTTP: build one and drive sessions through [`Runtime::sessions`].
 
 use std::sync::Arc;

@@ -11,18 +11,24 @@ pub mod stats;
 use std::time::Duration;
 
 use tah::app::ReadyLine;
-use tah::cli::{BenchArgs, FakeModelArgs};
+use tah::cli::{BenchArgs, FakeModelArgs, FakeReplyArgs};
 
 use fake_model::{serve_fake_model, FakeKnobs};
 
+impl FakeKnobs {
+    fn of(reply: &FakeReplyArgs, stamp_every_piece: bool) -> FakeKnobs {
+        FakeKnobs {
+            pieces: reply.pieces,
+            piece_delay: Duration::from_millis(reply.piece_delay_ms),
+            tool_calls: reply.tool_calls,
+            stamp_every_piece,
+        }
+    }
+}
+
 impl From<&FakeModelArgs> for FakeKnobs {
     fn from(args: &FakeModelArgs) -> FakeKnobs {
-        FakeKnobs {
-            pieces: args.pieces,
-            piece_delay: Duration::from_millis(args.piece_delay_ms),
-            tool_calls: args.tool_calls,
-            stamp_every_piece: args.stamp_every_piece,
-        }
+        FakeKnobs::of(&args.reply, args.stamp_every_piece)
     }
 }
 
@@ -30,12 +36,7 @@ impl From<&BenchArgs> for FakeKnobs {
     /// The fake model's knobs for this workload. With subscribers every piece is stamped, so
     /// that delta latency is sampled on every delta, not only the first of each reply.
     fn from(args: &BenchArgs) -> FakeKnobs {
-        FakeKnobs {
-            pieces: args.pieces,
-            piece_delay: Duration::from_millis(args.piece_delay_ms),
-            tool_calls: args.tool_calls,
-            stamp_every_piece: args.subscribers > 0,
-        }
+        FakeKnobs::of(&args.reply, args.subscribers > 0)
     }
 }
 

@@ -2,6 +2,12 @@
 //!
 //! Handlers are thin: they parse and validate input, call the session layer, and shape the
 //! answer. One module per resource; `router` merges them.
+//!
+//! - `sessions`, `runs`, `events`: the resources.
+//! - `auth`: bearer tokens; `guard`: requests a web page could make without the user knowing.
+//! - `problem`: problem+json errors and the extractors that produce them; `params`: lenient
+//!   query values; `paging`: limits, cursors and the page envelope.
+//! - [`server`]: the listener loop, with the connection limits a public server needs.
 
 mod approvals;
 mod auth;

@@ -1,10 +1,16 @@
-//! Pages of lists: the `limit` rule, cursors, and the `{data, next_cursor}` envelope shared by
-//! every list route.
+//! Pages of lists: the `limit` rule, cursors, the `{data, next_cursor}` envelope shared by
+//! every list route, and the page of a session's records that are paged by id.
 
+use std::future::Future;
+use std::sync::Arc;
+
+use axum::Json;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::problem::Problem;
+use super::problem::{parse_id, Problem};
+use super::AppState;
+use crate::store::{Store, StoreResult};
 
 pub const MAX_PAGE: i64 = 500;
 const DEFAULT_PAGE: i64 = 100;
@@ -72,4 +78,25 @@ pub fn parse_cursor(cursor: Option<&str>) -> Result<Option<Uuid>, Problem> {
             .map(Some)
             .map_err(|_| Problem::bad_request("cursor is not valid")),
     }
+}
+
+/// A page of one session's records that are paged by id (its runs, its steps): the session
+/// must exist, and the cursor is the last id of the page before.
+pub async fn page_by_id<T, Read>(
+    state: &AppState,
+    id: &str,
+    q: &CursorQuery,
+    read: impl FnOnce(Arc<dyn Store>, Uuid, Option<Uuid>, i64) -> Read,
+    id_of: fn(&T) -> Uuid,
+) -> Result<Json<Page<T>>, Problem>
+where
+    T: Serialize,
+    Read: Future<Output = StoreResult<Vec<T>>>,
+{
+    let id = parse_id(id, "session")?;
+    let (limit, after) = (q.limit()?, q.cursor()?);
+    state.sessions.get(id).await?;
+    let store = Arc::clone(state.sessions.store());
+    let data = read(store, id, after, one_more(limit)).await?;
+    Ok(Json(Page::new(data, limit, |r| id_of(r).to_string())))
 }

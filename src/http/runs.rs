@@ -1,6 +1,8 @@
 //! Runs: start a turn, resume, cancel, and read runs and their results, in the three run modes
 //! (202 + events, `?wait=true`, `Accept: text/event-stream`).
 
+use std::sync::Arc;
+
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -11,11 +13,12 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::events::{sse_response, wants_event_stream};
-use super::paging::{one_more, CursorQuery, Page};
+use super::paging::{page_by_id, CursorQuery, Page};
 use super::problem::{parse_id, ApiJson, ApiQuery, OptionalJson, Problem};
 use super::AppState;
 use crate::model::{RunKind, RunRecord, RunResult, RunStatus};
 use crate::session::{Pending, RunRequest, RunStarted, RunStopped};
+use crate::store::Store;
 
 pub fn routes() -> Router<AppState> {
     Router::new()
@@ -246,15 +249,9 @@ async fn list(
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<CursorQuery>,
 ) -> Result<Json<Page<RunRecord>>, Problem> {
-    let id = parse_id(&id, "session")?;
-    let (limit, after) = (q.limit()?, q.cursor()?);
-    state.sessions.get(id).await?;
-    let data = state
-        .sessions
-        .store()
-        .runs(id, after, one_more(limit))
-        .await?;
-    Ok(Json(Page::new(data, limit, |r| r.id.to_string())))
+    let read =
+        |store: Arc<dyn Store>, id, after, limit| async move { store.runs(id, after, limit).await };
+    page_by_id(&state, &id, &q, read, |r| r.id).await
 }
 
 async fn show(

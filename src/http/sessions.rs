@@ -1,6 +1,8 @@
 //! `/v1/sessions`: create, list, get, delete, fork, and the read-only views of a session's
 //! messages and steps.
 
+use std::sync::Arc;
+
 use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -9,14 +11,14 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::paging::{one_more, page_limit, parse_cursor, CursorQuery, Page};
+use super::paging::{one_more, page_by_id, page_limit, parse_cursor, CursorQuery, Page};
 use super::problem::{parse_id, ApiQuery, OptionalJson, Problem};
 use super::AppState;
 use crate::model::{
     ClientTool, Message, Rule, RunRecord, SessionOptions, SessionRecord, SessionState, StepRecord,
 };
 use crate::session::NewSession;
-use crate::store::SessionQuery;
+use crate::store::{SessionQuery, Store};
 
 pub fn routes() -> Router<AppState> {
     Router::new()
@@ -87,13 +89,18 @@ async fn create(
             options,
         })
         .await?;
+    Ok(created(record))
+}
+
+/// `201 Created` with a new session (created or forked) and where it lives.
+fn created(record: SessionRecord) -> Response {
     let location = format!("/v1/sessions/{}", record.id);
-    Ok((
+    (
         StatusCode::CREATED,
         [(header::LOCATION, location)],
         Json(SessionView::from(record)),
     )
-        .into_response())
+        .into_response()
 }
 
 /// A session as served: the stored record plus, for one session, its last run.
@@ -195,13 +202,7 @@ async fn fork(
         Some(_) => return Err(Problem::bad_request("turns must be a non-negative integer")),
     };
     let record = state.sessions.fork(id, turns).await?;
-    let location = format!("/v1/sessions/{}", record.id);
-    Ok((
-        StatusCode::CREATED,
-        [(header::LOCATION, location)],
-        Json(SessionView::from(record)),
-    )
-        .into_response())
+    Ok(created(record))
 }
 
 #[derive(Debug, Deserialize)]
@@ -233,15 +234,10 @@ async fn steps(
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<CursorQuery>,
 ) -> Result<Json<Page<StepRecord>>, Problem> {
-    let id = parse_id(&id, "session")?;
-    let (limit, after) = (q.limit()?, q.cursor()?);
-    state.sessions.get(id).await?;
-    let data = state
-        .sessions
-        .store()
-        .steps(id, after, one_more(limit))
-        .await?;
-    Ok(Json(Page::new(data, limit, |s| s.id.to_string())))
+    let read = |store: Arc<dyn Store>, id, after, limit| async move {
+        store.steps(id, after, limit).await
+    };
+    page_by_id(&state, &id, &q, read, |s| s.id).await
 }
 
 async fn step(

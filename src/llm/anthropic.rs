@@ -13,10 +13,9 @@ use eventsource_stream::Event;
 use reqwest::header::{HeaderMap, HeaderValue};
 use serde_json::{json, Value};
 
-use super::guard;
-use super::wire::{self, EventParser, Failure, HttpModelConfig, Transport};
+use super::wire::{self, EventParser, Failure, HttpModelConfig, ReplyDraft, Transport};
 use super::{LlmError, LlmErrorKind, ModelClient, ModelReply, ModelRequest, ModelStream};
-use crate::model::{Message, Role, ToolCall, ToolSchema, Usage};
+use crate::model::{Message, Role, ToolCall, ToolSchema};
 
 pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
 pub const DEFAULT_MODEL: &str = "claude-sonnet-4-5";
@@ -44,15 +43,7 @@ impl AnthropicClient {
         let mut headers = HeaderMap::new();
         headers.insert("anthropic-version", HeaderValue::from_static(API_VERSION));
         if let Some(key) = config.api_key.as_deref().filter(|k| !k.is_empty()) {
-            let mut value = HeaderValue::from_str(key).map_err(|_| {
-                LlmError::new(
-                    PROVIDER,
-                    LlmErrorKind::Auth,
-                    "the API key contains characters not allowed in an HTTP header",
-                )
-            })?;
-            value.set_sensitive(true);
-            headers.insert("x-api-key", value);
+            headers.insert("x-api-key", wire::key_header(PROVIDER, key)?);
         }
         // Accept a base URL given with or without the `/v1` suffix.
         let path = if config
@@ -214,64 +205,8 @@ enum Block {
 /// Reads one attempt's events into a reply.
 #[derive(Default)]
 struct EventReader {
-    text: String,
-    /// Joins a character the provider split across two events.
-    joiner: guard::Utf16Joiner,
+    reply: ReplyDraft,
     blocks: BTreeMap<u64, Block>,
-    stop_reason: Option<String>,
-    usage: Usage,
-}
-
-impl EventReader {
-    fn finish(&mut self) -> ModelReply {
-        let tool_calls: Vec<ToolCall> = std::mem::take(&mut self.blocks)
-            .into_values()
-            .filter_map(|block| match block {
-                Block::Tool {
-                    id,
-                    name,
-                    json,
-                    initial,
-                } => Some(ToolCall {
-                    id,
-                    name,
-                    arguments: if json.trim().is_empty() {
-                        if initial.is_object() {
-                            initial
-                        } else {
-                            json!({})
-                        }
-                    } else {
-                        wire::parse_arguments(&json)
-                    },
-                }),
-                _ => None,
-            })
-            .collect();
-        let finish_reason = self.stop_reason.take().unwrap_or_else(|| {
-            if tool_calls.is_empty() {
-                "stop"
-            } else {
-                "tool_calls"
-            }
-            .to_string()
-        });
-        self.text.push_str(self.joiner.finish());
-        ModelReply {
-            text: std::mem::take(&mut self.text),
-            tool_calls,
-            finish_reason,
-            usage: self.usage,
-        }
-    }
-
-    fn push_text(&mut self, text: &str, deltas: &mut Vec<String>) {
-        let text = self.joiner.push(text);
-        if !text.is_empty() {
-            self.text.push_str(&text);
-            deltas.push(text.into_owned());
-        }
-    }
 }
 
 fn normalise_stop_reason(reason: &str) -> String {
@@ -327,7 +262,7 @@ impl EventParser for EventReader {
         match kind {
             "message_start" => {
                 let usage = &data["message"]["usage"];
-                self.usage.input_tokens = [
+                self.reply.usage.input_tokens = [
                     "input_tokens",
                     "cache_creation_input_tokens",
                     "cache_read_input_tokens",
@@ -335,13 +270,14 @@ impl EventParser for EventReader {
                 .iter()
                 .filter_map(|k| usage[*k].as_u64())
                 .sum();
-                self.usage.output_tokens = usage["output_tokens"].as_u64().unwrap_or(0);
+                self.reply.usage.output_tokens = usage["output_tokens"].as_u64().unwrap_or(0);
             }
             "content_block_start" => {
                 let block = &data["content_block"];
                 let parsed = match block["type"].as_str() {
                     Some("text") => {
-                        self.push_text(block["text"].as_str().unwrap_or(""), deltas);
+                        self.reply
+                            .push_text(block["text"].as_str().unwrap_or(""), deltas);
                         Block::Text
                     }
                     Some("tool_use") => Block::Tool {
@@ -357,9 +293,9 @@ impl EventParser for EventReader {
             "content_block_delta" => {
                 let delta = &data["delta"];
                 match delta["type"].as_str() {
-                    Some("text_delta") => {
-                        self.push_text(delta["text"].as_str().unwrap_or(""), deltas)
-                    }
+                    Some("text_delta") => self
+                        .reply
+                        .push_text(delta["text"].as_str().unwrap_or(""), deltas),
                     Some("input_json_delta") => {
                         if let Some(Block::Tool { json, .. }) = self.blocks.get_mut(&index) {
                             json.push_str(delta["partial_json"].as_str().unwrap_or(""));
@@ -370,14 +306,14 @@ impl EventParser for EventReader {
             }
             "message_delta" => {
                 if let Some(reason) = data["delta"]["stop_reason"].as_str() {
-                    self.stop_reason = Some(normalise_stop_reason(reason));
+                    self.reply.finish_reason = Some(normalise_stop_reason(reason));
                 }
                 let usage = &data["usage"];
                 if let Some(output) = usage["output_tokens"].as_u64() {
-                    self.usage.output_tokens = output;
+                    self.reply.usage.output_tokens = output;
                 }
                 if let Some(input) = usage["input_tokens"].as_u64().filter(|n| *n > 0) {
-                    self.usage.input_tokens = input
+                    self.reply.usage.input_tokens = input
                         + ["cache_creation_input_tokens", "cache_read_input_tokens"]
                             .iter()
                             .filter_map(|k| usage[*k].as_u64())
@@ -392,12 +328,36 @@ impl EventParser for EventReader {
         Ok(None)
     }
 
-    fn end(&mut self) -> Result<ModelReply, Failure> {
-        if self.stop_reason.is_some() {
-            Ok(self.finish())
-        } else {
-            Err(Failure::broken_stream())
-        }
+    fn is_complete(&self) -> bool {
+        self.reply.finish_reason.is_some()
+    }
+
+    fn finish(&mut self) -> ModelReply {
+        let tool_calls = std::mem::take(&mut self.blocks)
+            .into_values()
+            .filter_map(|block| match block {
+                Block::Tool {
+                    id,
+                    name,
+                    json,
+                    initial,
+                } => Some(ToolCall {
+                    id,
+                    name,
+                    arguments: if json.trim().is_empty() {
+                        if initial.is_object() {
+                            initial
+                        } else {
+                            json!({})
+                        }
+                    } else {
+                        wire::parse_arguments(&json)
+                    },
+                }),
+                _ => None,
+            })
+            .collect();
+        self.reply.finish(tool_calls)
     }
 }
 

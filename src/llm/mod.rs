@@ -4,6 +4,11 @@
 //! arrive, retry notices, and finally the complete [`ModelReply`]. Dropping the stream drops the
 //! HTTP request, which is how cancellation reaches the provider. Clients never touch sessions or
 //! the store.
+//!
+//! - [`mock`]: the deterministic offline model.
+//! - [`openai`], [`anthropic`]: the two provider dialects.
+//! - [`wire`]: what both dialects share: configuration, transport, retries, SSE decoding.
+//! - [`guard`]: size limits and secret scrubbing for everything a provider sends back.
 
 pub mod anthropic;
 pub mod guard;

@@ -9,11 +9,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use eventsource_stream::Event;
-use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION};
+use reqwest::header::{HeaderMap, AUTHORIZATION};
 use serde_json::{json, Map, Value};
 
-use super::guard;
-use super::wire::{self, EventParser, Failure, HttpModelConfig, Transport};
+use super::wire::{self, EventParser, Failure, HttpModelConfig, ReplyDraft, Transport};
 use super::{LlmError, LlmErrorKind, ModelClient, ModelReply, ModelRequest, ModelStream};
 use crate::model::{Message, Role, ToolCall, ToolSchema, Usage};
 
@@ -35,15 +34,10 @@ impl OpenAiClient {
     pub fn new(config: HttpModelConfig) -> Result<Self, LlmError> {
         let mut headers = HeaderMap::new();
         if let Some(key) = config.api_key.as_deref().filter(|k| !k.is_empty()) {
-            let mut value = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
-                LlmError::new(
-                    PROVIDER,
-                    LlmErrorKind::Auth,
-                    "the API key contains characters not allowed in an HTTP header",
-                )
-            })?;
-            value.set_sensitive(true);
-            headers.insert(AUTHORIZATION, value);
+            headers.insert(
+                AUTHORIZATION,
+                wire::key_header(PROVIDER, &format!("Bearer {key}"))?,
+            );
         }
         let transport = Transport::new(PROVIDER, &config, "/chat/completions", headers)?;
         Ok(OpenAiClient {
@@ -159,53 +153,15 @@ struct PartialCall {
 /// Reads one attempt's chunks into a reply.
 #[derive(Default)]
 struct ChunkParser {
-    text: String,
-    /// Joins a character the provider split across two chunks.
-    joiner: guard::Utf16Joiner,
+    reply: ReplyDraft,
     calls: BTreeMap<u64, PartialCall>,
-    finish_reason: Option<String>,
-    usage: Usage,
 }
 
 impl ChunkParser {
-    fn finish(&mut self) -> ModelReply {
-        let tool_calls: Vec<ToolCall> = std::mem::take(&mut self.calls)
-            .into_iter()
-            .map(|(index, call)| ToolCall {
-                id: if call.id.is_empty() {
-                    format!("call_{index}")
-                } else {
-                    call.id
-                },
-                name: call.name,
-                arguments: wire::parse_arguments(&call.arguments),
-            })
-            .collect();
-        let finish_reason = self.finish_reason.take().unwrap_or_else(|| {
-            if tool_calls.is_empty() {
-                "stop"
-            } else {
-                "tool_calls"
-            }
-            .to_string()
-        });
-        self.text.push_str(self.joiner.finish());
-        ModelReply {
-            text: std::mem::take(&mut self.text),
-            tool_calls,
-            finish_reason,
-            usage: self.usage,
-        }
-    }
-
     fn choice(&mut self, choice: &Value, deltas: &mut Vec<String>) {
         let delta = &choice["delta"];
         if let Some(text) = delta["content"].as_str() {
-            let text = self.joiner.push(text);
-            if !text.is_empty() {
-                self.text.push_str(&text);
-                deltas.push(text.into_owned());
-            }
+            self.reply.push_text(text, deltas);
         }
         if let Some(fragments) = delta["tool_calls"].as_array() {
             for (position, fragment) in fragments.iter().enumerate() {
@@ -228,7 +184,7 @@ impl ChunkParser {
             }
         }
         if let Some(reason) = choice["finish_reason"].as_str() {
-            self.finish_reason = Some(normalise_finish_reason(reason));
+            self.reply.finish_reason = Some(normalise_finish_reason(reason));
         }
     }
 }
@@ -265,7 +221,7 @@ impl EventParser for ChunkParser {
             ));
         }
         if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
-            self.usage = Usage {
+            self.reply.usage = Usage {
                 input_tokens: usage["prompt_tokens"].as_u64().unwrap_or(0),
                 output_tokens: usage["completion_tokens"].as_u64().unwrap_or(0),
             };
@@ -282,12 +238,24 @@ impl EventParser for ChunkParser {
         Ok(None)
     }
 
-    fn end(&mut self) -> Result<ModelReply, Failure> {
-        if self.finish_reason.is_some() {
-            Ok(self.finish())
-        } else {
-            Err(Failure::broken_stream())
-        }
+    fn is_complete(&self) -> bool {
+        self.reply.finish_reason.is_some()
+    }
+
+    fn finish(&mut self) -> ModelReply {
+        let tool_calls = std::mem::take(&mut self.calls)
+            .into_iter()
+            .map(|(index, call)| ToolCall {
+                id: if call.id.is_empty() {
+                    format!("call_{index}")
+                } else {
+                    call.id
+                },
+                name: call.name,
+                arguments: wire::parse_arguments(&call.arguments),
+            })
+            .collect();
+        self.reply.finish(tool_calls)
     }
 }
 

@@ -2,6 +2,11 @@
 //!
 //! Plain data with serde derives and pure helpers; no I/O lives here, so every other module
 //! may depend on it without pulling in a runtime.
+//!
+//! - `message`: messages and tool calls, the model-visible history.
+//! - `event`: [`Event`] and its typed [`EventKind`], rendered to the wire form once.
+//! - `session`: sessions, runs, steps and checkpoints as stored and served, and their states.
+//! - `step`: the typed LLM step descriptor and [`FinishReason`].
 
 mod event;
 mod message;

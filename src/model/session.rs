@@ -184,6 +184,33 @@ pub struct RunRecord {
     pub finished_at: Option<DateTime<Utc>>,
 }
 
+impl RunRecord {
+    /// A run of `kind` that starts now: running, with a new id and no result yet; its
+    /// `agent.started` event will be `start_seq`.
+    pub fn started(
+        session_id: Uuid,
+        kind: RunKind,
+        input: Option<String>,
+        start_seq: i64,
+    ) -> RunRecord {
+        RunRecord {
+            id: super::new_id(),
+            session_id,
+            kind,
+            status: RunStatus::Running,
+            input,
+            text: None,
+            finish_reason: None,
+            usage: Usage::default(),
+            steps: 0,
+            error: None,
+            start_seq,
+            created_at: super::now(),
+            finished_at: None,
+        }
+    }
+}
+
 /// What `?wait=true` returns: a run's result.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunResult {

@@ -6,11 +6,12 @@
 //! [`WriteOp`]s and applied by the [`writer::Writer`] task in batched transactions, so every
 //! session's changes and events commit together and many sessions share few fsyncs.
 //!
-//! - `sqlite/`: the embedded store; reads over sqlx, the writer's batches on one `rusqlite`
-//!   connection.
-//! - `postgres/`: the scale-out store; reads, writes, and the [`Cluster`] coordination.
-//! - `rows.rs`: what both backends share: the column lists and the decoding of rows.
-//! - `writer.rs`: the group-commit task.
+//! - `sqlite/`: the embedded store: `read` over sqlx, `write` (the writer's batches on one
+//!   `rusqlite` connection), `lock` (one process per database file).
+//! - `postgres/`: the scale-out store: `read`, `write`, and `cluster` (the [`Cluster`]
+//!   coordination).
+//! - `rows`: what both backends share: the column lists and the decoding of rows.
+//! - `writer`: the group-commit task.
 
 pub mod postgres;
 mod rows;

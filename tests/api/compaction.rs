@@ -1,6 +1,6 @@
-//! Compaction and trimming with `--context-chars` (SPEC §5): automatic compaction before a
-//! turn's first request, the summary message in the history, every rebuilt LLM request within
-//! the budget, manual `POST /compact` (200, then 204), and forks that stop before a summary.
+//! Compaction and trimming with `--context-chars`: automatic compaction before a turn's first
+//! request, the summary message in the history, every rebuilt LLM request within the budget,
+//! manual `POST /compact` (200, then 204), and forks that stop before a summary.
 
 use reqwest::StatusCode;
 use serde_json::{json, Value};

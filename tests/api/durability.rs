@@ -97,9 +97,6 @@ async fn kill_9_right_after_a_completed_turn_loses_nothing() {
     let log = server.events(&id).await;
     assert_contiguous_from_one(&log);
     assert_eq!(log.last().expect("log")["type"], "agent.finished");
-    let resumed = server
-        .post_empty(&format!("/v1/sessions/{id}/resume?wait=true"))
-        .await
-        .expect_json(reqwest::StatusCode::OK, "resume of a completed session");
+    let resumed = server.resume_wait(&id).await;
     assert_eq!(resumed["run_id"], result["run_id"], "{resumed}");
 }

@@ -61,19 +61,7 @@ async fn a_turn_records_the_whole_history() {
 
     let messages = server.messages(&id).await;
     let roles = roles(&messages);
-    assert_eq!(
-        roles,
-        [
-            "system",
-            "user",
-            "assistant",
-            "tool",
-            "assistant",
-            "tool",
-            "assistant"
-        ],
-        "{messages:#?}"
-    );
+    assert_eq!(roles, MOCK_TURN_ROLES, "{messages:#?}");
     assert_indexes_contiguous(&messages);
     assert_eq!(messages[1]["content"], INPUT);
 

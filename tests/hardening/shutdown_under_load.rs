@@ -40,11 +40,10 @@ pub async fn run() {
     // 40 runs in the background, 10 with a client waiting for their result.
     // A long input: the mock quotes it word by word, 20 ms a word, so a turn lasts seconds.
     let words: Vec<String> = (0..100).map(|w| format!("w{w}")).collect();
-    let input = json!({ "input": format!("shutdown under load: {}", words.join(" ")) });
+    let text = format!("shutdown under load: {}", words.join(" "));
+    let input = json!({ "input": text });
     for id in &ids[WAITING..] {
-        let path = format!("/v1/sessions/{id}/runs");
-        api.expect(Method::POST, &path, Some(&input), StatusCode::ACCEPTED)
-            .await;
+        api.start_run(id, &text).await;
     }
     let waiting: Vec<_> = ids[..WAITING]
         .iter()

@@ -3,38 +3,22 @@
 
 use std::time::{Duration, Instant};
 
-use reqwest::{Method, StatusCode};
+use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use crate::replica;
+use crate::replica::{self, RUN_LIMIT};
 use crate::support::{
     assert_conflict, assert_contiguous, assert_indexes_contiguous, assert_runs,
-    assert_tool_calls_answered, deltas, describe, has_terminal, is_terminal, words, Subscriber,
+    assert_tool_calls_answered, describe, has_terminal, is_terminal, words, Subscriber,
     TestDatabase,
 };
 
-const RUN_LIMIT: Duration = Duration::from_secs(20);
-
 pub async fn cancel_via_b(db: TestDatabase) {
-    let a = replica::start("A", &db.url, 50).await;
-    let b = replica::start("B", &db.url, 50).await;
-    let id = a.api.create_session().await;
-    let mut on_a = Subscriber::open(&a.api, &id, "subscriber on A").await;
-    let run = a.api.start_run(&id, &words(60)).await;
-    let run_id = run["id"].as_str().expect("run id").to_string();
-    on_a.wait_for("3 deltas", RUN_LIMIT, |seen| deltas(seen) >= 3)
-        .await;
+    let (a, b) = replica::pair(&db.url, /*mock_delay_ms*/ 50).await;
+    let (id, run_id, mut on_a) = replica::watched_run(&a, &a, &words(60), /*deltas_seen*/ 3).await;
 
     let asked = Instant::now();
-    let reply = b
-        .api
-        .expect(
-            Method::POST,
-            &format!("/v1/sessions/{id}/cancel"),
-            None,
-            StatusCode::OK,
-        )
-        .await;
+    let reply = b.api.cancel(&id).await;
     assert_eq!(
         reply["cancelled"],
         json!(true),
@@ -98,54 +82,23 @@ pub async fn cancel_via_b(db: TestDatabase) {
     assert_eq!(runs.len(), 1);
     assert_eq!(runs[0]["status"], "cancelled", "{}", runs[0]);
     // Cancel again (idempotent): nothing to cancel now.
-    let again = b
-        .api
-        .expect(
-            Method::POST,
-            &format!("/v1/sessions/{id}/cancel"),
-            None,
-            StatusCode::OK,
-        )
-        .await;
+    let again = b.api.cancel(&id).await;
     assert_eq!(again["cancelled"], json!(false), "a second cancel: {again}");
 }
 
 pub async fn conflicts_across_replicas(db: TestDatabase) {
-    let a = replica::start("A", &db.url, 30).await;
-    let b = replica::start("B", &db.url, 30).await;
-    let id = a.api.create_session().await;
-    let mut on_b = Subscriber::open(&b.api, &id, "subscriber on B").await;
-    let run = a.api.start_run(&id, &words(50)).await;
-    let run_id = run["id"].as_str().expect("run id").to_string();
-    on_b.wait_for("2 deltas", RUN_LIMIT, |seen| deltas(seen) >= 2)
-        .await;
+    let (a, b) = replica::pair(&db.url, /*mock_delay_ms*/ 30).await;
+    let (id, run_id, mut on_b) = replica::watched_run(&a, &b, &words(50), /*deltas_seen*/ 2).await;
 
-    let conflict = b
-        .api
-        .call(
-            Method::POST,
-            &format!("/v1/sessions/{id}/runs"),
-            Some(&json!({"input": "a second run"})),
-        )
-        .await
-        .expect("POST /runs on B");
+    let conflict = b.api.post_run(&id, "a second run").await;
     assert_conflict(&conflict, "POST /runs on B while A runs the session");
     let compact = b
         .api
-        .call(Method::POST, &format!("/v1/sessions/{id}/compact"), None)
-        .await
-        .expect("POST /compact on B");
+        .post_empty(&format!("/v1/sessions/{id}/compact"))
+        .await;
     assert_conflict(&compact, "POST /compact on B while A runs the session");
     // A refuses too (the run is its own).
-    let on_a = a
-        .api
-        .call(
-            Method::POST,
-            &format!("/v1/sessions/{id}/runs"),
-            Some(&json!({"input": "a second run"})),
-        )
-        .await
-        .expect("POST /runs on A");
+    let on_a = a.api.post_run(&id, "a second run").await;
     assert_conflict(&on_a, "POST /runs on A while A runs the session");
     eprintln!(
         "[conflicts_across_replicas] B answered {} / {} (run / compact)",
@@ -161,15 +114,7 @@ pub async fn conflicts_across_replicas(db: TestDatabase) {
         })
         .await;
     let first_last_seq = seen.last().map(|s| s.seq()).unwrap_or(0);
-    let result = b
-        .api
-        .call(
-            Method::POST,
-            &format!("/v1/sessions/{id}/runs?wait=true"),
-            Some(&json!({"input": "now on B"})),
-        )
-        .await
-        .expect("POST /runs?wait=true on B");
+    let result = b.api.post_run_wait(&id, "now on B").await;
     assert_eq!(
         result.status,
         StatusCode::OK,
@@ -220,12 +165,8 @@ pub async fn conflicts_across_replicas(db: TestDatabase) {
         } else {
             (&b.api, &mut on_a)
         };
-        let path = format!("/v1/sessions/{id}/runs");
-        let body = json!({"input": format!("turn {round}")});
-        let mut reply = api
-            .call(Method::POST, &path, Some(&body))
-            .await
-            .expect("POST /runs");
+        let input = format!("turn {round}");
+        let mut reply = api.post_run(&id, &input).await;
         outcomes.push(format!(
             "round {round} on {} (right after the previous run's end was streamed): {} {}",
             api.name,
@@ -240,10 +181,7 @@ pub async fn conflicts_across_replicas(db: TestDatabase) {
             refused += 1;
             // Once the previous holder has released the lease the run starts.
             tokio::time::sleep(Duration::from_millis(300)).await;
-            reply = api
-                .call(Method::POST, &path, Some(&body))
-                .await
-                .expect("POST /runs");
+            reply = api.post_run(&id, &input).await;
             assert_eq!(
                 reply.status,
                 StatusCode::ACCEPTED,
@@ -298,15 +236,7 @@ pub async fn conflicts_across_replicas(db: TestDatabase) {
         })
         .await;
     let ended = seen.last().map(|s| s.at).expect("events");
-    let reply = b
-        .api
-        .call(
-            Method::POST,
-            &format!("/v1/sessions/{id}/runs?wait=true"),
-            Some(&json!({"input": "right after"})),
-        )
-        .await
-        .expect("POST /runs on B");
+    let reply = b.api.post_run_wait(&id, "right after").await;
     let asked_after = ended.elapsed();
     let session = b.api.session(&id).await;
     sqlx::query("DROP TRIGGER replicas_test_slow_release ON sessions")

@@ -7,13 +7,11 @@ use serde_json::Value;
 use sqlx::Row;
 use uuid::Uuid;
 
-use crate::replica::{self, Replica};
+use crate::replica::{self, Replica, RUN_LIMIT};
 use crate::support::{
-    assert_contiguous, assert_indexes_contiguous, assert_runs, assert_tool_calls_answered, deltas,
-    describe, words, LoggedRun, Seen, Subscriber, TestDatabase,
+    assert_contiguous, assert_indexes_contiguous, assert_runs, assert_tool_calls_answered,
+    describe, words, LoggedRun, Seen, TestDatabase,
 };
-
-const RUN_LIMIT: Duration = Duration::from_secs(20);
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
@@ -42,6 +40,15 @@ async fn lease_of(
 fn resume_started(seen: &[Seen]) -> Option<&Seen> {
     seen.iter()
         .find(|s| s.kind() == "agent.started" && s.event["data"]["kind"] == "resume")
+}
+
+/// Whether the resume run in `seen` has finished.
+fn resume_finished(seen: &[Seen]) -> bool {
+    seen.iter().any(|s| {
+        s.kind() == "agent.finished"
+            && resume_started(seen)
+                .is_some_and(|r| r.event["data"]["run_id"] == s.event["data"]["run_id"])
+    })
 }
 
 /// The log of a takeover: contiguous; the interrupted run ends with exactly one
@@ -101,14 +108,8 @@ async fn assert_taken_over(
 }
 
 pub async fn sigkill_takeover(db: TestDatabase) {
-    let mut a = replica::start("A", &db.url, 30).await;
-    let b = replica::start("B", &db.url, 30).await;
-    let id = a.api.create_session().await;
-    let mut on_b = Subscriber::open(&b.api, &id, "subscriber on B").await;
-    let run = a.api.start_run(&id, &words(60)).await;
-    let run_id = run["id"].as_str().expect("run id").to_string();
-    on_b.wait_for("5 deltas", RUN_LIMIT, |seen| deltas(seen) >= 5)
-        .await;
+    let (mut a, b) = replica::pair(&db.url, /*mock_delay_ms*/ 30).await;
+    let (id, run_id, mut on_b) = replica::watched_run(&a, &b, &words(60), /*deltas_seen*/ 5).await;
 
     a.kill9().await;
     let killed = Instant::now();
@@ -146,30 +147,17 @@ pub async fn sigkill_takeover(db: TestDatabase) {
 }
 
 pub async fn sigstop_fencing(db: TestDatabase) {
-    let mut a = replica::start("A", &db.url, 100).await;
-    let b = replica::start("B", &db.url, 100).await;
-    let id = a.api.create_session().await;
-    let mut on_b = Subscriber::open(&b.api, &id, "subscriber on B").await;
-    let run = a.api.start_run(&id, &words(10)).await;
-    let run_id = run["id"].as_str().expect("run id").to_string();
-    on_b.wait_for("3 deltas", RUN_LIMIT, |seen| deltas(seen) >= 3)
-        .await;
+    let (mut a, b) = replica::pair(&db.url, /*mock_delay_ms*/ 100).await;
+    let (id, run_id, mut on_b) = replica::watched_run(&a, &b, &words(10), /*deltas_seen*/ 3).await;
 
     a.signal("STOP");
     let stopped = Instant::now();
     // Wait until B has taken over and the resume completed.
-    let resume_done = |seen: &[Seen]| {
-        seen.iter().any(|s| {
-            s.kind() == "agent.finished"
-                && resume_started(seen)
-                    .is_some_and(|r| r.event["data"]["run_id"] == s.event["data"]["run_id"])
-        })
-    };
     let waited = on_b
         .wait_for(
             "B's resume to finish while A is stopped",
             Duration::from_secs(30),
-            resume_done,
+            resume_finished,
         )
         .await;
     let resumed = resume_started(&waited).expect("resume").at - stopped;
@@ -253,14 +241,8 @@ pub async fn sigstop_fencing(db: TestDatabase) {
 }
 
 pub async fn graceful_shutdown_handover(db: TestDatabase) {
-    let mut a = replica::start("A", &db.url, 30).await;
-    let b = replica::start("B", &db.url, 30).await;
-    let id = a.api.create_session().await;
-    let mut on_b = Subscriber::open(&b.api, &id, "subscriber on B").await;
-    let run = a.api.start_run(&id, &words(60)).await;
-    let run_id = run["id"].as_str().expect("run id").to_string();
-    on_b.wait_for("5 deltas", RUN_LIMIT, |seen| deltas(seen) >= 5)
-        .await;
+    let (mut a, b) = replica::pair(&db.url, /*mock_delay_ms*/ 30).await;
+    let (id, run_id, mut on_b) = replica::watched_run(&a, &b, &words(60), /*deltas_seen*/ 5).await;
 
     // Who holds the lease while A runs the session.
     let mut pg = db.connect().await;
@@ -305,14 +287,8 @@ pub async fn graceful_shutdown_handover(db: TestDatabase) {
         "B's takeover after a graceful stop took {:?} from SIGTERM (want < 2 s after A exited)",
         resumed.saturating_duration_since(sent)
     );
-    on_b.wait_for("the resume's agent.finished", RUN_LIMIT, |seen| {
-        seen.iter().any(|s| {
-            s.kind() == "agent.finished"
-                && resume_started(seen)
-                    .is_some_and(|r| r.event["data"]["run_id"] == s.event["data"]["run_id"])
-        })
-    })
-    .await;
+    on_b.wait_for("the resume's agent.finished", RUN_LIMIT, resume_finished)
+        .await;
     assert_taken_over("the log after the handover", &b, &id, &run_id).await;
     assert_eq!(
         on_b.events(),
@@ -351,14 +327,8 @@ async fn activity(db: &TestDatabase, pg: &mut sqlx::PgConnection) -> String {
 /// its transaction, freezes A, then lets the insert through, so A's transaction stays open.
 /// B must still take the session over within a few lease TTLs.
 pub async fn sigstop_mid_commit(db: TestDatabase) {
-    let a = replica::start("A", &db.url, 30).await;
-    let b = replica::start("B", &db.url, 30).await;
-    let id = a.api.create_session().await;
-    let mut on_b = Subscriber::open(&b.api, &id, "subscriber on B").await;
-    let run = a.api.start_run(&id, &words(60)).await;
-    let run_id = run["id"].as_str().expect("run id").to_string();
-    on_b.wait_for("3 deltas", RUN_LIMIT, |seen| deltas(seen) >= 3)
-        .await;
+    let (a, b) = replica::pair(&db.url, /*mock_delay_ms*/ 30).await;
+    let (id, run_id, mut on_b) = replica::watched_run(&a, &b, &words(60), /*deltas_seen*/ 3).await;
 
     let mut pg = db.connect().await;
     let mut blocker = db.connect().await;
@@ -425,14 +395,8 @@ pub async fn sigstop_mid_commit(db: TestDatabase) {
         "[sigstop_mid_commit] B's resume run started {:.0} ms after A froze",
         ms(resumed)
     );
-    on_b.wait_for("the resume's agent.finished", RUN_LIMIT, |seen| {
-        seen.iter().any(|s| {
-            s.kind() == "agent.finished"
-                && resume_started(seen)
-                    .is_some_and(|r| r.event["data"]["run_id"] == s.event["data"]["run_id"])
-        })
-    })
-    .await;
+    on_b.wait_for("the resume's agent.finished", RUN_LIMIT, resume_finished)
+        .await;
     let log_before = b.api.events(&id).await;
     a.signal("CONT");
     tokio::time::sleep(Duration::from_secs(1)).await;

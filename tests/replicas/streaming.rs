@@ -7,13 +7,11 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use sqlx::Row;
 
-use crate::replica::{self, Replica};
+use crate::replica::{self, Replica, RUN_LIMIT};
 use crate::support::{
     assert_contiguous, assert_runs, deltas, describe, first_difference, has_terminal, percentile,
     words, Seen, Subscriber, TestDatabase,
 };
-
-const RUN_LIMIT: Duration = Duration::from_secs(20);
 
 /// B's stream equals the stored log exactly.
 fn assert_same_as_log(what: &str, seen: &[Value], log: &[Value]) {
@@ -33,8 +31,7 @@ fn assert_same_as_log(what: &str, seen: &[Value], log: &[Value]) {
 }
 
 pub async fn run_on_a_watch_on_b(db: TestDatabase) {
-    let a = replica::start("A", &db.url, 5).await;
-    let b = replica::start("B", &db.url, 5).await;
+    let (a, b) = replica::pair(&db.url, /*mock_delay_ms*/ 5).await;
     let id = a.api.create_session().await;
 
     // Both subscribed before the run starts.
@@ -194,8 +191,7 @@ fn local_ports_of(pid: u32) -> Vec<u16> {
 }
 
 pub async fn listener_reconnect(db: TestDatabase) {
-    let a = replica::start("A", &db.url, 30).await;
-    let b = replica::start("B", &db.url, 30).await;
+    let (a, b) = replica::pair(&db.url, /*mock_delay_ms*/ 30).await;
     let id = a.api.create_session().await;
     let mut pg = db.connect().await;
 

@@ -25,6 +25,28 @@ pub fn terminal_events_of<'a>(events: &'a [Value], run_id: &str) -> Vec<&'a Valu
         .collect()
 }
 
+/// The types of one run's terminal events, in order: exactly one for a run that ended.
+pub fn terminal_types(events: &[Value], run_id: &str) -> Vec<String> {
+    terminal_events_of(events, run_id)
+        .iter()
+        .map(|e| e["type"].as_str().unwrap_or("?").to_string())
+        .collect()
+}
+
+/// Asserts that a run ended as interrupted (a crash or a stop cut it short): exactly one
+/// terminal event, an `agent.failed` whose error is `interrupted`.
+#[track_caller]
+pub fn assert_interrupted(events: &[Value], run_id: &str) {
+    let terminals = terminal_events_of(events, run_id);
+    assert_eq!(
+        terminal_types(events, run_id),
+        ["agent.failed"],
+        "{:?}",
+        types(events)
+    );
+    assert_eq!(terminals[0]["data"]["error"], "interrupted");
+}
+
 /// The events of one run: its `agent.started` up to and including its terminal event (or the
 /// end of the log). Panics if the run never started.
 pub fn run_events<'a>(events: &'a [Value], run_id: &str) -> &'a [Value] {

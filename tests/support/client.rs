@@ -51,18 +51,18 @@ impl Reply {
 
     /// Asserts the status and returns the JSON body.
     pub fn expect_json(&self, status: StatusCode, what: &str) -> Value {
-        assert_eq!(
-            self.status,
-            status,
-            "{what}: expected {status}, got {} with {}",
-            self.status,
-            self.text()
-        );
+        self.assert_status(status, what);
         self.json()
     }
 
     /// Asserts a problem+json answer with this status and a non-empty `detail`; returns it.
     pub fn expect_problem(&self, status: StatusCode, what: &str) -> Value {
+        self.assert_status(status, what);
+        check_problem(self).unwrap_or_else(|e| panic!("{what}: {e}"))
+    }
+
+    #[track_caller]
+    fn assert_status(&self, status: StatusCode, what: &str) {
         assert_eq!(
             self.status,
             status,
@@ -70,7 +70,6 @@ impl Reply {
             self.status,
             self.text()
         );
-        check_problem(self).unwrap_or_else(|e| panic!("{what}: {e}"))
     }
 }
 
@@ -198,24 +197,6 @@ impl Api {
             .map_err(|e| format!("{} {method} {path}: {e}", self.name))
     }
 
-    /// A request that must answer `expected`; returns the body.
-    pub async fn expect(
-        &self,
-        method: Method,
-        path: &str,
-        body: Option<&Value>,
-        expected: StatusCode,
-    ) -> Value {
-        match self.call(method.clone(), path, body).await {
-            Ok(reply) if reply.status == expected => reply.body,
-            Ok(reply) => panic!(
-                "{} {method} {path}: expected {expected}, got {} {}",
-                self.name, reply.status, reply.body
-            ),
-            Err(e) => panic!("{e}"),
-        }
-    }
-
     pub async fn get(&self, path: &str) -> Reply {
         self.send(self.request(Method::GET, path)).await
     }
@@ -258,20 +239,43 @@ impl Api {
         self.get_ok(&format!("/v1/sessions/{id}")).await
     }
 
+    /// `POST /runs` in default mode, whatever it answers (a refusal is an answer too).
+    pub async fn post_run(&self, id: &str, input: &str) -> Reply {
+        self.post_json(
+            &format!("/v1/sessions/{id}/runs"),
+            &json!({ "input": input }),
+        )
+        .await
+    }
+
+    /// `POST /runs?wait=true`, whatever it answers.
+    pub async fn post_run_wait(&self, id: &str, input: &str) -> Reply {
+        let path = format!("/v1/sessions/{id}/runs?wait=true");
+        self.post_json(&path, &json!({ "input": input })).await
+    }
+
     /// `POST /runs?wait=true`: must answer 200 with the RunResult.
     pub async fn run_wait(&self, id: &str, input: &str) -> Value {
-        let path = format!("/v1/sessions/{id}/runs?wait=true");
-        self.post_json(&path, &json!({ "input": input }))
-            .await
-            .expect_json(StatusCode::OK, &path)
+        self.post_run_wait(id, input).await.expect_json(
+            StatusCode::OK,
+            &format!("POST /v1/sessions/{id}/runs?wait=true"),
+        )
     }
 
     /// `POST /runs` in default mode: must answer 202 with the Run.
     pub async fn start_run(&self, id: &str, input: &str) -> Value {
-        let path = format!("/v1/sessions/{id}/runs");
-        self.post_json(&path, &json!({ "input": input }))
+        self.post_run(id, input).await.expect_json(
+            StatusCode::ACCEPTED,
+            &format!("POST /v1/sessions/{id}/runs"),
+        )
+    }
+
+    /// `POST /resume?wait=true`: must answer 200 with the RunResult.
+    pub async fn resume_wait(&self, id: &str) -> Value {
+        let path = format!("/v1/sessions/{id}/resume?wait=true");
+        self.post_empty(&path)
             .await
-            .expect_json(StatusCode::ACCEPTED, &path)
+            .expect_json(StatusCode::OK, &path)
     }
 
     pub async fn cancel(&self, id: &str) -> Value {

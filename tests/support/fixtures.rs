@@ -8,6 +8,18 @@ use tempfile::TempDir;
 pub const README: &str = "# Demo\n\nDemo is a small sample project. It exists for tests.\n";
 pub const README_FIRST_SENTENCE: &str = "Demo is a small sample project.";
 
+/// The roles of a session's messages after one mock turn: the system prompt, the input,
+/// list_files and its result, read_file and its result, the answer.
+pub const MOCK_TURN_ROLES: [&str; 7] = [
+    "system",
+    "user",
+    "assistant",
+    "tool",
+    "assistant",
+    "tool",
+    "assistant",
+];
+
 /// A fresh workspace directory, removed when dropped.
 pub fn workspace_fixture() -> TempDir {
     let dir = tempfile::Builder::new()

@@ -31,7 +31,7 @@ pub mod sse;
 
 pub use checks::*;
 pub use client::{assert_conflict, check_problem, Api, Reply};
-pub use fixtures::{workspace_fixture, README, README_FIRST_SENTENCE};
+pub use fixtures::{workspace_fixture, MOCK_TURN_ROLES, README, README_FIRST_SENTENCE};
 pub use postgres::{with_database, TestDatabase};
 pub use server::{is_postgres, Backend, ServerOptions, TestServer};
 pub use sse::{

@@ -202,6 +202,15 @@ impl Api {
             .unwrap_or_else(|e| panic!("{e}"))
     }
 
+    /// A new session with a run of `input` under way, and a stream of its log opened before the
+    /// run started (so it sees every event): `(session id, run id, stream)`.
+    pub async fn watched_run(&self, input: &str) -> (String, String, SseStream) {
+        let id = self.create_session().await;
+        let sse = self.sse(&id, SseFrom::Start).await;
+        let run = self.start_run(&id, input).await;
+        (id, crate::support::checks::id_of(&run), sse)
+    }
+
     /// `POST /runs` with `Accept: text/event-stream`: the run's events as SSE.
     pub async fn run_streaming(&self, id: &str, input: &str) -> SseStream {
         let path = format!("/v1/sessions/{id}/runs");

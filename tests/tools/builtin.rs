@@ -112,7 +112,11 @@ async fn shell_runs_sandboxed_and_parallel_calls_overlap() {
         call("s1", "shell", json!({"command": "sleep 1; echo one"})),
         call("s2", "shell", json!({"command": "sleep 1; echo two"})),
         call("s3", "shell", json!({"command": "sleep 1; echo three > made.txt; cat /etc/hostname >/dev/null; echo three"})),
-        call("s4", "shell", json!({"command": "echo hi > /outside-$$.txt; echo status $?"})),
+        call(
+            "s4",
+            "shell",
+            json!({"command": "echo hi > /tah-escape-probe.txt; echo hi > ../tah-escape-probe.txt; echo hi > /usr/tah-escape-probe.txt; echo status $?"}),
+        ),
     ])
     .await;
     let server = start(&model, &["--tool-policy", &policy]).await;
@@ -157,5 +161,104 @@ async fn shell_runs_sandboxed_and_parallel_calls_overlap() {
     assert!(
         took < std::time::Duration::from_millis(2500),
         "calls did not overlap: {took:?}"
+    );
+}
+
+/// Processes whose command line contains `marker`.
+fn processes_with(marker: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if text.contains(marker) && !text.contains("cargo") {
+            found.push(format!("{}: {text}", entry.file_name().to_string_lossy()));
+        }
+    }
+    found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shell_cannot_read_the_host_reach_the_network_or_outlive_a_cancel() {
+    if is_postgres() {
+        return;
+    }
+    let outside = tempfile::Builder::new()
+        .prefix("tah-host-secret-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    let secret = outside.path().join("secret.txt");
+    std::fs::write(&secret, "host-secret-7731").unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let marker = format!("tah-outlive-{}", uuid::Uuid::now_v7().simple());
+    let dir = tempfile::tempdir().unwrap();
+    let policy = allow_all(dir.path());
+    let model = crate::support::fakes::start_openai(vec![
+        crate::support::fakes::Reply::sse(crate::support::fakes::openai::tool_calls_reply(
+            "",
+            &[
+                call("h1", "shell", json!({"command": format!("cat {}; echo read $?", secret.display())})),
+                call(
+                    "h2",
+                    "shell",
+                    json!({"command": format!("bash -c 'exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected' ; echo net $?")}),
+                ),
+            ],
+        )),
+        crate::support::fakes::Reply::sse(crate::support::fakes::openai::tool_calls_reply(
+            "",
+            &[call(
+                "h3",
+                "shell",
+                json!({"command": format!("echo 'sleep 100' > {marker}.sh; sh {marker}.sh & sh {marker}.sh")}),
+            )],
+        )),
+        crate::support::fakes::Reply::sse(crate::support::fakes::openai::text_reply(&["done"])),
+    ])
+    .await;
+    let server = start(&model, &["--tool-policy", &policy]).await;
+    let id = server.create_session().await;
+    server.start_run(&id, "probe").await;
+    // Wait until the sleeping call runs, then cancel the run.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while processes_with(&marker).len() < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sleeps never started"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let cancelled_at = std::time::Instant::now();
+    server.cancel(&id).await;
+    let session = server
+        .poll_session(&id, "cancelled", std::time::Duration::from_secs(5), |s| {
+            s["state"] == "cancelled"
+        })
+        .await;
+    assert_eq!(session["state"], "cancelled");
+    assert!(cancelled_at.elapsed() < std::time::Duration::from_secs(2));
+    let mut left = processes_with(&marker);
+    for _ in 0..50 {
+        if left.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        left = processes_with(&marker);
+    }
+    assert!(left.is_empty(), "processes outlived the cancel: {left:?}");
+    let events = server.events(&id).await;
+    let out = |id: &str| {
+        finished(&events, id)["data"]["output"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert!(!out("h1").contains("host-secret-7731"), "{}", out("h1"));
+    assert!(out("h1").contains("read 1"), "{}", out("h1"));
+    assert!(!out("h2").contains("connected"), "{}", out("h2"));
+    assert!(
+        listener.accept().is_err(),
+        "a connection reached the host's port"
     );
 }

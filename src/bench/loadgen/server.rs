@@ -150,7 +150,7 @@ impl Environment {
             _ => {
                 command
                     .args(["--provider", "mock", "--mock-delay-ms"])
-                    .arg(args.piece_delay_ms.to_string());
+                    .arg(args.reply.piece_delay_ms.to_string());
             }
         }
         command.args(&args.server_args);

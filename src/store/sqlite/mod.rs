@@ -1,7 +1,7 @@
 //! The embedded SQLite store: WAL, `synchronous=NORMAL`, a busy timeout, and `BEGIN IMMEDIATE`
 //! for every write transaction. Ids are stored as text, JSON as text, times as RFC 3339. This
 //! file opens the database; `read.rs` answers the [`Store`](super::Store) reads, `write.rs`
-//! applies the writer's batches.
+//! applies the writer's batches, `lock.rs` keeps a second process off the same file.
 //!
 //! Two drivers, on purpose. Reads and migrations use an sqlx pool: async, and WAL lets them run
 //! beside the writer. Writes use one `rusqlite` connection that applies a whole batch in one hop

@@ -1,0 +1,283 @@
+//! One model call as a stream: the response body under its first-byte and idle timeouts and
+//! size limits, decoded as SSE, read by the dialect's parser, and retried from scratch (a
+//! `Retry` item first) when an attempt fails in a way another attempt may help.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use eventsource_stream::{EventStream, EventStreamError};
+use futures::stream::BoxStream;
+use futures::StreamExt;
+use tokio::time::Instant;
+
+use super::config::Timeouts;
+use super::reply::EventParser;
+use super::status::{first_byte_timeout, secs, transport_failure};
+use super::transport::Transport;
+use super::Failure;
+use crate::llm::guard::{BodyMeter, ReplyLimits};
+use crate::llm::{LlmError, LlmErrorKind, ModelStream, Purpose, StreamItem};
+
+/// An error of the timed body stream.
+#[derive(Debug)]
+pub(super) enum BodyError {
+    FirstByte(Duration),
+    Idle(Duration),
+    Transport(reqwest::Error),
+    /// The body broke one of the [`ReplyLimits`].
+    TooLarge(String),
+}
+
+impl fmt::Display for BodyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BodyError::FirstByte(d) => write!(f, "first-byte timeout after {}", secs(*d)),
+            BodyError::Idle(d) => write!(f, "idle timeout after {}", secs(*d)),
+            BodyError::Transport(e) => write!(f, "{e}"),
+            BodyError::TooLarge(why) => f.write_str(why),
+        }
+    }
+}
+
+pub(super) type Events = EventStream<BoxStream<'static, Result<Bytes, BodyError>>>;
+
+/// The response body as a stream of chunks: the first must arrive before `deadline`, each later
+/// one within `idle` of the previous, and the whole stays within `limits`. It ends after the
+/// first error. Owning the response, it closes the connection when dropped.
+pub(super) fn timed_body(
+    response: reqwest::Response,
+    deadline: Instant,
+    idle: Duration,
+    limits: ReplyLimits,
+) -> BoxStream<'static, Result<Bytes, BodyError>> {
+    let first_byte = deadline.saturating_duration_since(Instant::now());
+    let state = (Some(response), true, BodyMeter::default());
+    futures::stream::unfold(state, move |(response, first, mut meter)| {
+        let limits = limits.clone();
+        async move {
+            let mut response = response?;
+            let read = if first {
+                tokio::time::timeout_at(deadline, response.chunk()).await
+            } else {
+                tokio::time::timeout(idle, response.chunk()).await
+            };
+            let end = |error| Some((Err(error), (None, false, BodyMeter::default())));
+            match read {
+                Err(_) if first => end(BodyError::FirstByte(first_byte)),
+                Err(_) => end(BodyError::Idle(idle)),
+                Ok(Err(e)) => end(BodyError::Transport(e)),
+                Ok(Ok(None)) => None,
+                Ok(Ok(Some(chunk))) => match meter.add(&chunk, &limits) {
+                    Ok(()) => Some((Ok(chunk), (Some(response), false, meter))),
+                    Err(why) => end(BodyError::TooLarge(why)),
+                },
+            }
+        }
+    })
+    .boxed()
+}
+
+fn sse_failure(e: EventStreamError<BodyError>, timeouts: &Timeouts) -> Failure {
+    match e {
+        EventStreamError::Transport(BodyError::FirstByte(_)) => {
+            first_byte_timeout(timeouts.first_byte)
+        }
+        EventStreamError::Transport(BodyError::Idle(d)) => Failure::retryable(
+            LlmErrorKind::Timeout,
+            format!("the stream stalled for {} (idle timeout)", secs(d)),
+        ),
+        EventStreamError::Transport(BodyError::TooLarge(why)) => Failure::protocol(why),
+        EventStreamError::Transport(BodyError::Transport(e)) => {
+            let mut failure = transport_failure(&e);
+            failure.message = format!("the stream broke: {}", failure.message);
+            failure
+        }
+        EventStreamError::Utf8(e) => {
+            Failure::protocol(format!("the event stream is not valid UTF-8: {e}"))
+        }
+        EventStreamError::Parser(e) => {
+            Failure::protocol(format!("the event stream is malformed: {e}"))
+        }
+    }
+}
+
+enum State<P> {
+    /// Send the request, after waiting `delay` (a retry's backoff).
+    Connect {
+        delay: Option<Duration>,
+    },
+    /// Read events of the current attempt.
+    Reading {
+        events: Events,
+        parser: P,
+    },
+    Finished,
+}
+
+/// One model call across its attempts; the state behind the returned stream.
+pub(super) struct Call<P> {
+    transport: Arc<Transport>,
+    /// When the whole call must be over, set when it is first polled.
+    deadline: Option<Instant>,
+    /// Named in the log of a retry.
+    purpose: Purpose,
+    body: Bytes,
+    new_parser: fn() -> P,
+    retries: u32,
+    state: State<P>,
+    queue: VecDeque<Result<StreamItem, LlmError>>,
+}
+
+impl<P: EventParser> Call<P> {
+    /// A call that POSTs `body` and reads each attempt with a fresh parser from `new_parser`.
+    pub(super) fn new(
+        transport: Arc<Transport>,
+        purpose: Purpose,
+        body: Bytes,
+        new_parser: fn() -> P,
+    ) -> Call<P> {
+        Call {
+            transport,
+            deadline: None,
+            purpose,
+            body,
+            new_parser,
+            retries: 0,
+            state: State::Connect { delay: None },
+            queue: VecDeque::new(),
+        }
+    }
+
+    /// The call as the stream its client returns; nothing happens until it is polled.
+    pub(super) fn into_stream(self) -> ModelStream {
+        futures::stream::unfold(self, |mut call| async move {
+            let item = call.next().await?;
+            Some((item, call))
+        })
+        .boxed()
+    }
+
+    /// The next item, within the call's overall deadline.
+    async fn next(&mut self) -> Option<Result<StreamItem, LlmError>> {
+        let Some(total) = self.transport.timeouts.total else {
+            return self.advance().await;
+        };
+        let deadline = *self.deadline.get_or_insert_with(|| Instant::now() + total);
+        match tokio::time::timeout_at(deadline, self.advance()).await {
+            Ok(item) => item,
+            Err(_) => {
+                // The attempt in flight was dropped with the future: its connection is closed.
+                self.state = State::Finished;
+                self.queue.clear();
+                Some(Err(LlmError::new(
+                    self.transport.provider,
+                    LlmErrorKind::Timeout,
+                    format!(
+                        "the model call did not finish within {} (--llm-deadline-s)",
+                        secs(total)
+                    ),
+                )))
+            }
+        }
+    }
+
+    async fn advance(&mut self) -> Option<Result<StreamItem, LlmError>> {
+        loop {
+            if let Some(item) = self.queue.pop_front() {
+                return Some(item);
+            }
+            match std::mem::replace(&mut self.state, State::Finished) {
+                State::Finished => return None,
+                State::Connect { delay } => {
+                    if let Some(delay) = delay.filter(|d| !d.is_zero()) {
+                        tokio::time::sleep(delay).await;
+                    }
+                    let transport = Arc::clone(&self.transport);
+                    match transport.connect(self.body.clone()).await {
+                        Ok(events) => {
+                            self.state = State::Reading {
+                                events,
+                                parser: (self.new_parser)(),
+                            }
+                        }
+                        Err(failure) => self.fail(failure),
+                    }
+                }
+                State::Reading {
+                    mut events,
+                    mut parser,
+                } => {
+                    let outcome = match events.next().await {
+                        Some(Ok(event)) => {
+                            let mut deltas = Vec::new();
+                            match parser.event(&event, &mut deltas) {
+                                Ok(done) => Ok((deltas, done)),
+                                Err(failure) => Err(failure),
+                            }
+                        }
+                        Some(Err(e)) => Err(sse_failure(e, &self.transport.timeouts)),
+                        None => parser.end().map(|reply| (Vec::new(), Some(reply))),
+                    };
+                    match outcome {
+                        Ok((deltas, done)) => {
+                            self.queue.extend(
+                                deltas
+                                    .into_iter()
+                                    .filter(|d| !d.is_empty())
+                                    .map(|d| Ok(StreamItem::Delta(d))),
+                            );
+                            match done {
+                                Some(reply) => match self.transport.limits.check(&reply) {
+                                    Ok(()) => self.queue.push_back(Ok(StreamItem::Done(reply))),
+                                    Err(why) => self.fail(Failure::protocol(why)),
+                                },
+                                None => self.state = State::Reading { events, parser },
+                            }
+                        }
+                        Err(failure) => {
+                            drop(events);
+                            self.fail(failure);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Schedules a retry (announced by a `Retry` item) or ends the call with an error.
+    fn fail(&mut self, failure: Failure) {
+        let transport = &self.transport;
+        if failure.retryable && self.retries < transport.retry.max_retries {
+            self.retries += 1;
+            let delay = transport.retry.delay(self.retries, failure.retry_after);
+            tracing::warn!(
+                provider = transport.provider,
+                purpose = self.purpose.as_str(),
+                attempt = self.retries,
+                delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+                error = %transport.secrets.scrub(&failure.message),
+                "model call failed; retrying"
+            );
+            self.queue.push_back(Ok(StreamItem::Retry {
+                attempt: self.retries,
+                error: transport.secrets.scrub(&failure.short),
+            }));
+            self.state = State::Connect { delay: Some(delay) };
+            return;
+        }
+        let mut message = failure.message;
+        if failure.retryable && self.retries > 0 {
+            message.push_str(&format!(" (after {} retries)", self.retries));
+        }
+        let message = transport.secrets.scrub(&message);
+        self.queue.push_back(Err(LlmError::new(
+            transport.provider,
+            failure.kind,
+            message,
+        )));
+        self.state = State::Finished;
+    }
+}

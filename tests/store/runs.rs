@@ -1,0 +1,179 @@
+//! Runs, steps and checkpoints: upserts that never rewrite what a record is, pages after a
+//! cursor, lookups by id, and the latest checkpoint.
+
+use std::sync::Arc;
+
+use chrono::Duration;
+use serde_json::json;
+use tah::model::{
+    new_id, now, Checkpoint, FinishReason, RunKind, RunStatus, SessionState, StepKind, StepStatus,
+    Usage,
+};
+use tah::store::{Store, WriteOp};
+
+use crate::builders::*;
+
+conformance!(runs_upsert, steps_upsert_and_lookup, latest_checkpoint);
+
+async fn runs_upsert(store: Arc<dyn Store>) {
+    let s = new_session(&store, SessionState::Running).await;
+    assert!(store.runs(s.id, None, 10).await.expect("runs").is_empty());
+    let r = run(s.id);
+    commit(&store, vec![WriteOp::UpsertRun(r.clone())]).await;
+    assert_same(
+        &store.run(s.id, r.id).await.expect("read").expect("present"),
+        &r,
+    );
+
+    // Finishing updates the result columns, never the identity of the run.
+    let mut done = r.clone();
+    done.status = RunStatus::Completed;
+    done.text = Some("Demo is a small sample project. 世界".into());
+    done.finish_reason = Some(FinishReason::Model("stop".into()));
+    done.usage = Usage {
+        input_tokens: 900,
+        output_tokens: 40,
+    };
+    done.steps = 3;
+    done.finished_at = Some(r.created_at + Duration::milliseconds(2500));
+    let mut attempt = done.clone();
+    attempt.kind = RunKind::Resume;
+    attempt.input = Some("ignored".into());
+    attempt.start_seq = 99;
+    attempt.created_at = r.created_at + Duration::seconds(9);
+    commit(&store, vec![WriteOp::UpsertRun(attempt)]).await;
+    let got = store.run(s.id, r.id).await.expect("read").expect("present");
+    assert_same(&got, &done);
+
+    let mut failed = run(s.id);
+    failed.kind = RunKind::Resume;
+    failed.input = None;
+    commit(&store, vec![WriteOp::UpsertRun(failed.clone())]).await;
+    failed.status = RunStatus::Failed;
+    failed.error = Some("model unavailable".into());
+    failed.finished_at = Some(now());
+    commit(&store, vec![WriteOp::UpsertRun(failed.clone())]).await;
+
+    let all = store.runs(s.id, None, 10).await.expect("runs");
+    assert_eq!(all.len(), 2);
+    assert_same(&all[0], &done);
+    assert_same(&all[1], &failed);
+    let after = store.runs(s.id, Some(r.id), 10).await.expect("runs");
+    assert_eq!(after.len(), 1);
+    assert_eq!(after[0].id, failed.id);
+    assert_eq!(store.runs(s.id, None, 1).await.expect("runs").len(), 1);
+    assert!(store.run(new_id(), r.id).await.expect("read").is_none());
+    assert!(store.run(s.id, new_id()).await.expect("read").is_none());
+}
+
+async fn steps_upsert_and_lookup(store: Arc<dyn Store>) {
+    let s = new_session(&store, SessionState::Running).await;
+    let r = run(s.id);
+    let llm = step(s.id, r.id, StepKind::Llm);
+    commit(
+        &store,
+        vec![
+            WriteOp::UpsertRun(r.clone()),
+            WriteOp::UpsertStep(llm.clone()),
+        ],
+    )
+    .await;
+    let got = store
+        .step(s.id, llm.id)
+        .await
+        .expect("read")
+        .expect("present");
+    assert_same(&got, &llm);
+    assert!(got.usage.is_none() && got.response.is_none());
+
+    let mut streaming = llm.clone();
+    streaming.status = StepStatus::Streaming;
+    commit(&store, vec![WriteOp::UpsertStep(streaming.clone())]).await;
+    assert_eq!(
+        store
+            .step(s.id, llm.id)
+            .await
+            .expect("read")
+            .expect("present")
+            .status,
+        StepStatus::Streaming
+    );
+
+    let mut done = streaming.clone();
+    done.status = StepStatus::Completed;
+    done.response = Some(json!({
+        "role": "assistant", "content": "",
+        "tool_calls": [{ "id": "call_1", "name": "read_file", "arguments": { "path": "README.md" } }]
+    }));
+    done.usage = Some(Usage {
+        input_tokens: 321,
+        output_tokens: 12,
+    });
+    done.finished_at = Some(llm.created_at + Duration::milliseconds(800));
+    // The request is written once, at insert.
+    let mut attempt = done.clone();
+    attempt.request = json!({ "ignored": true });
+    commit(&store, vec![WriteOp::UpsertStep(attempt)]).await;
+    let got = store
+        .step(s.id, llm.id)
+        .await
+        .expect("read")
+        .expect("present");
+    assert_same(&got, &done);
+
+    let mut tool = step(s.id, r.id, StepKind::Tool);
+    tool.request = json!({ "id": "call_1", "name": "read_file", "arguments": { "path": "x" } });
+    commit(&store, vec![WriteOp::UpsertStep(tool.clone())]).await;
+    tool.status = StepStatus::Failed;
+    tool.error = Some("no such file: x".into());
+    tool.response = Some(json!("no such file: x"));
+    tool.finished_at = Some(now());
+    commit(&store, vec![WriteOp::UpsertStep(tool.clone())]).await;
+
+    let all = store.steps(s.id, None, 10).await.expect("steps");
+    assert_eq!(all.len(), 2);
+    assert_same(&all[0], &done);
+    assert_same(&all[1], &tool);
+    let after = store.steps(s.id, Some(llm.id), 10).await.expect("steps");
+    assert_eq!(after.len(), 1);
+    assert_same(&after[0], &tool);
+    assert_eq!(store.steps(s.id, None, 1).await.expect("steps").len(), 1);
+    assert!(store.step(new_id(), llm.id).await.expect("read").is_none());
+    assert!(store.step(s.id, new_id()).await.expect("read").is_none());
+}
+
+async fn latest_checkpoint(store: Arc<dyn Store>) {
+    let s = new_session(&store, SessionState::Running).await;
+    assert!(store.latest_checkpoint(s.id).await.expect("read").is_none());
+    let r = run(s.id);
+    let mut last = None;
+    for (i, step_id) in [None, Some(new_id()), Some(new_id())]
+        .into_iter()
+        .enumerate()
+    {
+        let c = Checkpoint {
+            id: new_id(),
+            session_id: s.id,
+            run_id: r.id,
+            step_id,
+            message_count: 2 * i as i64 + 1,
+            seq: 10 * i as i64 + 4,
+            created_at: now(),
+        };
+        commit(&store, vec![WriteOp::InsertCheckpoint(c.clone())]).await;
+        let got = store
+            .latest_checkpoint(s.id)
+            .await
+            .expect("read")
+            .expect("present");
+        assert_same(&got, &c);
+        last = Some(c);
+    }
+    let other = new_session(&store, SessionState::Idle).await;
+    assert!(store
+        .latest_checkpoint(other.id)
+        .await
+        .expect("read")
+        .is_none());
+    assert!(last.is_some_and(|c| c.step_id.is_some()));
+}
