@@ -57,6 +57,9 @@ pub struct Item {
     pub result: Option<ClientResult>,
     /// The call's outcome is recorded (`tool.finished`).
     pub finished: bool,
+    /// An answer was taken by a command handler and is on its way to the run, not recorded
+    /// yet: the run must wait for it rather than act on it.
+    pub in_transit: bool,
 }
 
 impl Item {
@@ -268,6 +271,7 @@ impl Waiting {
                 resolution: None,
                 result: None,
                 finished: false,
+                in_transit: false,
             },
         );
     }
@@ -371,6 +375,7 @@ impl Waiting {
             input,
         };
         item.resolution = Some(resolution.clone());
+        item.in_transit = true;
         Ok(Answered::Fresh(resolution))
     }
 
@@ -403,20 +408,24 @@ impl Waiting {
             is_error,
         };
         item.result = Some(result.clone());
+        item.in_transit = true;
         Ok(Answered::Fresh(result))
     }
 
-    /// Records a resolution the server made itself (timeout, cancel, policy).
+    /// Records a resolution as recorded in the log (the server's own: timeout, cancel,
+    /// policy; or a human's answer once it is written).
     pub fn resolve(&mut self, resolution: Resolution) {
         if let Some(item) = self.items.get_mut(&resolution.call_id) {
             item.resolution = Some(resolution);
+            item.in_transit = false;
         }
     }
 
-    /// Records a result the server made itself (a client's call that timed out).
+    /// Records a client call's result as the run takes it (the client's, or a timeout's).
     pub fn settle(&mut self, result: ClientResult) {
         if let Some(item) = self.items.get_mut(&result.call_id) {
             item.result = Some(result);
+            item.in_transit = false;
         }
     }
 }

@@ -408,3 +408,68 @@ pub async fn sigstop_mid_commit(db: TestDatabase) {
     assert_taken_over("the log after the takeover", &b, &id, &run_id).await;
     a.api.get_ok("/healthz").await;
 }
+
+/// A run that waits for an approval on A survives A's death: B takes the session over,
+/// still waiting, and an answer sent to B continues the same run there.
+pub async fn approval_survives_takeover(db: TestDatabase) {
+    let (mut a, b) = replica::pair(&db.url, /*mock_delay_ms*/ 0).await;
+    let id = a.api.create_session().await;
+    a.api.start_run(&id, "write a note for the handover").await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let call_id = loop {
+        let page = b.api.get_ok(&format!("/v1/sessions/{id}/approvals")).await;
+        if let Some(call_id) = page["data"][0]["call_id"].as_str() {
+            break call_id.to_string();
+        }
+        assert!(Instant::now() < deadline, "no approval requested: {page}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    a.kill9().await;
+    let killed = Instant::now();
+    // B answers once it holds the session (until then: 409 session-leased).
+    let path = format!("/v1/sessions/{id}/approvals/{call_id}");
+    let resolution = loop {
+        let reply = b
+            .api
+            .post_json(&path, &serde_json::json!({"decision": "allow"}))
+            .await;
+        if reply.status.is_success() {
+            break reply.body;
+        }
+        assert_eq!(reply.status, 409, "{}", reply.body);
+        assert!(
+            killed.elapsed() < Duration::from_secs(15),
+            "B never took the session over"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(resolution["decision"], "allow", "{resolution}");
+    eprintln!(
+        "[approval_survives_takeover] kill -9 A -> the answer accepted on B after {:.0} ms",
+        ms(killed.elapsed())
+    );
+    let session = b
+        .api
+        .poll_session(&id, "completed", Duration::from_secs(15), |s| {
+            s["state"] == "completed"
+        })
+        .await;
+    assert_eq!(session["state"], "completed", "{session}");
+    assert!(
+        b.workspace().join("notes.md").exists(),
+        "the note was not written on B"
+    );
+    let runs = b.api.runs(&id).await;
+    assert_eq!(
+        runs.len(),
+        1,
+        "the waiting run was not continued: {runs:#?}"
+    );
+    assert_eq!(runs[0]["status"], "completed");
+    let events = b.api.events(&id).await;
+    assert_contiguous("the log", &events);
+    assert!(
+        !events.iter().any(|e| e["type"] == "agent.failed"),
+        "the run was interrupted"
+    );
+}

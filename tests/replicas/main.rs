@@ -15,6 +15,8 @@
 //!   take over.
 //! - `listener_reconnect`: B's LISTEN connection is killed mid-run; B's subscribers miss nothing.
 //! - `graceful_shutdown_handover`: SIGTERM on A hands its run over to B at once.
+//! - `approval_survives_takeover`: a run waiting for an approval on A is taken over by B when
+//!   A dies, still waiting; the answer sent to B continues it.
 //!
 //! They need PostgreSQL (see `tests/support`): `TAH_TEST_PG_URL`, or a throwaway cluster this
 //! test binary starts itself where PostgreSQL's server binaries are installed; where they are
@@ -86,4 +88,5 @@ replica_tests!(
     sigstop_mid_commit => failover::sigstop_mid_commit,
     listener_reconnect => streaming::listener_reconnect,
     graceful_shutdown_handover => failover::graceful_shutdown_handover,
+    approval_survives_takeover => failover::approval_survives_takeover,
 );

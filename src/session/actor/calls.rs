@@ -186,6 +186,10 @@ impl RunJournal<'_> {
         let known = lock(&self.calls.waiting).get(&call.id).cloned();
         if let Some(item) = known {
             let step_id = item.step_id;
+            if item.in_transit {
+                // Its answer is on the way: it is recorded when the run takes it.
+                return Ok(Admission::Waits { step_id });
+            }
             return Ok(match (item.kind, item.resolution, item.result) {
                 (Kind::Approval, Some(r), _) if r.decision.runs() => Admission::Run {
                     step_id,
