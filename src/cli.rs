@@ -1,7 +1,8 @@
 //! The command line of the `tah` binary: clap types and nothing else. Every flag has an
 //! environment fallback (the flag wins). This module holds what a user types, unchecked;
 //! [`crate::config::Settings::parse`] turns `tah serve`'s flags into validated settings, and
-//! the binary's load generator reads [`BenchArgs`] and [`FakeModelArgs`].
+//! the binary's load generator reads [`BenchArgs`] and [`FakeModelArgs`]. Boolean values are
+//! read by [`boolish`], so `TAH_AUTO_RESUME=1` and `--auto-resume=Yes` work as `true` does.
 //!
 //! It imports nothing from the rest of the crate, so that `config` and the binary's `bench`
 //! can both depend on it without depending on each other.
@@ -9,6 +10,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use clap::builder::BoolishValueParser;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// tah — an agent session server: long-running LLM agent sessions over REST and SSE.
@@ -37,6 +39,12 @@ pub enum Command {
     /// Drive a tah server with concurrent sessions and report throughput, latency, CPU and
     /// memory, side by side with the same workload sent straight to the model.
     Bench(Box<BenchArgs>),
+}
+
+/// How boolean flags and environment variables are read: `true`/`false`, `1`/`0`,
+/// `yes`/`no`, `on`/`off` (also `y`/`n`, `t`/`f`), in any case.
+pub fn boolish() -> BoolishValueParser {
+    BoolishValueParser::new()
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -130,8 +138,9 @@ pub struct ServeArgs {
     )]
     pub api_tokens: Vec<String>,
 
-    /// Allow listening on a non-loopback address without API tokens.
-    #[arg(long, env = "TAH_ALLOW_UNAUTHENTICATED")]
+    /// Allow listening on a non-loopback address without API tokens (the env var takes
+    /// true/false, 1/0, yes/no or on/off, in any case).
+    #[arg(long, env = "TAH_ALLOW_UNAUTHENTICATED", value_parser = boolish())]
     pub allow_unauthenticated: bool,
 
     /// Origin allowed to call the API from a browser (repeatable; the env var takes a
@@ -151,8 +160,9 @@ pub struct ServeArgs {
 
     /// Resume runs interrupted by a crash or a stop by itself, at start (and, with
     /// PostgreSQL, when taking over a dead replica's sessions). Default: on with PostgreSQL,
-    /// off with SQLite (resume stays the client's call).
-    #[arg(long, env = "TAH_AUTO_RESUME", num_args = 0..=1, default_missing_value = "true")]
+    /// off with SQLite (resume stays the client's call). Takes true/false, 1/0, yes/no or
+    /// on/off, in any case; the flag alone means true.
+    #[arg(long, env = "TAH_AUTO_RESUME", num_args = 0..=1, default_missing_value = "true", value_parser = boolish())]
     pub auto_resume: Option<bool>,
 
     /// Seconds a replica's lease on a session lasts without renewal (PostgreSQL): a dead

@@ -331,6 +331,26 @@ mod tests {
     }
 
     #[test]
+    fn boolean_values_take_the_usual_spellings() {
+        let resume = |value: &str| {
+            parse(&[&format!("--auto-resume={value}")])
+                .expect("accepted")
+                .auto_resume()
+        };
+        for yes in ["true", "TRUE", "True", "1", "yes", "YES", "Yes", "on", "y"] {
+            assert!(resume(yes), "{yes}");
+        }
+        for no in ["false", "FALSE", "False", "0", "no", "NO", "No", "off", "n"] {
+            assert!(!resume(no), "{no}");
+        }
+        assert!(parse(&["--auto-resume"]).expect("ok").auto_resume());
+        let refused = ServeArgs::try_parse_from(["serve", "--auto-resume=maybe"]);
+        assert!(refused.is_err(), "an unknown spelling is an error");
+        let exposed = ["--listen", "0.0.0.0:8080", "--allow-unauthenticated"];
+        assert!(parse(&exposed).is_ok());
+    }
+
+    #[test]
     fn derived_values_are_decided_once() {
         let sqlite = parse(&["--max-steps", "0", "--context-chars", "700"]).expect("ok");
         assert_eq!(sqlite.max_steps(), None);
