@@ -57,5 +57,9 @@ EXPOSE 8080
 
 # No HEALTHCHECK: the slim image has no HTTP client. Probe GET /healthz (liveness) and
 # GET /readyz (readiness) from the orchestrator instead.
+
+# Provider TLS trusts the system's roots (ca-certificates). To trust a private CA, build on
+# this image: USER root, COPY my-ca.crt /usr/local/share/ca-certificates/, RUN
+# update-ca-certificates, USER 10001:10001 (or point SSL_CERT_FILE at a PEM bundle).
 ENTRYPOINT ["tah"]
 CMD ["serve"]
