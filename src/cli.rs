@@ -1,8 +1,9 @@
 //! The command line of the `tah` binary: clap types and nothing else. Every flag has an
 //! environment fallback (the flag wins). This module holds what a user types, unchecked;
 //! [`crate::config::Settings::parse`] turns `tah serve`'s flags into validated settings, and
-//! the binary's load generator reads [`BenchArgs`] and [`FakeModelArgs`]. Boolean values are
-//! read by [`boolish`], so `TAH_AUTO_RESUME=1` and `--auto-resume=Yes` work as `true` does.
+//! the binary's load generator reads [`BenchArgs`] and [`FakeModelArgs`], and its probe
+//! [`HealthcheckArgs`]. Boolean values are read by [`boolish`], so `TAH_AUTO_RESUME=1` and
+//! `--auto-resume=Yes` work as `true` does.
 //!
 //! It imports nothing from the rest of the crate, so that `config` and the binary's `bench`
 //! can both depend on it without depending on each other.
@@ -39,6 +40,9 @@ pub enum Command {
     /// Drive a tah server with concurrent sessions and report throughput, latency, CPU and
     /// memory, side by side with the same workload sent straight to the model.
     Bench(Box<BenchArgs>),
+    /// Probe a running server's GET /readyz: exit 0 when it answers 200, else 1, saying why
+    /// (the container image's HEALTHCHECK).
+    Healthcheck(HealthcheckArgs),
 }
 
 /// How boolean flags and environment variables are read: `true`/`false`, `1`/`0`,
@@ -225,6 +229,24 @@ pub struct ServeArgs {
     /// Log format.
     #[arg(long, env = "TAH_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,
+}
+
+/// `tah healthcheck`'s flags.
+#[derive(Debug, Clone, Args)]
+pub struct HealthcheckArgs {
+    /// URL to probe. Default: /readyz on the address `tah serve` listens on (--listen, which
+    /// reads TAH_LISTEN as `tah serve` does), http://127.0.0.1:8080/readyz unless set.
+    #[arg(long)]
+    pub url: Option<String>,
+
+    /// The address the server listens on, probed when --url is not given; an unspecified
+    /// address (0.0.0.0, [::]) is probed on loopback.
+    #[arg(long, env = "TAH_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+
+    /// Seconds (1–3600) to wait for the answer.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub timeout_secs: u64,
 }
 
 #[derive(Debug, Clone, Args)]
