@@ -1,4 +1,5 @@
-//! `tah serve`'s flags as the README documents them, and boolean values as people write them.
+//! `tah serve`'s flags as the README documents them, boolean values as people write them, and
+//! a `--cors-origin` as people copy it from an address bar.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -9,6 +10,7 @@ use tah::cli::ServeArgs;
 
 use crate::demo::scratch;
 use crate::readme::README;
+use crate::support::{ServerOptions, TestServer};
 use crate::tah;
 
 /// The rows of the README's configuration table: (first cell, whole row).
@@ -138,4 +140,28 @@ async fn boolean_variables_take_true_false_1_0_yes_no_in_any_case() {
     }
     let refused = start_exposed("maybe").await.expect_err("maybe");
     assert!(refused.contains("invalid value 'maybe'"), "{refused}");
+}
+
+#[tokio::test]
+async fn a_cors_origin_written_with_a_trailing_slash_matches_what_browsers_send() {
+    let server =
+        TestServer::start(ServerOptions::new().args(&["--cors-origin", "http://LOCALHOST:5173/"]))
+            .await;
+    let reply = server
+        .send(
+            server
+                .request(reqwest::Method::GET, "/v1/sessions")
+                .header("origin", "http://localhost:5173"),
+        )
+        .await;
+    assert_eq!(reply.status, reqwest::StatusCode::OK);
+    assert_eq!(
+        reply
+            .headers
+            .get("access-control-allow-origin")
+            .and_then(|v| v.to_str().ok()),
+        Some("http://localhost:5173"),
+        "{:?}",
+        reply.headers
+    );
 }

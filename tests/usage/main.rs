@@ -6,7 +6,8 @@
 //!   context example, authentication) rendered from what a real server answers and compared
 //!   with README.md; `TAH_BLESS=1 cargo test --test usage` rewrites them (see `readme`).
 //! - `flags`: every flag of `tah serve` is in the README's table with its variable and
-//!   default; boolean variables take true/false, 1/0, yes/no, on/off in any case.
+//!   default; boolean variables take true/false, 1/0, yes/no, on/off in any case; a
+//!   `--cors-origin` with a trailing slash gets CORS headers for the origin browsers send.
 //! - `healthcheck`: exit 0 against a ready server, 1 against a closed port or a 503, with a
 //!   line saying why.
 //!
