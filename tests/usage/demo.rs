@@ -12,6 +12,7 @@ use tah::app::ReadyLine;
 use tempfile::TempDir;
 use tokio::process::Child;
 
+use crate::readme::Transcript;
 use crate::shown::{frames, Frame, Json};
 use crate::tah;
 
@@ -338,4 +339,57 @@ pub fn capture(var: &str, curl: &Curl, pick: &str) -> String {
         "{var}=$({} | python3 -c 'import sys,json;print(json.load(sys.stdin){pick})')",
         curl.command()
     )
+}
+
+/// A scenario in progress: the server it runs against and the README blocks it writes.
+pub struct Walk {
+    pub demo: Demo,
+    pub t: Transcript,
+}
+
+impl Walk {
+    /// Sends `curl`, expects `status`, and shows the command with the body it answered.
+    pub async fn show(&mut self, curl: &Curl, status: StatusCode) -> Reply {
+        self.show_as(curl, status, |reply| reply.body.clone()).await
+    }
+
+    /// Like [`Walk::show`], with the output shown as `output` renders the answer.
+    pub async fn show_as(
+        &mut self,
+        curl: &Curl,
+        status: StatusCode,
+        output: impl FnOnce(&Reply) -> String,
+    ) -> Reply {
+        let reply = self.demo.send(curl).await.expect(status, &curl.command());
+        self.t.command(&curl.command(), &output(&reply));
+        reply
+    }
+
+    /// Sends `curl`, keeps the value at `pointer` (`/id`, `/data/0/id`) of its answer in
+    /// `$var`, and shows the command that does so in a shell.
+    pub async fn capture(&mut self, var: &str, curl: &Curl, pointer: &str) -> String {
+        let reply = self.demo.send(curl).await;
+        assert!(
+            reply.status.is_success(),
+            "{}: {}",
+            curl.command(),
+            reply.body
+        );
+        let value = reply
+            .value()
+            .pointer(pointer)
+            .and_then(|v| v.as_str().map(str::to_string));
+        let value = value.unwrap_or_else(|| panic!("no {pointer} in {}", reply.body));
+        let pick: String = pointer
+            .split('/')
+            .skip(1)
+            .map(|key| match key.parse::<usize>() {
+                Ok(n) => format!("[{n}]"),
+                Err(_) => format!("[\"{key}\"]"),
+            })
+            .collect();
+        self.demo.set(var, &value);
+        self.t.command(&capture(var, curl, &pick), "");
+        value
+    }
 }

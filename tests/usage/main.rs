@@ -2,9 +2,10 @@
 //! started as it starts them, its configuration table against `tah serve --help`, boolean
 //! values as people write them, and `tah healthcheck` (the container's probe).
 //!
-//! - `walkthrough`: every checked block of the README (the curl walkthrough, a conflict, the
-//!   context example, authentication) rendered from what a real server answers and compared
-//!   with README.md; `TAH_BLESS=1 cargo test --test usage` rewrites them (see `readme`).
+//! - `walkthrough` and `examples`: every checked block of the README (the curl walkthrough, a
+//!   conflict, the context example, authentication and CORS, the healthcheck) rendered from
+//!   what a real server answers and compared with README.md; `TAH_BLESS=1 cargo test --test
+//!   usage` rewrites them (see `readme`).
 //! - `flags`: every flag of `tah serve` is in the README's table with its variable and
 //!   default; boolean variables take true/false, 1/0, yes/no, on/off in any case; a
 //!   `--cors-origin` with a trailing slash gets CORS headers for the origin browsers send.
@@ -19,6 +20,7 @@
 mod support;
 
 mod demo;
+mod examples;
 mod flags;
 mod healthcheck;
 mod readme;
