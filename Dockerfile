@@ -55,7 +55,14 @@ WORKDIR /data
 VOLUME ["/data"]
 EXPOSE 8080
 
-# No HEALTHCHECK: the slim image has no HTTP client. Probe GET /healthz (liveness) and
-# GET /readyz (readiness) from the orchestrator instead.
+# `tah healthcheck` asks GET /readyz on TAH_LISTEN's port (over loopback) and exits 0 only on
+# 200: the container turns unhealthy while the database refuses writes or the server stops.
+# Orchestrators that probe over HTTP can use GET /healthz (liveness) and GET /readyz instead.
+HEALTHCHECK --interval=10s --timeout=5s --start-period=10s --retries=3 \
+    CMD ["tah", "healthcheck"]
+
+# Provider TLS trusts the system's roots (ca-certificates). To trust a private CA, build on
+# this image: USER root, COPY my-ca.crt /usr/local/share/ca-certificates/, RUN
+# update-ca-certificates, USER 10001:10001 (or point SSL_CERT_FILE at a PEM bundle).
 ENTRYPOINT ["tah"]
 CMD ["serve"]

@@ -2,7 +2,8 @@
 //! environment fallback (the flag wins). This module holds what a user types, unchecked;
 //! [`crate::config::Settings::parse`] turns `tah serve`'s flags into validated settings, and
 //! the binary's load generator reads [`BenchArgs`] and [`FakeModelArgs`] (both with the fake
-//! model's [`FakeReplyArgs`]).
+//! model's [`FakeReplyArgs`]), and its probe [`HealthcheckArgs`]. Boolean values are read by
+//! [`boolish`], so `TAH_AUTO_RESUME=1` and `--auto-resume=Yes` work as `true` does.
 //!
 //! It imports nothing from the rest of the crate, so that `config` and the binary's `bench`
 //! can both depend on it without depending on each other.
@@ -10,6 +11,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use clap::builder::BoolishValueParser;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// tah — an agent session server: long-running LLM agent sessions over REST and SSE.
@@ -38,6 +40,15 @@ pub enum Command {
     /// Drive a tah server with concurrent sessions and report throughput, latency, CPU and
     /// memory, side by side with the same workload sent straight to the model.
     Bench(Box<BenchArgs>),
+    /// Probe a running server's GET /readyz: exit 0 when it answers 200, else 1, saying why
+    /// (the container image's HEALTHCHECK).
+    Healthcheck(HealthcheckArgs),
+}
+
+/// How boolean flags and environment variables are read: `true`/`false`, `1`/`0`,
+/// `yes`/`no`, `on`/`off` (also `y`/`n`, `t`/`f`), in any case.
+pub fn boolish() -> BoolishValueParser {
+    BoolishValueParser::new()
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -77,7 +88,9 @@ pub struct ServeArgs {
     #[arg(long, env = "TAH_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
 
-    /// Database URL: sqlite://PATH (the parent directory is created).
+    /// Database URL: sqlite://PATH (the file and its parent directory are created), or
+    /// postgres://USER:PASSWORD@HOST/DB (also postgresql://…), which several replicas can
+    /// share.
     #[arg(
         long,
         env = "TAH_DATABASE_URL",
@@ -85,7 +98,7 @@ pub struct ServeArgs {
     )]
     pub database_url: String,
 
-    /// Directory the file tools may read; nothing outside it is reachable.
+    /// Directory the tools work in (it must exist); nothing outside it is reachable.
     #[arg(long, env = "TAH_WORKSPACE", default_value = ".")]
     pub workspace: PathBuf,
 
@@ -94,11 +107,13 @@ pub struct ServeArgs {
     #[arg(long, env = "TAH_PROVIDER", value_enum)]
     pub provider: Option<Provider>,
 
-    /// Model name (default per provider).
+    /// Model name. Default per provider: gpt-4o-mini (openai), claude-sonnet-4-5
+    /// (anthropic).
     #[arg(long, env = "TAH_MODEL")]
     pub model: Option<String>,
 
-    /// Provider base URL (default: the provider's public endpoint).
+    /// Provider base URL. Default: the provider's public endpoint,
+    /// https://api.openai.com/v1 (openai) or https://api.anthropic.com (anthropic).
     #[arg(long, env = "TAH_BASE_URL")]
     pub base_url: Option<String>,
 
@@ -116,7 +131,7 @@ pub struct ServeArgs {
     #[arg(long, env = "TAH_MAX_STEPS", default_value_t = 20)]
     pub max_steps: u32,
 
-    /// Character budget of each model request; unset = send the full history.
+    /// Character budget of each model request, N ≥ 1; unset = send the full history.
     #[arg(long, env = "TAH_CONTEXT_CHARS", value_parser = clap::value_parser!(u64).range(1..))]
     pub context_chars: Option<u64>,
 
@@ -124,12 +139,13 @@ pub struct ServeArgs {
     #[arg(long, env = "TAH_MOCK_DELAY_MS", default_value_t = 0)]
     pub mock_delay_ms: u64,
 
-    /// Largest accepted request body, in bytes.
+    /// Largest accepted request body, in bytes; a larger one is answered 413.
     #[arg(long, env = "TAH_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
     pub max_body_bytes: usize,
 
-    /// API token clients must send as `Authorization: Bearer <token>` on every /v1 route
-    /// (repeatable; the env var takes a comma-separated list). None: no authentication.
+    /// API token clients must send as `Authorization: Bearer <token>` on every /v1 route: 16
+    /// or more characters, no spaces (repeatable; the env var takes a comma-separated list).
+    /// None: no authentication, which only a loopback address allows.
     #[arg(
         long = "api-token",
         env = "TAH_API_TOKENS",
@@ -138,33 +154,38 @@ pub struct ServeArgs {
     )]
     pub api_tokens: Vec<String>,
 
-    /// Allow listening on a non-loopback address without API tokens.
-    #[arg(long, env = "TAH_ALLOW_UNAUTHENTICATED")]
+    /// Allow listening on a non-loopback address without API tokens (the env var takes
+    /// true/false, 1/0, yes/no or on/off, in any case).
+    #[arg(long, env = "TAH_ALLOW_UNAUTHENTICATED", value_parser = boolish())]
     pub allow_unauthenticated: bool,
 
-    /// Origin allowed to call the API from a browser (repeatable; the env var takes a
-    /// comma-separated list). None: no cross-origin access.
+    /// Origin allowed to call the API from a browser: scheme://host[:port], such as
+    /// http://localhost:5173 (a trailing / is dropped; a path or query is refused), or * for
+    /// any (repeatable; the env var takes a comma-separated list). None: no cross-origin
+    /// access.
     #[arg(long = "cors-origin", env = "TAH_CORS_ORIGINS", value_delimiter = ',')]
     pub cors_origins: Vec<String>,
 
-    /// Runs (turns, resumes, compactions excluded) in progress at once in this process;
-    /// further run requests get 429 with Retry-After.
+    /// Runs (turns and resumes, automatic ones included; compactions do not count) in
+    /// progress at once in this process, N ≥ 1; further ones get 429 with Retry-After.
     #[arg(long, env = "TAH_MAX_CONCURRENT_RUNS", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_concurrent_runs: u32,
 
-    /// Time limit for ordinary requests, in seconds (never applied to SSE streams or
-    /// `?wait=true` runs).
+    /// Seconds, N ≥ 1, that a request to the session, fork, message and step routes may take
+    /// before it is answered 408; never applied to events, runs (`?wait=true` included),
+    /// resume, cancel or compaction.
     #[arg(long, env = "TAH_REQUEST_TIMEOUT_SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     pub request_timeout_secs: u64,
 
     /// Resume runs interrupted by a crash or a stop by itself, at start (and, with
     /// PostgreSQL, when taking over a dead replica's sessions). Default: on with PostgreSQL,
-    /// off with SQLite (resume stays the client's call).
-    #[arg(long, env = "TAH_AUTO_RESUME", num_args = 0..=1, default_missing_value = "true")]
+    /// off with SQLite (resume stays the client's call). Takes true/false, 1/0, yes/no or
+    /// on/off, in any case; the flag alone means true.
+    #[arg(long, env = "TAH_AUTO_RESUME", num_args = 0..=1, default_missing_value = "true", value_parser = boolish())]
     pub auto_resume: Option<bool>,
 
-    /// Seconds a replica's lease on a session lasts without renewal (PostgreSQL): a dead
-    /// replica's runs are taken over after at most this long.
+    /// Seconds (1–3600) a replica's lease on a session lasts without renewal (PostgreSQL): a
+    /// dead replica's runs are taken over after about this long.
     #[arg(long, env = "TAH_LEASE_TTL_SECS", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub lease_ttl_secs: u64,
 
@@ -179,35 +200,37 @@ pub struct ServeArgs {
     )]
     pub allowed_hosts: Vec<String>,
 
-    /// Connections open at once at most; one more is answered 503 and closed. Default: the
-    /// process's open-file limit less 256.
+    /// Connections open at once at most, N ≥ 1; one more is answered 503 and closed. Default:
+    /// the process's open-file limit less 256.
     #[arg(long, env = "TAH_MAX_CONNECTIONS", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_connections: Option<u32>,
 
-    /// Seconds a client has to send a request's headers; a keep-alive connection that sends
-    /// no next request for this long is closed too (never a response in progress).
+    /// Seconds (1–3600) a client has to send a request's headers; a keep-alive connection
+    /// that sends no next request for this long is closed too (never a response in progress,
+    /// such as an SSE stream).
     #[arg(long, env = "TAH_HEADER_READ_TIMEOUT_SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub header_read_timeout_secs: u64,
 
-    /// Tokens one model reply may have (sent to the provider as `max_tokens`, or
+    /// Tokens one model reply may have, N ≥ 1 (sent to the provider as `max_tokens`, or
     /// `max_completion_tokens` to api.openai.com).
     #[arg(long, env = "TAH_MAX_OUTPUT_TOKENS", default_value_t = 8192, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_output_tokens: u32,
 
-    /// Bytes one model reply may have as received (the provider's event stream); a larger
-    /// one ends the LLM step with an error.
+    /// Bytes one model reply may have as received (the provider's event stream), at least
+    /// 1024; a larger one ends the LLM step with an error.
     #[arg(long, env = "TAH_MAX_REPLY_BYTES", default_value_t = 8 * 1024 * 1024, value_parser = clap::value_parser!(u64).range(1024..))]
     pub max_reply_bytes: u64,
 
-    /// Bytes one line of a provider's event stream may have.
+    /// Bytes one line of a provider's event stream may have, at least 1024; a longer one
+    /// ends the LLM step with an error.
     #[arg(long = "max-sse-line-bytes", env = "TAH_MAX_SSE_LINE_BYTES", default_value_t = 1024 * 1024, value_parser = clap::value_parser!(u64).range(1024..))]
     pub max_line_bytes: u64,
 
-    /// Tool calls one model reply may ask for; more end the LLM step with an error.
+    /// Tool calls one model reply may ask for, N ≥ 1; more end the LLM step with an error.
     #[arg(long, env = "TAH_MAX_TOOL_CALLS", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_tool_calls: u32,
 
-    /// Bytes of one tool call's arguments; larger ones end the LLM step with an error.
+    /// Bytes of one tool call's arguments, N ≥ 1; larger ones end the LLM step with an error.
     #[arg(long, env = "TAH_MAX_TOOL_ARGUMENT_BYTES", default_value_t = 1024 * 1024, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_tool_argument_bytes: u64,
 
@@ -250,8 +273,9 @@ pub struct ServeArgs {
     )]
     pub approval_timeout_secs: u64,
 
-    /// Let `shell` commands use the network (default: none, not even loopback).
-    #[arg(long, env = "TAH_SHELL_NETWORK")]
+    /// Let `shell` commands use the network (default: none, not even loopback; the env var
+    /// takes true/false, 1/0, yes/no or on/off, in any case).
+    #[arg(long, env = "TAH_SHELL_NETWORK", value_parser = boolish())]
     pub shell_network: bool,
 
     /// The longest `timeout_s` a `shell` call may ask for, in seconds (the default is 120).
@@ -280,6 +304,24 @@ pub struct FakeReplyArgs {
     /// messages after the last user message).
     #[arg(long, default_value_t = 1)]
     pub tool_calls: usize,
+}
+
+/// `tah healthcheck`'s flags.
+#[derive(Debug, Clone, Args)]
+pub struct HealthcheckArgs {
+    /// URL to probe. Default: /readyz on the address `tah serve` listens on (--listen, which
+    /// reads TAH_LISTEN as `tah serve` does), http://127.0.0.1:8080/readyz unless set.
+    #[arg(long)]
+    pub url: Option<String>,
+
+    /// The address the server listens on, probed when --url is not given; an unspecified
+    /// address (0.0.0.0, [::]) is probed on loopback.
+    #[arg(long, env = "TAH_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+
+    /// Seconds (1–3600) to wait for the answer.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub timeout_secs: u64,
 }
 
 #[derive(Debug, Clone, Args)]

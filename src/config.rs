@@ -26,8 +26,14 @@ pub enum ConfigError {
     ExposedWithoutTokens(SocketAddr),
     #[error("API tokens must be at least 16 characters without spaces")]
     WeakToken,
-    #[error("--cors-origin {0:?} must look like https://example.com")]
-    CorsOrigin(String),
+    #[error(
+        "--cors-origin {origin:?} is not an origin ({reason}): give scheme://host[:port], \
+         such as http://localhost:5173 or https://app.example.com, or * for any origin"
+    )]
+    CorsOrigin {
+        origin: String,
+        reason: &'static str,
+    },
     #[error("--tools names tools that do not exist: {} (the built-in tools are {})", .0.join(", "), crate::tools::builtin::NAMES.join(", "))]
     UnknownTools(Vec<String>),
     #[error("--tool-policy {path}: {why}")]
@@ -115,13 +121,16 @@ impl Settings {
         if tokens.iter().any(weak) {
             return Err(ConfigError::WeakToken);
         }
-        if let Some(origin) = args
+        let cors_origins = args
             .cors_origins
             .iter()
-            .find(|o| *o != "*" && !(o.starts_with("http://") || o.starts_with("https://")))
-        {
-            return Err(ConfigError::CorsOrigin(origin.clone()));
-        }
+            .map(|origin| {
+                parse_origin(origin).map_err(|reason| ConfigError::CorsOrigin {
+                    origin: origin.clone(),
+                    reason,
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let tools = (!args.tools.is_empty()).then(|| {
             args.tools
                 .iter()
@@ -164,7 +173,7 @@ impl Settings {
             context_chars: args.context_chars.map(|c| c as usize),
             max_body_bytes: args.max_body_bytes,
             api_tokens: tokens.into_iter().map(Secret).collect(),
-            cors_origins: args.cors_origins,
+            cors_origins,
             max_concurrent_runs: args.max_concurrent_runs as usize,
             request_timeout: Duration::from_secs(args.request_timeout_secs),
             auto_resume,
@@ -296,7 +305,8 @@ impl Settings {
         &self.api_tokens
     }
 
-    /// Origins allowed by CORS (`*` or `http(s)://…`); none = no cross-origin access.
+    /// Origins allowed by CORS: `*`, or `http(s)://host[:port]` as browsers send it (lower
+    /// case, no default port, no trailing slash); none = no cross-origin access.
     pub fn cors_origins(&self) -> &[String] {
         &self.cors_origins
     }
@@ -368,6 +378,72 @@ fn read_policy(path: &Path) -> Result<Vec<Rule>, ConfigError> {
     Ok(rules)
 }
 
+/// An origin as browsers write it in `Origin`: `scheme://host[:port]` in lower case, without
+/// the scheme's default port or a trailing slash (`*` stays `*`). Anything else cannot match a
+/// browser's `Origin`, so it is refused rather than kept as an entry that never matches; the
+/// error says what is wrong with it.
+fn parse_origin(raw: &str) -> Result<String, &'static str> {
+    let origin = raw.trim().to_ascii_lowercase();
+    if origin == "*" {
+        return Ok(origin);
+    }
+    let (scheme, rest) = origin
+        .split_once("://")
+        .ok_or("it has no scheme: start it with http:// or https://")?;
+    let default_port = match scheme {
+        "http" => "80",
+        "https" => "443",
+        _ => return Err("its scheme is not http or https"),
+    };
+    // One trailing slash is how origins are often copied from an address bar.
+    let authority = rest.strip_suffix('/').unwrap_or(rest);
+    if authority.contains(['/', '?', '#']) {
+        return Err("it has a path, query or fragment: an origin ends after the host and port");
+    }
+    if authority.contains('@') {
+        return Err("it has a user name or password");
+    }
+    let (host, port) = match authority.strip_prefix('[') {
+        // An IPv6 address: [::1] or [::1]:5173.
+        Some(v6) => {
+            let (address, after) = v6.split_once(']').ok_or("its IPv6 address has no ]")?;
+            if address.parse::<std::net::Ipv6Addr>().is_err() {
+                return Err("its IPv6 address is not one");
+            }
+            let port = match after {
+                "" => None,
+                _ => Some(
+                    after
+                        .strip_prefix(':')
+                        .ok_or("it has text after the host")?,
+                ),
+            };
+            (&authority[..address.len() + 2], port)
+        }
+        None => match authority.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        },
+    };
+    let host_char = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '.' || c == '_';
+    if host.is_empty() || !(host.starts_with('[') || host.chars().all(host_char)) {
+        return Err("its host is missing or not a host name");
+    }
+    let port = match port {
+        None => None,
+        Some(port) => match port.parse::<u16>() {
+            Ok(n) if n > 0 && !port.starts_with('+') => {
+                (port != default_port).then(|| n.to_string())
+            }
+            _ => return Err("its port is not a number from 1 to 65535"),
+        },
+    };
+    Ok(match port {
+        Some(port) => format!("{scheme}://{host}:{port}"),
+        None => format!("{scheme}://{host}"),
+    })
+}
+
 /// A byte count from the command line as a size in memory.
 fn size(bytes: u64) -> usize {
     usize::try_from(bytes).unwrap_or(usize::MAX)
@@ -412,7 +488,7 @@ mod tests {
         ));
         assert!(matches!(
             parse(&["--cors-origin", "example.com"]),
-            Err(ConfigError::CorsOrigin(_))
+            Err(ConfigError::CorsOrigin { .. })
         ));
         assert!(parse(&["--cors-origin", "*", "--cors-origin", "https://example.com"]).is_ok());
         // An empty token (e.g. TAH_API_TOKENS="") means no token.
@@ -420,6 +496,95 @@ mod tests {
             .expect("ok")
             .api_tokens()
             .is_empty());
+    }
+
+    #[test]
+    fn cors_origins_are_kept_as_browsers_send_them() {
+        let origins = |list: &[&str]| {
+            let args: Vec<&str> = list.iter().flat_map(|o| ["--cors-origin", o]).collect();
+            parse(&args).map(|settings| settings.cors_origins().to_vec())
+        };
+        let ok = |list: &[&str]| origins(list).expect("accepted");
+        assert_eq!(
+            ok(&["http://localhost:5173/"]),
+            ["http://localhost:5173"],
+            "a trailing slash is dropped"
+        );
+        assert_eq!(
+            ok(&[
+                "HTTPS://App.Example.COM",
+                "http://example.com:80",
+                "https://x.dev:443/"
+            ]),
+            [
+                "https://app.example.com",
+                "http://example.com",
+                "https://x.dev"
+            ],
+            "lower case, no default port"
+        );
+        assert_eq!(
+            ok(&[
+                "http://[::1]:5173",
+                "https://[2001:db8::1]",
+                "*",
+                " http://a.test:8443 "
+            ]),
+            [
+                "http://[::1]:5173",
+                "https://[2001:db8::1]",
+                "*",
+                "http://a.test:8443"
+            ]
+        );
+        for bad in [
+            "http://localhost:5173/app",
+            "http://localhost:5173//",
+            "https://example.com/?x=1",
+            "https://example.com#top",
+            "https://user:pw@example.com",
+            "ftp://example.com",
+            "localhost:5173",
+            "http://",
+            "http://:8080",
+            "http://exa mple.com",
+            "http://example.com:0",
+            "http://example.com:99999",
+            "http://example.com:port",
+            "http://[::1",
+            "http://[nope]:80",
+        ] {
+            let error = origins(&[bad]).expect_err(bad);
+            let message = error.to_string();
+            assert!(
+                matches!(error, ConfigError::CorsOrigin { .. })
+                    && message.contains(bad)
+                    && message.contains("scheme://host[:port]"),
+                "{bad}: {message}"
+            );
+        }
+        let path = origins(&["http://localhost:5173/app"]).expect_err("a path");
+        assert!(path.to_string().contains("has a path"), "{path}");
+    }
+
+    #[test]
+    fn boolean_values_take_the_usual_spellings() {
+        let resume = |value: &str| {
+            parse(&[&format!("--auto-resume={value}")])
+                .expect("accepted")
+                .auto_resume()
+        };
+        for yes in ["true", "TRUE", "True", "1", "yes", "YES", "Yes", "on", "y"] {
+            assert!(resume(yes), "{yes}");
+        }
+        for no in ["false", "FALSE", "False", "0", "no", "NO", "No", "off", "n"] {
+            assert!(!resume(no), "{no}");
+        }
+        assert!(parse(&["--auto-resume"]).expect("ok").auto_resume());
+        let refused = ServeArgs::try_parse_from(["serve", "--auto-resume=maybe"]);
+        assert!(refused.is_err(), "an unknown spelling is an error");
+        let exposed = ["--listen", "0.0.0.0:8080", "--allow-unauthenticated"];
+        assert!(parse(&exposed).is_ok());
     }
 
     #[test]

@@ -1,8 +1,10 @@
 //! The `tah` binary: parses the command line, sets up logging, and serves until SIGINT or
 //! SIGTERM (see [`tah::app::Application`]); `tah bench` and the hidden `tah fake-model` are the
-//! load generator and the fake model in [`bench`], which live here rather than in the library.
+//! load generator and the fake model in [`bench`], and `tah healthcheck` is the probe in
+//! [`healthcheck`], which live here rather than in the library.
 
 mod bench;
+mod healthcheck;
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
@@ -29,6 +31,19 @@ fn main() -> ExitCode {
         Command::Serve(args) => runtime.block_on(serve(*args)),
         Command::FakeModel(args) => runtime.block_on(bench::fake_model(args)),
         Command::Bench(args) => runtime.block_on(bench::bench(*args)),
+        Command::Healthcheck(args) => {
+            // Docker keeps a probe's output: one line on stdout either way.
+            return match runtime.block_on(healthcheck::probe(&args)) {
+                Ok(line) => {
+                    println!("{line}");
+                    ExitCode::SUCCESS
+                }
+                Err(not_ready) => {
+                    println!("{not_ready}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,167 @@
+//! `tah serve`'s flags as the README documents them, boolean values as people write them, and
+//! a `--cors-origin` as people copy it from an address bar.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use clap::CommandFactory;
+use tah::app::ReadyLine;
+use tah::cli::ServeArgs;
+
+use crate::demo::scratch;
+use crate::readme::README;
+use crate::support::{ServerOptions, TestServer};
+use crate::tah;
+
+/// The rows of the README's configuration table: (first cell, whole row).
+fn configuration_rows() -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(README).expect("read README.md");
+    let section = text
+        .split("\n## Configuration\n")
+        .nth(1)
+        .expect("README.md has a Configuration section");
+    let section = section.split("\n## ").next().unwrap_or(section);
+    section
+        .lines()
+        .filter(|line| line.starts_with("| `--"))
+        .map(|line| {
+            let first = line
+                .split('|')
+                .nth(1)
+                .unwrap_or_default()
+                .trim()
+                .to_string();
+            (first, line.to_string())
+        })
+        .collect()
+}
+
+/// `--name` out of a first cell such as "`--listen ADDR`" or "`--api-token TOKEN` (repeatable)".
+fn flag_of(cell: &str) -> String {
+    cell.trim_start_matches('`')
+        .split(['`', ' ', '='])
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[test]
+fn every_flag_of_tah_serve_is_in_the_readme_table_with_its_variable_and_default() {
+    let rows = configuration_rows();
+    let documented: Vec<String> = rows.iter().map(|(cell, _)| flag_of(cell)).collect();
+    let command = ServeArgs::command();
+    let mut flags = Vec::new();
+    for arg in command.get_arguments() {
+        let Some(long) = arg.get_long() else { continue };
+        if long == "help" || arg.is_hide_set() {
+            continue;
+        }
+        let flag = format!("--{long}");
+        let (_, row) = rows
+            .iter()
+            .find(|(cell, _)| flag_of(cell) == flag)
+            .unwrap_or_else(|| panic!("{flag} is not in README.md's configuration table"));
+        if let Some(env) = arg.get_env() {
+            let env = env.to_string_lossy();
+            assert!(
+                row.contains(&format!("`{env}`")),
+                "{flag}: the row does not name {env}: {row}"
+            );
+        }
+        if !arg.is_hide_default_value_set() {
+            for default in arg.get_default_values() {
+                let default = default.to_string_lossy();
+                assert!(
+                    row.contains(&format!("`{default}`")),
+                    "{flag}: the row does not give the default `{default}`: {row}"
+                );
+            }
+        }
+        assert!(
+            arg.get_help().is_some(),
+            "{flag} has no help text in tah serve --help"
+        );
+        flags.push(flag);
+    }
+    for flag in &documented {
+        assert!(
+            flags.contains(flag),
+            "README.md documents {flag}, which tah serve does not have"
+        );
+    }
+    assert_eq!(
+        documented, flags,
+        "the README's table lists the flags in tah serve --help's order"
+    );
+}
+
+/// Starts `tah serve` on 0.0.0.0 without tokens and with `TAH_ALLOW_UNAUTHENTICATED=value`:
+/// whether it started, and what it printed if it did not.
+async fn start_exposed(value: &str) -> Result<(), String> {
+    let dir = scratch();
+    let mut child = tah()
+        .args(["serve", "--listen", "0.0.0.0:0", "--workspace", "."])
+        .env("TAH_ALLOW_UNAUTHENTICATED", value)
+        .env("TAH_AUTO_RESUME", value)
+        .current_dir(dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start tah serve");
+    let stdout = child.stdout.take().expect("piped stdout");
+    match tokio::time::timeout(Duration::from_secs(30), ReadyLine::read(stdout)).await {
+        Ok(Some(_)) => {
+            let _ = child.kill().await;
+            Ok(())
+        }
+        _ => {
+            let output = child.wait_with_output().await.expect("wait for tah");
+            Err(String::from_utf8_lossy(&output.stderr).into_owned())
+        }
+    }
+}
+
+#[tokio::test]
+async fn boolean_variables_take_true_false_1_0_yes_no_in_any_case() {
+    for yes in ["true", "TRUE", "1", "yes", "Yes", "on"] {
+        let started = start_exposed(yes).await;
+        assert!(
+            started.is_ok(),
+            "TAH_ALLOW_UNAUTHENTICATED={yes}: {started:?}"
+        );
+    }
+    for no in ["false", "False", "0", "no", "NO", "off"] {
+        let refused = start_exposed(no).await.expect_err(no);
+        assert!(
+            refused.contains("refusing to listen on 0.0.0.0:0 without API tokens"),
+            "TAH_ALLOW_UNAUTHENTICATED={no}: {refused}"
+        );
+    }
+    let refused = start_exposed("maybe").await.expect_err("maybe");
+    assert!(refused.contains("invalid value 'maybe'"), "{refused}");
+}
+
+#[tokio::test]
+async fn a_cors_origin_written_with_a_trailing_slash_matches_what_browsers_send() {
+    let server =
+        TestServer::start(ServerOptions::new().args(&["--cors-origin", "http://LOCALHOST:5173/"]))
+            .await;
+    let reply = server
+        .send(
+            server
+                .request(reqwest::Method::GET, "/v1/sessions")
+                .header("origin", "http://localhost:5173"),
+        )
+        .await;
+    assert_eq!(reply.status, reqwest::StatusCode::OK);
+    assert_eq!(
+        reply
+            .headers
+            .get("access-control-allow-origin")
+            .and_then(|v| v.to_str().ok()),
+        Some("http://localhost:5173"),
+        "{:?}",
+        reply.headers
+    );
+}
