@@ -15,7 +15,7 @@ use super::paging::{one_more, page_by_id, page_limit, parse_cursor, CursorQuery,
 use super::problem::{parse_id, ApiQuery, OptionalJson, Problem};
 use super::AppState;
 use crate::model::{
-    ClientTool, Message, Rule, RunRecord, SessionOptions, SessionRecord, SessionState, StepRecord,
+    AgentStep, ClientTool, Message, Rule, RunRecord, SessionOptions, SessionRecord, SessionState,
 };
 use crate::session::NewSession;
 use crate::store::{SessionQuery, Store};
@@ -233,11 +233,12 @@ async fn steps(
     State(state): State<AppState>,
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<CursorQuery>,
-) -> Result<Json<Page<StepRecord>>, Problem> {
+) -> Result<Json<Page<AgentStep>>, Problem> {
     let read = |store: Arc<dyn Store>, id, after, limit| async move {
-        store.steps(id, after, limit).await
+        let steps = store.steps(id, after, limit).await?;
+        Ok(steps.into_iter().map(AgentStep::from).collect())
     };
-    page_by_id(&state, &id, &q, read, |s| s.id).await
+    page_by_id(&state, &id, &q, read, AgentStep::id).await
 }
 
 async fn step(

@@ -20,7 +20,7 @@ pub use session::{
     Checkpoint, RunKind, RunRecord, RunResult, RunStatus, SessionOptions, SessionRecord,
     SessionState, StepKind, StepRecord, StepStatus, Usage, INTERRUPTED, STORAGE_FAILED,
 };
-pub use step::{FinishReason, LlmRequestDescriptor, TrimStats};
+pub use step::{AgentStep, FinishReason, LlmRequestDescriptor, TrimStats};
 pub use tool::{Action, ClientTool, Decision, ResolvedBy, Rule};
 
 use chrono::{DateTime, SubsecRound, Utc};

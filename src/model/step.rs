@@ -3,7 +3,12 @@
 //! The descriptor is written by the agent loop and read back to rebuild the exact request a
 //! step sent (`GET …/steps/{id}`); both sides use this one type, so they cannot drift apart.
 
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::{StepKind, StepRecord, StepStatus, Usage};
 
 /// What trimming did to fit a request into its budget.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -94,6 +99,119 @@ impl<'de> Deserialize<'de> for FinishReason {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<FinishReason, D::Error> {
         let reason = std::borrow::Cow::<str>::deserialize(deserializer)?;
         Ok(FinishReason::parse(&reason))
+    }
+}
+
+/// A step as clients see it: the seed's `AgentStep` union (`type` is `llm`, `tool` or
+/// `thinking`), with the run it belongs to and its times beside the seed's fields.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum AgentStep {
+    Llm {
+        id: Uuid,
+        session_id: Uuid,
+        run_id: Uuid,
+        /// How the request was built (its projection); `GET …/steps/{id}` shows the exact
+        /// request rebuilt from it.
+        request: Value,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        response: Option<Value>,
+        status: StepStatus,
+        usage: Usage,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+        created_at: DateTime<Utc>,
+        finished_at: Option<DateTime<Utc>>,
+    },
+    Tool {
+        id: Uuid,
+        session_id: Uuid,
+        run_id: Uuid,
+        call_id: String,
+        tool: String,
+        input: Value,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        output: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        is_error: Option<bool>,
+        status: StepStatus,
+        created_at: DateTime<Utc>,
+        finished_at: Option<DateTime<Utc>>,
+    },
+    Thinking {
+        id: Uuid,
+        session_id: Uuid,
+        run_id: Uuid,
+        content: String,
+        created_at: DateTime<Utc>,
+    },
+}
+
+impl AgentStep {
+    pub fn id(&self) -> Uuid {
+        match self {
+            AgentStep::Llm { id, .. } | AgentStep::Tool { id, .. } | AgentStep::Thinking { id, .. } => *id,
+        }
+    }
+}
+
+impl From<StepRecord> for AgentStep {
+    fn from(step: StepRecord) -> AgentStep {
+        let StepRecord {
+            id,
+            session_id,
+            run_id,
+            kind,
+            status,
+            request,
+            response,
+            usage,
+            error,
+            created_at,
+            finished_at,
+        } = step;
+        match kind {
+            StepKind::Llm => AgentStep::Llm {
+                id,
+                session_id,
+                run_id,
+                request,
+                response,
+                status,
+                usage: usage.unwrap_or_default(),
+                error,
+                created_at,
+                finished_at,
+            },
+            StepKind::Tool => {
+                let text = |v: &Value, key: &str| v[key].as_str().unwrap_or_default().to_string();
+                AgentStep::Tool {
+                    id,
+                    session_id,
+                    run_id,
+                    call_id: text(&request, "id"),
+                    tool: text(&request, "name"),
+                    input: request.get("arguments").cloned().unwrap_or(Value::Null),
+                    output: response
+                        .as_ref()
+                        .and_then(|r| r["output"].as_str().map(str::to_string)),
+                    is_error: response.as_ref().and_then(|r| r["is_error"].as_bool()),
+                    status,
+                    created_at,
+                    finished_at,
+                }
+            }
+            StepKind::Thinking => AgentStep::Thinking {
+                id,
+                session_id,
+                run_id,
+                content: response
+                    .as_ref()
+                    .and_then(|r| r["content"].as_str().map(str::to_string))
+                    .unwrap_or_default(),
+                created_at,
+            },
+        }
     }
 }
 

@@ -7,7 +7,7 @@ use uuid::Uuid;
 
 use super::SessionDeps;
 use crate::agent::context;
-use crate::model::{LlmRequestDescriptor, StepKind};
+use crate::model::{AgentStep, LlmRequestDescriptor, StepKind};
 use crate::store::{StoreError, StoreResult};
 
 /// One step as served: an LLM step also shows its `projection` (the descriptor) and the
@@ -21,7 +21,7 @@ pub(super) async fn with_request(
         return Ok(None);
     };
     // Plain data: serialising it cannot fail.
-    let mut view = serde_json::to_value(&step).unwrap_or(Value::Null);
+    let mut view = serde_json::to_value(AgentStep::from(step.clone())).unwrap_or(Value::Null);
     if step.kind == StepKind::Llm {
         let descriptor: LlmRequestDescriptor = serde_json::from_value(step.request.clone())
             .map_err(|e| {

@@ -159,7 +159,7 @@ async fn a_budget_compacts_earlier_turns_and_keeps_every_request_within_it() {
     // the trimmed event announced); after a summary, it sends the summary instead of the
     // turns it covers.
     let steps = server.steps(&id).await;
-    let llm_steps: Vec<&Value> = steps.iter().filter(|s| s["kind"] == "llm").collect();
+    let llm_steps: Vec<&Value> = steps.iter().filter(|s| s["type"] == "llm").collect();
     assert_eq!(llm_steps.len(), 12, "3 LLM steps per turn: {steps:#?}");
     let mut sizes = Vec::new();
     for step in llm_steps {
@@ -279,7 +279,7 @@ async fn a_budget_compacts_earlier_turns_and_keeps_every_request_within_it() {
     let steps = server.steps(&id).await;
     let first_new = steps
         .iter()
-        .find(|s| s["kind"] == "llm" && s["run_id"] == result["run_id"])
+        .find(|s| s["type"] == "llm" && s["run_id"] == result["run_id"])
         .expect("an LLM step of turn 5");
     let view = server
         .get_ok(&format!("/v1/sessions/{id}/steps/{}", id_of(first_new)))

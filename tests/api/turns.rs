@@ -108,15 +108,15 @@ async fn steps_are_recorded_and_an_llm_step_shows_its_exact_request() {
     let steps = server.steps(&id).await;
     let kinds: Vec<&str> = steps
         .iter()
-        .map(|s| s["kind"].as_str().unwrap_or("?"))
+        .map(|s| s["type"].as_str().unwrap_or("?"))
         .collect();
     assert_eq!(kinds, ["llm", "tool", "llm", "tool", "llm"], "{steps:#?}");
     for step in &steps {
         assert_eq!(step["status"], "completed", "{step}");
         assert_eq!(step["run_id"], result["run_id"], "{step}");
     }
-    assert_eq!(steps[1]["request"]["name"], "list_files", "{}", steps[1]);
-    assert_eq!(steps[3]["request"]["name"], "read_file", "{}", steps[3]);
+    assert_eq!(steps[1]["tool"], "list_files", "{}", steps[1]);
+    assert_eq!(steps[3]["tool"], "read_file", "{}", steps[3]);
 
     // The step ids are those the events announced, in the same order.
     let events = server.events(&id).await;
@@ -127,7 +127,7 @@ async fn steps_are_recorded_and_an_llm_step_shows_its_exact_request() {
         .collect();
     let llm_ids: Vec<&Value> = steps
         .iter()
-        .filter(|s| s["kind"] == "llm")
+        .filter(|s| s["type"] == "llm")
         .map(|s| &s["id"])
         .collect();
     assert_eq!(announced, llm_ids);
@@ -136,7 +136,7 @@ async fn steps_are_recorded_and_an_llm_step_shows_its_exact_request() {
     let messages = server.messages(&id).await;
     for (n, (step, upto)) in steps
         .iter()
-        .filter(|s| s["kind"] == "llm")
+        .filter(|s| s["type"] == "llm")
         .zip([2usize, 4, 6])
         .enumerate()
     {

@@ -83,7 +83,7 @@ async fn max_steps_fails_the_run_and_the_current_configuration_wins_after_a_rest
         .steps(&id)
         .await
         .iter()
-        .filter(|s| s["kind"] == "llm")
+        .filter(|s| s["type"] == "llm")
         .count();
     assert_eq!(llm_steps, 1, "at most one LLM call");
 
@@ -106,7 +106,7 @@ async fn max_steps_fails_the_run_and_the_current_configuration_wins_after_a_rest
     let steps = server.steps(&id).await;
     let new_llm_steps: Vec<&Value> = steps
         .iter()
-        .filter(|s| s["kind"] == "llm" && s["run_id"] == result["run_id"])
+        .filter(|s| s["type"] == "llm" && s["run_id"] == result["run_id"])
         .collect();
     assert_eq!(new_llm_steps.len(), 3);
     for step in new_llm_steps {

@@ -22,7 +22,7 @@ async fn the_storage_of_an_llm_step_does_not_grow_with_the_history() {
     }
 
     let steps = server.steps(&id).await;
-    let llm: Vec<&Value> = steps.iter().filter(|s| s["kind"] == "llm").collect();
+    let llm: Vec<&Value> = steps.iter().filter(|s| s["type"] == "llm").collect();
     assert_eq!(llm.len(), 3 * TURNS, "3 LLM steps per turn");
     let sizes: Vec<usize> = llm
         .iter()
