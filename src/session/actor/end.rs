@@ -141,7 +141,8 @@ fn record(ending: Ending) -> Conclusion {
     Conclusion::Record(Box::new(ending))
 }
 
-/// A run that hit a limit (`max_steps`) finishes with its text but counts as failed.
+/// A run that hit a limit (`max_steps`) finishes with its text but counts as failed. The loop
+/// stops exactly when its count of LLM steps reaches `max_steps`, so `steps` is the limit.
 fn finished(run: RunRecord, outcome: TurnOutcome, at: DateTime<Utc>) -> Ending {
     let TurnOutcome {
         text,
@@ -153,7 +154,7 @@ fn finished(run: RunRecord, outcome: TurnOutcome, at: DateTime<Utc>) -> Ending {
         FinishReason::MaxSteps => (
             RunStatus::Failed,
             SessionState::Failed,
-            Some("max_steps reached".to_string()),
+            Some(format!("stopped after {steps} LLM steps (max_steps={steps})")),
         ),
         FinishReason::Budget => (
             RunStatus::Failed,
@@ -298,7 +299,9 @@ mod tests {
         assert_eq!(ending.state, SessionState::Failed);
         assert_eq!(ending.run.status, RunStatus::Failed);
         assert_eq!(ending.run.finish_reason, Some(FinishReason::MaxSteps));
-        assert_eq!(ending.session_error().as_deref(), Some("max_steps reached"));
+        let error = "stopped after 2 LLM steps (max_steps=2)";
+        assert_eq!(ending.session_error().as_deref(), Some(error));
+        assert_eq!(ending.run.error.as_deref(), Some(error));
         assert!(matches!(ending.terminal, EventKind::AgentFinished { .. }));
     }
 

@@ -69,8 +69,11 @@ async fn max_steps_fails_the_run_and_the_current_configuration_wins_after_a_rest
     assert_eq!(limited["finish_reason"], "max_steps", "{limited}");
     assert_eq!(limited["status"], "failed", "{limited}");
     assert_eq!(limited["steps"], 1, "{limited}");
+    let named = "stopped after 1 LLM steps (max_steps=1)";
+    assert_eq!(limited["error"], named, "{limited}");
     let session = server.session(&id).await;
     assert_eq!(session["state"], "failed", "{session}");
+    assert_eq!(session["error"], named, "{session}");
     let log = server.events(&id).await;
     let limited_id = limited["run_id"].as_str().unwrap_or("?");
     assert_eq!(
