@@ -20,15 +20,7 @@ pub const MAX_OUTPUT_BYTES: usize = 64 * 1024;
 const NOTE_ROOM: usize = 256;
 
 /// Every built-in tool's name, in the order they are offered.
-pub const NAMES: [&str; 7] = [
-    "list_files",
-    "read_file",
-    "glob",
-    "grep",
-    "write_file",
-    "edit_file",
-    "shell",
-];
+pub use crate::model::BUILTIN_TOOLS as NAMES;
 
 /// The built-in tools; `shell` runs in `sandbox` (unavailable when the probe failed).
 pub fn all(shell: shell::ShellSettings, sandbox: SandboxStatus) -> Vec<Arc<dyn Tool>> {
