@@ -282,6 +282,12 @@ pub struct ServeArgs {
     #[arg(long = "shell-max-timeout-s", env = "TAH_SHELL_MAX_TIMEOUT_S", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..=86400))]
     pub shell_max_timeout_secs: u64,
 
+    /// How deep sub-agents may nest: a session at this depth is not offered the `task` tool
+    /// (1: sessions a client created may start sub-agents, which may not start their own; 0:
+    /// no sub-agents).
+    #[arg(long, env = "TAH_MAX_SUBAGENT_DEPTH", default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=8))]
+    pub max_subagent_depth: u32,
+
     /// Log format.
     #[arg(long, env = "TAH_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,

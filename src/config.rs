@@ -101,6 +101,7 @@ pub struct Settings {
     approval_mode: ApprovalMode,
     approval_timeout: Option<Duration>,
     shell: ShellSettings,
+    max_subagent_depth: u32,
 }
 
 impl Settings {
@@ -205,6 +206,7 @@ impl Settings {
                 max_timeout: Duration::from_secs(args.shell_max_timeout_secs),
                 default_timeout: Duration::from_secs(120.min(args.shell_max_timeout_secs)),
             },
+            max_subagent_depth: args.max_subagent_depth,
         })
     }
 
@@ -233,6 +235,11 @@ impl Settings {
 
     pub fn shell(&self) -> ShellSettings {
         self.shell
+    }
+
+    /// Sessions at this sub-agent depth are not offered `task`.
+    pub fn max_subagent_depth(&self) -> u32 {
+        self.max_subagent_depth
     }
 
     /// Host names answered besides the loopback names and the listen address.

@@ -50,6 +50,7 @@ pub struct RuntimeParts {
     /// This process's id among replicas.
     pub replica: Uuid,
     pub policy: ToolPolicy,
+    pub max_subagent_depth: u32,
 }
 
 pub struct Runtime {
@@ -98,6 +99,7 @@ impl Runtime {
             lease_ttl: config.lease_ttl(),
             replica,
             policy,
+            max_subagent_depth: config.max_subagent_depth(),
         })
         .await
     }
@@ -125,6 +127,7 @@ impl Runtime {
             lease_ttl: parts.lease_ttl,
             auto_resume: parts.auto_resume,
             policy: parts.policy,
+            max_subagent_depth: parts.max_subagent_depth,
         });
         sessions.start_coordination();
         let interrupted = sessions.recover_interrupted().await?;

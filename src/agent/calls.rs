@@ -87,9 +87,9 @@ pub(super) async fn run_calls<J: Journal>(
             }
             journal.tool_started(step_id, &call).await?;
             let tools = &deps.tools;
-            let context = &deps.tool_context;
+            let context = deps.tool_context.for_call(&call.id);
             running.push(Box::pin(async move {
-                let output = tools.execute(context, &call).await;
+                let output = tools.execute(&context, &call).await;
                 (index, step_id, call, output)
             }));
         }

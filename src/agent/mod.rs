@@ -4,8 +4,10 @@
 //! asks for and appends their results, until the model answers without tool calls, the step
 //! limit is reached, or the run is cancelled. It owns no state: it reads the history and
 //! records everything through a [`Journal`], which the session actor implements, so this module
-//! never depends on sessions or storage.
+//! never depends on sessions or storage. The loop is an [`AgentLoop`]; the [`DefaultLoop`] is
+//! the one that ships.
 
+mod agent_loop;
 mod calls;
 pub mod compaction;
 pub mod context;
@@ -13,5 +15,6 @@ pub mod context;
 mod fixtures;
 mod turn;
 
+pub use agent_loop::{AgentLoop, DefaultLoop};
 pub use calls::{Admission, Answer, Verdict};
 pub use turn::{run_turn, AgentDeps, AgentError, AgentSettings, Journal, TurnOutcome};

@@ -16,7 +16,7 @@ use super::events::{sse_response, wants_event_stream};
 use super::paging::{page_by_id, CursorQuery, Page};
 use super::problem::{parse_id, ApiJson, ApiQuery, OptionalJson, Problem};
 use super::AppState;
-use crate::model::{RunKind, RunRecord, RunResult, RunStatus};
+use crate::model::{RunRecord, RunResult, RunStatus};
 use crate::session::{Pending, RunRequest, RunStarted, RunStopped};
 use crate::store::Store;
 
@@ -110,14 +110,13 @@ async fn start(
     begin(
         state,
         id,
-        RunRequest {
-            kind: RunKind::Run,
-            input: Some(input),
-            pending: match query.pending {
+        RunRequest::run(
+            input,
+            match query.pending {
                 Some(PendingParam::Deny) => Pending::Deny,
                 Some(PendingParam::Refuse) | None => Pending::Refuse,
             },
-        },
+        ),
         query,
         &headers,
     )
@@ -132,18 +131,7 @@ async fn resume(
     OptionalJson(_): OptionalJson<EmptyBody>,
 ) -> Result<Response, Problem> {
     let id = parse_id(&id, "session")?;
-    begin(
-        state,
-        id,
-        RunRequest {
-            kind: RunKind::Resume,
-            input: None,
-            pending: Pending::Refuse,
-        },
-        query,
-        &headers,
-    )
-    .await
+    begin(state, id, RunRequest::resume(), query, &headers).await
 }
 
 async fn begin(

@@ -10,6 +10,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use uuid::Uuid;
 
 use super::paging::{one_more, page_by_id, page_limit, parse_cursor, CursorQuery, Page};
 use super::problem::{parse_id, ApiQuery, OptionalJson, Problem};
@@ -78,6 +79,7 @@ async fn create(
         tools: body.tools,
         tool_policy: body.tool_policy,
         client_tools: body.client_tools,
+        ..SessionOptions::default()
     };
     state.sessions.check_options(&options)?;
     let record = state
@@ -127,6 +129,7 @@ struct ListQuery {
     limit: Option<i64>,
     cursor: Option<String>,
     state: Option<String>,
+    parent_id: Option<String>,
 }
 
 async fn list(
@@ -143,6 +146,13 @@ async fn list(
             )
         })?),
     };
+    let parent_id = match q.parent_id.as_deref() {
+        None | Some("") => None,
+        Some(id) => Some(
+            Uuid::parse_str(id)
+                .map_err(|_| Problem::bad_request("parent_id must be a session id (a UUID)"))?,
+        ),
+    };
     let data = state
         .sessions
         .store()
@@ -150,6 +160,7 @@ async fn list(
             limit: one_more(limit),
             before,
             state: state_filter,
+            parent_id,
         })
         .await?;
     Ok(Json(Page::new(data, limit, |s| s.id.to_string())))

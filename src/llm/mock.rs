@@ -136,6 +136,9 @@ fn next_move(request: &ModelRequest) -> (String, Vec<ToolCall>) {
     let has_tool = |name: &str| request.tools.iter().any(|t| t.name == name);
     let turn = &request.messages[last_user.map(|i| i + 1).unwrap_or(0)..];
     let next_index = request.messages.last().map_or(0, |m| m.index + 1);
+    if let Some(reply) = delegation(&input, request, turn, next_index) {
+        return reply;
+    }
     if let Some(reply) = chosen_tool_move(&input, request, turn, next_index) {
         return reply;
     }
@@ -235,6 +238,46 @@ fn chosen_tool_move(
             (format!("{name} answered: {said}"), Vec::new())
         }
     })
+}
+
+/// "delegate" (or "delegate N"): N `task` calls in one reply, each handing the input on as
+/// part i of N, then one answer quoting every sub-agent once all their results are in.
+fn delegation(
+    input: &str,
+    request: &ModelRequest,
+    turn: &[Message],
+    next_index: i64,
+) -> Option<(String, Vec<ToolCall>)> {
+    let lower = input.to_lowercase();
+    let at = lower.find("delegate")?;
+    if !request.tools.iter().any(|t| t.name == "task") {
+        return None;
+    }
+    let count = lower[at + "delegate".len()..]
+        .split_whitespace()
+        .next()
+        .and_then(|w| w.parse::<usize>().ok())
+        .unwrap_or(1)
+        .clamp(1, 8);
+    let results: Vec<&Message> = turn.iter().filter(|m| m.role == Role::Tool).collect();
+    if results.is_empty() {
+        let calls = (0..count)
+            .map(|i| ToolCall {
+                id: format!("call_{next_index}_{i}"),
+                name: "task".to_string(),
+                arguments: json!({
+                    "description": format!("part {} of {count}", i + 1),
+                    "prompt": format!("{input} (part {} of {count})", i + 1),
+                }),
+            })
+            .collect();
+        return Some((String::new(), calls));
+    }
+    let said: Vec<&str> = results
+        .iter()
+        .map(|r| r.content.lines().last().unwrap_or("").trim())
+        .collect();
+    Some((format!("task answered: {}", said.join(" | ")), Vec::new()))
 }
 
 /// The command of "run `COMMAND`".

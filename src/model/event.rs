@@ -11,7 +11,8 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::{
-    Decision, FinishReason, Message, ResolvedBy, Rule, RunKind, SessionState, ToolCall, Usage,
+    Decision, FinishReason, Message, ResolvedBy, Rule, RunKind, RunStatus, SessionState, ToolCall,
+    Usage,
 };
 
 /// One event of a session's log: `seq` is contiguous per session, starting at 1. On the wire
@@ -173,6 +174,16 @@ pub enum EventKind {
         input: Value,
         expires_at: Option<DateTime<Utc>>,
     },
+    /// A `task` call started a sub-agent: a child session with its own log.
+    #[serde(rename = "subagent.started")]
+    SubagentStarted { call_id: String, session_id: Uuid },
+    /// The sub-agent of a `task` call ended (`cancelled` when its parent's run was).
+    #[serde(rename = "subagent.finished")]
+    SubagentFinished {
+        call_id: String,
+        session_id: Uuid,
+        status: RunStatus,
+    },
     #[serde(rename = "agent.context.trimmed")]
     ContextTrimmed {
         step_id: Uuid,
@@ -234,6 +245,8 @@ impl EventKind {
             EventKind::ToolApprovalResolved { .. } => "tool.approval-resolved",
             EventKind::ToolPolicyUpdated { .. } => "tool.policy-updated",
             EventKind::ToolClientRequested { .. } => "tool.client-requested",
+            EventKind::SubagentStarted { .. } => "subagent.started",
+            EventKind::SubagentFinished { .. } => "subagent.finished",
             EventKind::ContextTrimmed { .. } => "agent.context.trimmed",
             EventKind::ContextCompacted { .. } => "agent.context.compacted",
             EventKind::ContextCompactFailed { .. } => "agent.context.compact-failed",

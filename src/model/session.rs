@@ -108,6 +108,17 @@ pub struct SessionOptions {
     /// Tools its client runs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub client_tools: Vec<ClientTool>,
+    /// How deep among sub-agents: 0 for a session a client created, its parent's depth plus
+    /// one for a sub-agent's.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub depth: u32,
+    /// For a sub-agent: the parent's `task` call it works for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_call_id: Option<String>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl SessionRecord {

@@ -85,6 +85,39 @@ pub struct RunRequest {
     /// The user's input; `None` for a resume.
     pub input: Option<String>,
     pub pending: Pending,
+    /// A sub-agent's run: it runs under its parent's run permit and never takes one (so a
+    /// parent waiting for its children cannot starve them at `--max-concurrent-runs`).
+    pub under_parent: bool,
+}
+
+impl RunRequest {
+    /// A new run with the user's input.
+    pub fn run(input: String, pending: Pending) -> RunRequest {
+        RunRequest {
+            kind: RunKind::Run,
+            input: Some(input),
+            pending,
+            under_parent: false,
+        }
+    }
+
+    /// A resume of the interrupted run.
+    pub fn resume() -> RunRequest {
+        RunRequest {
+            kind: RunKind::Resume,
+            input: None,
+            pending: Pending::Refuse,
+            under_parent: false,
+        }
+    }
+
+    /// A sub-agent's run of `prompt`, under its parent's permit.
+    pub fn subagent(prompt: String) -> RunRequest {
+        RunRequest {
+            under_parent: true,
+            ..RunRequest::run(prompt, Pending::Refuse)
+        }
+    }
 }
 
 /// A run that has started (its start is durable), or the result of a completed session that a

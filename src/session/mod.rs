@@ -13,6 +13,7 @@
 //! - `coordination`: heartbeat, takeover sweep and notifications (scale-out).
 //! - `steps`: rebuilding an LLM step's exact request.
 //! - `stream`: replay-then-live event streams.
+//! - `subagents`: the `task` tool, which runs a child session for a call.
 //! - `waiting`: the calls of a run that wait for an answer (approvals, client tools).
 
 mod actor;
@@ -23,6 +24,7 @@ mod live;
 mod sessions;
 mod steps;
 mod stream;
+mod subagents;
 mod waiting;
 
 pub use command::{
@@ -75,6 +77,8 @@ pub struct SessionDeps {
     /// Resume interrupted runs by themselves (at start, and after taking a session over).
     pub auto_resume: bool,
     pub policy: ToolPolicy,
+    /// Sessions at this sub-agent depth are not offered `task`.
+    pub max_subagent_depth: u32,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -13,15 +13,14 @@ use uuid::Uuid;
 
 use super::actor::SessionActor;
 use super::command::{
-    ApprovalAnswer, CancelOutcome, Command, Compacted, Pending, Reply, RunRequest, RunStarted,
+    ApprovalAnswer, CancelOutcome, Command, Compacted, Reply, RunRequest, RunStarted,
 };
 use super::live::{LiveSessions, Slot};
 use super::stream::EventStream;
 use super::waiting::{self, PendingApproval};
-use super::{coordination, steps, SessionDeps, SessionError};
+use super::{coordination, steps, subagents, SessionDeps, SessionError};
 use crate::model::{
-    self, Event, EventKind, Message, Role, RunKind, SessionOptions, SessionRecord, SessionState,
-    Usage,
+    self, Event, EventKind, Message, Role, SessionOptions, SessionRecord, SessionState, Usage,
 };
 use crate::store::{Store, WriteOp};
 use crate::tools::policy::Rules;
@@ -66,6 +65,11 @@ impl Sessions {
         sessions
     }
 
+    /// A handle on the sessions of this process, for an actor.
+    pub(super) fn from_parts(deps: Arc<SessionDeps>, live: LiveSessions) -> Sessions {
+        Sessions { deps, live }
+    }
+
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.deps.store
     }
@@ -81,19 +85,45 @@ impl Sessions {
 
     /// Creates a session: its system message and its `session.created` event commit together.
     pub async fn create(&self, new: NewSession) -> Result<SessionRecord, SessionError> {
-        if self.deps.shutdown.is_cancelled() {
-            return Err(SessionError::ShuttingDown);
-        }
+        let record = self.new_record(model::new_id(), None, new);
+        self.insert(record).await
+    }
+
+    /// Creates the child session a sub-agent works in: `parent`'s prompt, tools, policy and
+    /// workspace (not its client's tools: nobody answers them for a child), one level deeper.
+    pub async fn create_child(
+        &self,
+        parent: &SessionRecord,
+        id: Uuid,
+        call_id: &str,
+        description: &str,
+    ) -> Result<SessionRecord, SessionError> {
+        let options = SessionOptions {
+            client_tools: Vec::new(),
+            depth: parent.options.depth + 1,
+            task_call_id: Some(call_id.to_string()),
+            ..parent.options.clone()
+        };
+        let new = NewSession {
+            system_prompt: parent.system_prompt.clone(),
+            title: Some(description.to_string()),
+            metadata: None,
+            options,
+        };
+        let record = self.new_record(id, Some(parent.id), new);
+        self.insert(record).await
+    }
+
+    fn new_record(&self, id: Uuid, parent_id: Option<Uuid>, new: NewSession) -> SessionRecord {
         let now = model::now();
-        let id = model::new_id();
-        let record = SessionRecord {
+        SessionRecord {
             id,
-            parent_id: None,
-            title: new.title.clone(),
+            parent_id,
+            title: new.title,
             metadata: new
                 .metadata
                 .unwrap_or_else(|| Value::Object(Default::default())),
-            system_prompt: new.system_prompt.clone(),
+            system_prompt: new.system_prompt,
             state: SessionState::Idle,
             error: None,
             message_count: 1,
@@ -103,9 +133,18 @@ impl Sessions {
             created_at: now,
             updated_at: now,
             options: new.options,
-        };
-        let prompt = new
+        }
+    }
+
+    /// Writes a new session with its system message and `session.created` event.
+    async fn insert(&self, record: SessionRecord) -> Result<SessionRecord, SessionError> {
+        if self.deps.shutdown.is_cancelled() {
+            return Err(SessionError::ShuttingDown);
+        }
+        let id = record.id;
+        let prompt = record
             .system_prompt
+            .clone()
             .unwrap_or_else(|| self.deps.settings.system_prompt.clone());
         let system = Message::new(Role::System, prompt);
         let event = new_event(
@@ -113,7 +152,7 @@ impl Sessions {
             1,
             EventKind::SessionCreated {
                 session_id: id,
-                title: new.title,
+                title: record.title.clone(),
             },
         );
         self.deps
@@ -236,7 +275,11 @@ impl Sessions {
 
     /// The tools a new session is offered, available or not.
     pub fn tools(&self) -> Vec<ToolInfo> {
-        self.deps.agent.tools.list()
+        let mut tools = self.deps.agent.tools.list();
+        if self.deps.max_subagent_depth > 0 {
+            tools.push(subagents::task_info());
+        }
+        tools
     }
 
     /// Checks what a new session chose: its tools exist, its rules compile, its client
@@ -244,7 +287,13 @@ impl Sessions {
     pub fn check_options(&self, options: &SessionOptions) -> Result<(), SessionError> {
         let server = &self.deps.agent.tools;
         if let Some(tools) = &options.tools {
-            if let Err(unknown) = server.select(tools) {
+            // `task` is offered by the session layer, not the server's registry.
+            let subagents = self.deps.max_subagent_depth > 0;
+            let tools: Vec<&String> = tools
+                .iter()
+                .filter(|name| !(subagents && name.as_str() == subagents::TASK))
+                .collect();
+            if let Err(unknown) = server.select(&tools) {
                 return Err(SessionError::BadInput(format!(
                     "tools names tools this server does not offer: {} (it offers {})",
                     unknown.0.join(", "),
@@ -268,7 +317,8 @@ impl Sessions {
                     tool.name
                 )));
             }
-            if server.get(&tool.name).is_some() || !names.insert(tool.name.as_str()) {
+            let taken = server.get(&tool.name).is_some() || tool.name == subagents::TASK;
+            if taken || !names.insert(tool.name.as_str()) {
                 return Err(SessionError::BadInput(format!(
                     "client tool name {:?} clashes with another tool",
                     tool.name
@@ -454,12 +504,7 @@ impl Sessions {
         for id in ids {
             let sessions = self.clone();
             tokio::spawn(async move {
-                let request = RunRequest {
-                    kind: RunKind::Resume,
-                    input: None,
-                    pending: Pending::Refuse,
-                };
-                match sessions.run(id, request).await {
+                match sessions.run(id, RunRequest::resume()).await {
                     Ok(_) => tracing::info!(session_id = %id, "resuming an interrupted run"),
                     Err(error) => tracing::warn!(session_id = %id, %error, "could not resume"),
                 }

@@ -5,10 +5,12 @@
 use serde_json::{json, Value};
 use uuid::Uuid;
 
+use super::subagents;
 use super::SessionDeps;
 use crate::agent::context;
-use crate::model::{AgentStep, LlmRequestDescriptor, StepKind};
+use crate::model::{AgentStep, LlmRequestDescriptor, StepKind, ToolSchema};
 use crate::store::{StoreError, StoreResult};
+use crate::tools::{client::ClientSide, Tool};
 
 /// One step as served: an LLM step also shows its `projection` (the descriptor) and the
 /// `request` rebuilt from it.
@@ -33,10 +35,8 @@ pub(super) async fn with_request(
             .await?;
         let (messages, _) =
             context::prepare_context(&history, &descriptor.system_prompt, descriptor.budget);
-        let tools: Vec<_> = deps
-            .agent
-            .tools
-            .schemas()
+        let tools: Vec<_> = offered(deps, session_id)
+            .await?
             .into_iter()
             .filter(|t| descriptor.tools.contains(&t.name))
             .collect();
@@ -48,4 +48,16 @@ pub(super) async fn with_request(
         });
     }
     Ok(Some(view))
+}
+
+/// Every tool a step of the session may have offered: the server's, `task`, and the
+/// session's client tools.
+async fn offered(deps: &SessionDeps, session_id: Uuid) -> StoreResult<Vec<ToolSchema>> {
+    let mut tools = deps.agent.tools.schemas();
+    tools.push(subagents::task_schema());
+    if let Some(record) = deps.store.session(session_id).await? {
+        let client = record.options.client_tools.into_iter();
+        tools.extend(client.map(|t| ClientSide(t).schema()));
+    }
+    Ok(tools)
 }

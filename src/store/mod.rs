@@ -106,6 +106,8 @@ pub struct SessionQuery {
     pub limit: i64,
     pub before: Option<Uuid>,
     pub state: Option<SessionState>,
+    /// Only the children (forks and sub-agents) of this session.
+    pub parent_id: Option<Uuid>,
 }
 
 #[async_trait]

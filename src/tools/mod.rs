@@ -43,15 +43,29 @@ pub use workspace::Workspace;
 #[error("{0}")]
 pub struct ToolError(pub String);
 
-/// What one call runs against: the workspace of the session it is made for.
+/// What one call runs against: the workspace of the session it is made for, and the call's id
+/// while it runs.
 #[derive(Clone, Debug)]
 pub struct ToolContext {
     pub workspace: Workspace,
+    /// The id of the call being run (set by the loop for each call it runs).
+    pub call_id: Option<String>,
 }
 
 impl ToolContext {
     pub fn new(workspace: Workspace) -> ToolContext {
-        ToolContext { workspace }
+        ToolContext {
+            workspace,
+            call_id: None,
+        }
+    }
+
+    /// This context for one call.
+    pub fn for_call(&self, call_id: &str) -> ToolContext {
+        ToolContext {
+            workspace: self.workspace.clone(),
+            call_id: Some(call_id.to_owned()),
+        }
     }
 }
 

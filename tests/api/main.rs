@@ -19,6 +19,8 @@
 //!   changes, graceful shutdown, and the storage of a long session's steps.
 //! - `compaction`: `--context-chars`: automatic and manual compaction, trimming, every
 //!   rebuilt request within the budget, forks before a summary.
+//! - `subagents`: the `task` tool's child sessions: their logs, concurrency, cancellation,
+//!   run permits, the depth limit and `?parent_id=`.
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -28,4 +30,5 @@ mod compaction;
 mod durability;
 mod lifecycle;
 mod streaming;
+mod subagents;
 mod turns;

@@ -115,6 +115,7 @@ async fn negative_limit_means_no_limit(store: Arc<dyn Store>) {
             limit: -1,
             before: None,
             state: None,
+            parent_id: None,
         })
         .await
         .expect("list");

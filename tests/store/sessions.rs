@@ -138,6 +138,7 @@ async fn sessions_page_newest_first_with_cursor_and_state(store: Arc<dyn Store>)
                 limit: 3,
                 before,
                 state: None,
+                parent_id: None,
             })
             .await
             .expect("list");
@@ -167,6 +168,7 @@ async fn sessions_page_newest_first_with_cursor_and_state(store: Arc<dyn Store>)
             limit: 2,
             before: None,
             state: Some(SessionState::Running),
+            parent_id: None,
         })
         .await
         .expect("list running");
@@ -176,6 +178,7 @@ async fn sessions_page_newest_first_with_cursor_and_state(store: Arc<dyn Store>)
             limit: 2,
             before: first.last().map(|s| s.id),
             state: Some(SessionState::Running),
+            parent_id: None,
         })
         .await
         .expect("list running");
@@ -185,6 +188,7 @@ async fn sessions_page_newest_first_with_cursor_and_state(store: Arc<dyn Store>)
             limit: 10,
             before: None,
             state: Some(SessionState::Cancelled),
+            parent_id: None,
         })
         .await
         .expect("list cancelled");

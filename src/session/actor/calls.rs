@@ -15,9 +15,11 @@ use uuid::Uuid;
 use super::journal::RunJournal;
 use crate::agent::{Admission, Answer, Verdict};
 use crate::model::{
-    self, Action, Decision, EventKind, Message, ResolvedBy, SessionState, StepStatus, ToolCall,
+    self, Action, Decision, EventKind, Message, ResolvedBy, RunStatus, SessionState, StepStatus,
+    ToolCall,
 };
 use crate::session::command::{Reply, RunRequest, RunStarted};
+use crate::session::subagents::{Children, TASK};
 use crate::session::waiting::{
     denied_output, refusal_output, unanswered_output, Answered, ClientResult, Kind, Resolution,
     Waiting,
@@ -164,6 +166,8 @@ pub(super) struct CallDesk {
     pub replies: HashMap<String, Reply<Value>>,
     /// Calls started and not finished.
     pub running: usize,
+    /// The sub-agents of the run's `task` calls.
+    pub children: Arc<Children>,
 }
 
 impl CallDesk {
@@ -475,6 +479,15 @@ impl RunJournal<'_> {
         };
         lock(&self.calls.waiting).apply(&kind);
         self.batch.event(self.core, kind);
+        if call.name == TASK {
+            let session_id = self.calls.children.start(&call.id);
+            let call_id = call.id.clone();
+            let started = EventKind::SubagentStarted {
+                call_id,
+                session_id,
+            };
+            self.batch.event(self.core, started);
+        }
         self.calls.running += 1;
         // Durable before the tool runs: a crash mid-tool shows the call as started.
         self.flush_now().await
@@ -507,6 +520,15 @@ impl RunJournal<'_> {
         };
         lock(&self.calls.waiting).apply(&kind);
         self.batch.event(self.core, kind);
+        if let Some((session_id, status)) = self.calls.children.finish(&call.id) {
+            let call_id = call.id.clone();
+            let finished = EventKind::SubagentFinished {
+                call_id,
+                session_id,
+                status,
+            };
+            self.batch.event(self.core, finished);
+        }
         self.flush_now().await?;
         if let Some(reply) = self.calls.replies.remove(&call.id) {
             let result = ClientResult {
@@ -590,6 +612,20 @@ impl RunJournal<'_> {
                     detail: "the run ended before the result was recorded".to_string(),
                 }));
             }
+        }
+    }
+}
+
+impl RunJournal<'_> {
+    /// Records that the sub-agents of calls the cancel cut short were cancelled with them.
+    pub(super) fn settle_children(&mut self) {
+        for (call_id, session_id) in self.calls.children.unfinished() {
+            let kind = EventKind::SubagentFinished {
+                call_id,
+                session_id,
+                status: RunStatus::Cancelled,
+            };
+            self.batch.event(self.core, kind);
         }
     }
 }

@@ -154,7 +154,9 @@ fn finished(run: RunRecord, outcome: TurnOutcome, at: DateTime<Utc>) -> Ending {
         FinishReason::MaxSteps => (
             RunStatus::Failed,
             SessionState::Failed,
-            Some(format!("stopped after {steps} LLM steps (max_steps={steps})")),
+            Some(format!(
+                "stopped after {steps} LLM steps (max_steps={steps})"
+            )),
         ),
         FinishReason::Budget => (
             RunStatus::Failed,

@@ -10,15 +10,17 @@ use super::calls::{AnswerMsg, CallDesk, RunCalls};
 use super::end::{self, Conclusion, RunOutcome, Stopping};
 use super::journal::{Batch, RunJournal};
 use super::{Active, Activity, Phase, SessionActor, Stop};
-use crate::agent::{context, run_turn, AgentDeps};
+use crate::agent::{context, AgentDeps, AgentLoop, DefaultLoop};
 use crate::model::{
     self, EventKind, Message, ResolvedBy, Role, RunKind, RunRecord, RunResult, RunStatus,
     SessionRecord, SessionState, Usage,
 };
 use crate::session::command::{Pending, Reply, RunRequest, RunStarted, RunStopped};
 use crate::session::live::Inbox;
+use crate::session::subagents::{Children, TaskTool, TASK};
 use crate::session::waiting::Waiting;
 use crate::session::SessionError;
+use crate::session::Sessions;
 use crate::store::{StoreError, WriteOp};
 use crate::tools::client::ClientSide;
 use crate::tools::policy::Rules;
@@ -153,11 +155,19 @@ impl SessionActor {
                 _ => {}
             }
         }
-        let Ok(permit) = self.deps.run_permits.clone().try_acquire_owned() else {
-            let _ = reply.send(Err(SessionError::TooBusy(
-                "the server is running as many runs as it is allowed to; retry shortly".to_string(),
-            )));
-            return Ok(None);
+        // A sub-agent's run counts under its parent's permit.
+        let permit = match request.under_parent {
+            true => None,
+            false => match self.deps.run_permits.clone().try_acquire_owned() {
+                Ok(permit) => Some(permit),
+                Err(_) => {
+                    let _ = reply.send(Err(SessionError::TooBusy(
+                        "the server is running as many runs as it is allowed to; retry shortly"
+                            .to_string(),
+                    )));
+                    return Ok(None);
+                }
+            },
         };
         let core = self.core.as_mut().ok_or(Stop::Gone)?;
         let run = RunRecord {
@@ -245,21 +255,35 @@ impl SessionActor {
     }
 
     /// The tools a run of this session is offered: the server's (narrowed to the session's
-    /// choice) and the session's client tools.
-    fn run_tools(&self, record: &SessionRecord) -> ToolRegistry {
+    /// choice), `task` above the deepest sub-agent level, and the session's client tools.
+    fn run_tools(&self, record: &SessionRecord, children: &Arc<Children>) -> ToolRegistry {
         let server = &self.deps.agent.tools;
         let chosen = match &record.options.tools {
             Some(names) => server.keep(names),
             None => server.clone(),
         };
-        let client: Vec<Arc<dyn Tool>> = record
+        let mut more: Vec<Arc<dyn Tool>> = Vec::new();
+        let narrowed_out = record
             .options
-            .client_tools
-            .iter()
-            .map(|t| Arc::new(ClientSide(t.clone())) as Arc<dyn Tool>)
-            .collect();
+            .tools
+            .as_ref()
+            .is_some_and(|names| !names.iter().any(|n| n == TASK));
+        if record.options.depth < self.deps.max_subagent_depth && !narrowed_out {
+            more.push(Arc::new(TaskTool {
+                sessions: Sessions::from_parts(self.deps.clone(), self.live.clone()),
+                parent: record.clone(),
+                children: children.clone(),
+            }));
+        }
+        more.extend(
+            record
+                .options
+                .client_tools
+                .iter()
+                .map(|t| Arc::new(ClientSide(t.clone())) as Arc<dyn Tool>),
+        );
         // Names were checked against the server's tools when the session was created.
-        chosen.with(client.clone()).unwrap_or(chosen)
+        chosen.with(more).unwrap_or(chosen)
     }
 
     /// Runs the loop while still answering the mailbox, then records how the run ended.
@@ -270,7 +294,8 @@ impl SessionActor {
         inbox: &mut Inbox,
     ) -> Result<NextRun, Stop> {
         let core = self.core.as_ref().ok_or(Stop::Gone)?;
-        let tools = self.run_tools(&core.record);
+        let children = Arc::new(Children::default());
+        let tools = self.run_tools(&core.record, &children);
         let session_rules =
             Rules::compile(core.record.options.tool_policy.clone()).unwrap_or_default();
         let (answers, answers_rx) = mpsc::unbounded_channel();
@@ -303,6 +328,7 @@ impl SessionActor {
             session_rules,
             replies: Default::default(),
             running: 0,
+            children,
         };
         let sink = super::journal::Sink {
             deps: &self.deps,
@@ -318,7 +344,7 @@ impl SessionActor {
         let mut journal = RunJournal::new(self.id, run.id, core, sink, desk);
         let mut lease_lost = false;
         let result = {
-            let turn = run_turn(
+            let turn = DefaultLoop.run(
                 &mut journal,
                 &agent,
                 &settings,
@@ -373,6 +399,7 @@ impl SessionActor {
                     Some(_) => journal.settle_waiting(ResolvedBy::User, Some(SUPERSEDED)),
                     None => journal.settle_waiting(ResolvedBy::Cancel, None),
                 }
+                journal.settle_children();
             }
         }
         let stopping = match (shutting_down, &self.deps.cluster) {

@@ -132,11 +132,13 @@ impl Store for PostgresStore {
         let rows = sqlx::query(&format!(
             "SELECT {SESSION_COLUMNS} FROM sessions s \
              WHERE ($1::uuid IS NULL OR s.id < $1) AND ($2::text IS NULL OR s.state = $2) \
+             AND ($4::uuid IS NULL OR s.parent_id = $4) \
              ORDER BY s.id DESC LIMIT $3"
         ))
         .bind(query.before)
         .bind(query.state.map(SessionState::as_str))
         .bind(sql_limit(query.limit))
+        .bind(query.parent_id)
         .fetch_all(&self.pool)
         .await?;
         Ok(listed_sessions(&rows))

@@ -167,11 +167,13 @@ impl Store for SqliteStore {
         let rows = sqlx::query(&format!(
             "SELECT {SESSION_COLUMNS} FROM sessions s \
              WHERE (?1 IS NULL OR s.id < ?1) AND (?2 IS NULL OR s.state = ?2) \
+             AND (?4 IS NULL OR s.parent_id = ?4) \
              ORDER BY s.id DESC LIMIT ?3"
         ))
         .bind(query.before.map(|id| id.to_string()))
         .bind(query.state.map(SessionState::as_str))
         .bind(query.limit)
+        .bind(query.parent_id.map(|id| id.to_string()))
         .fetch_all(&self.pool)
         .await
         .map_err(|e| self.read_failed(e))?;
