@@ -218,7 +218,7 @@ fn chosen_tool_move(
         let tool = request
             .tools
             .iter()
-            .find(|t| !BUILTIN_TOOLS.contains(&t.name.as_str()))?;
+            .find(|t| !BUILTIN_TOOLS.contains(&t.name.as_str()) && t.name != "task")?;
         (tool.name.clone(), json!({"question": input}))
     } else {
         return None;

@@ -111,6 +111,14 @@ impl RunRequest {
         }
     }
 
+    /// A sub-agent's resume of its interrupted run, under its parent's permit.
+    pub fn subagent_resume() -> RunRequest {
+        RunRequest {
+            under_parent: true,
+            ..RunRequest::resume()
+        }
+    }
+
     /// A sub-agent's run of `prompt`, under its parent's permit.
     pub fn subagent(prompt: String) -> RunRequest {
         RunRequest {

@@ -489,21 +489,25 @@ impl Sessions {
     }
 
     /// Takes over a session whose run was interrupted (a dead process or replica left it
-    /// running): it is recorded as interrupted, then resumed if auto-resume is on.
+    /// running): its actor records it as interrupted, and resumes it if auto-resume is on.
     pub async fn take_over(&self, id: Uuid) -> Result<bool, SessionError> {
-        let interrupted = self.send(id, |reply| Command::TakeOver { reply }).await?;
-        if interrupted && self.deps.auto_resume {
-            self.resume_in_background(vec![id]);
-        }
-        Ok(interrupted)
+        self.send(id, |reply| Command::TakeOver { reply }).await
     }
 
     /// Resumes interrupted sessions in the background (auto-resume); each resume is an
-    /// ordinary run, so clients see it on the event stream.
+    /// ordinary run, so clients see it on the event stream. A sub-agent is left to its
+    /// parent: the parent's resume runs the `task` call again, which continues the child.
     pub fn resume_in_background(&self, ids: Vec<Uuid>) {
         for id in ids {
             let sessions = self.clone();
             tokio::spawn(async move {
+                match sessions.deps.store.session(id).await {
+                    Ok(Some(record)) if record.options.task_call_id.is_some() => {
+                        tracing::info!(session_id = %id, "a sub-agent resumes with its parent");
+                        return;
+                    }
+                    _ => {}
+                }
                 match sessions.run(id, RunRequest::resume()).await {
                     Ok(_) => tracing::info!(session_id = %id, "resuming an interrupted run"),
                     Err(error) => tracing::warn!(session_id = %id, %error, "could not resume"),

@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::{json, Value};
@@ -13,6 +14,7 @@ use uuid::Uuid;
 
 use super::command::{RunRequest, RunStarted, RunStopped};
 use super::sessions::Sessions;
+use super::SessionError;
 use crate::model::{self, RunStatus, SessionRecord, ToolSchema};
 use crate::tools::{Tool, ToolContext, ToolError, ToolInfo, ToolResult, ToolSource};
 
@@ -38,6 +40,9 @@ pub(super) struct Children {
 #[derive(Clone, Copy)]
 struct Child {
     session_id: Uuid,
+    /// Whether the session exists already: the call runs again after an interruption, and its
+    /// child is resumed rather than started anew.
+    exists: bool,
     /// How its run ended, once it has.
     status: Option<RunStatus>,
 }
@@ -48,19 +53,21 @@ impl Children {
         self.by_call.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Names the child of a `task` call that starts.
-    pub fn start(&self, call_id: &str) -> Uuid {
-        let session_id = model::new_id();
+    /// Names the child of a `task` call that starts: `existing` if an earlier attempt of the
+    /// call started one, else a new session.
+    pub fn start(&self, call_id: &str, existing: Option<Uuid>) -> Uuid {
+        let session_id = existing.unwrap_or_else(model::new_id);
         let child = Child {
             session_id,
+            exists: existing.is_some(),
             status: None,
         };
         self.lock().insert(call_id.to_string(), child);
         session_id
     }
 
-    fn session_of(&self, call_id: &str) -> Option<Uuid> {
-        self.lock().get(call_id).map(|c| c.session_id)
+    fn child_of(&self, call_id: &str) -> Option<Child> {
+        self.lock().get(call_id).copied()
     }
 
     fn ended(&self, call_id: &str, status: RunStatus) {
@@ -152,31 +159,36 @@ impl Tool for TaskTool {
         };
         let (description, prompt) = (text("description")?, text("prompt")?);
         let call_id = ctx.call_id.as_deref().unwrap_or_default();
-        let Some(child_id) = self.children.session_of(call_id) else {
+        let Some(child) = self.children.child_of(call_id) else {
             return Err(ToolError(
                 "the sub-agent could not be started: its call was not recorded".to_string(),
             ));
         };
+        let child_id = child.session_id;
         let failed = |what: &str, error: &dyn std::fmt::Display| {
             ToolError(format!(
                 "the sub-agent (session {child_id}) {what}: {error}"
             ))
         };
-        self.sessions
-            .create_child(&self.parent, child_id, call_id, description)
-            .await
-            .map_err(|e| failed("could not be created", &e))?;
+        if !child.exists {
+            self.sessions
+                .create_child(&self.parent, child_id, call_id, description)
+                .await
+                .map_err(|e| failed("could not be created", &e))?;
+        }
         // From here on the child is cancelled if this call is dropped (its run cancelled).
         let guard = CancelOnDrop {
             sessions: self.sessions.clone(),
             session_id: child_id,
             armed: true,
         };
-        let started = self
-            .sessions
-            .run(child_id, RunRequest::subagent(prompt.to_string()))
-            .await
-            .map_err(|e| failed("could not start", &e))?;
+        let started = if child.exists {
+            self.resume(child_id).await
+        } else {
+            let request = RunRequest::subagent(prompt.to_string());
+            self.sessions.run(child_id, request).await
+        }
+        .map_err(|e| failed("could not start", &e))?;
         let result = match started {
             RunStarted::Started { result, .. } => result.await,
             RunStarted::AlreadyCompleted(result) => Ok(Ok(result)),
@@ -198,6 +210,23 @@ impl Tool for TaskTool {
                 status.as_str(),
                 &result.error.as_deref().unwrap_or("no reason given"),
             )),
+        }
+    }
+}
+
+impl TaskTool {
+    /// Continues the child an interrupted attempt of the call started: its interrupted run
+    /// is resumed, or its result taken if it ended. While something else still runs it (an
+    /// automatic resume, another replica), this waits for that run to end.
+    async fn resume(&self, child_id: Uuid) -> Result<RunStarted, SessionError> {
+        loop {
+            let request = RunRequest::subagent_resume();
+            match self.sessions.run(child_id, request).await {
+                Err(SessionError::Conflict { kind, .. }) if kind == "run-active" => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                other => return other,
+            }
         }
     }
 }

@@ -402,6 +402,85 @@ async fn the_children_list_takes_only_a_session_id() {
     // Top-level sessions are still listed as before, children among them.
     let parent = delegating_session(&server).await;
     server.run_wait(&parent, "delegate").await;
-    let all = server.all_pages("/v1/sessions", "before", 20).await;
+    let all = server.all_pages("/v1/sessions", "cursor", 20).await;
     assert_eq!(all.len(), 3, "{all:?}");
+}
+
+#[tokio::test]
+async fn after_a_crash_the_parent_continues_the_children_it_had_started() {
+    let mut server = TestServer::start(
+        ServerOptions::new()
+            .process()
+            .mock_delay_ms(50)
+            .args(&["--auto-resume", "true"]),
+    )
+    .await;
+    let id = delegating_session(&server).await;
+    server.start_run(&id, "delegate 2 long jobs").await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let before = loop {
+        let children = children_of(&server, &id).await;
+        let mut streaming = 0;
+        for child in &children {
+            let log = server.events(&id_of(child)).await;
+            streaming += usize::from(!of_type(&log, "agent.assistant-stream").is_empty());
+        }
+        if children.len() == 2 && streaming == 2 {
+            break children;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "children never ran: {children:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+
+    server.kill9().await;
+    server.spawn().await;
+    let parent = server
+        .poll_session(&id, "completed", Duration::from_secs(30), |s| {
+            s["state"] == "completed"
+        })
+        .await;
+    assert_eq!(parent["state"], "completed");
+
+    // The same two children, each interrupted once and then continued to its end.
+    let after = children_of(&server, &id).await;
+    let ids = |list: &[Value]| list.iter().map(id_of).collect::<Vec<_>>();
+    assert_eq!(ids(&after), ids(&before), "{after:?}");
+    for child in &after {
+        assert_eq!(child["state"], "completed", "{child}");
+        let log = server.events(&id_of(child)).await;
+        assert_contiguous_from_one(&log);
+        let failed = of_type(&log, "agent.failed");
+        assert_eq!(failed.len(), 1, "{}", describe(&log));
+        assert_eq!(failed[0]["data"]["error"], "interrupted");
+        assert_eq!(
+            of_type(&log, "agent.finished").len(),
+            1,
+            "{}",
+            describe(&log)
+        );
+        let messages = server.messages(&id_of(child)).await;
+        let prompts = messages.iter().filter(|m| m["role"] == "user").count();
+        assert_eq!(prompts, 1, "the prompt was not given twice: {messages:?}");
+    }
+    // The parent's answer quotes both children.
+    let events = server.events(&id).await;
+    let finished = of_type(&events, "agent.finished");
+    let text = finished.last().expect("agent.finished")["data"]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        text.contains("part 1 of 2") && text.contains("part 2 of 2"),
+        "{text}"
+    );
+    assert!(
+        !server
+            .log_lines("a sub-agent resumes with its parent")
+            .is_empty(),
+        "the children were left to their parent's resume: {}",
+        server.log_tail(40)
+    );
 }

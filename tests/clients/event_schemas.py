@@ -38,6 +38,7 @@ RUST_TYPES = {
     "Value": ("any", None),
     "Decision": ("ref", "Decision"),
     "ResolvedBy": ("ref", "ResolvedBy"),
+    "RunStatus": ("ref", "RunStatus"),
     "Rule": ("ref", "Rule"),
 }
 

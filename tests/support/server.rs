@@ -275,17 +275,17 @@ impl TestServer {
         .map(|s| s.to_string())
         .collect();
         args.push(self.workspace.path().display().to_string());
+        let chosen = |flag: &str| self.options.args.iter().any(|a| a.starts_with(flag));
         if self.pg_database.is_some() {
-            // Auto-resume is on by default with PostgreSQL; the tests resume by themselves. A
-            // short lease lets a killed process's sessions be taken over within a second.
-            args.extend(["--auto-resume=false", "--lease-ttl-secs", "1"].map(String::from));
+            // Auto-resume is on by default with PostgreSQL; the tests resume by themselves
+            // unless they ask for it. A short lease lets a killed process's sessions be taken
+            // over within a second.
+            if !chosen("--auto-resume") {
+                args.push("--auto-resume=false".to_string());
+            }
+            args.extend(["--lease-ttl-secs", "1"].map(String::from));
         }
-        if !self
-            .options
-            .args
-            .iter()
-            .any(|a| a.starts_with("--provider"))
-        {
+        if !chosen("--provider") {
             // The mock, whatever provider keys the environment holds.
             args.extend(["--provider", "mock"].map(String::from));
         }

@@ -12,6 +12,7 @@ use super::{Core, SessionActor, Stop};
 use crate::model::{self, RunResult, RunStatus, SessionState, INTERRUPTED, STORAGE_FAILED};
 use crate::session::command::Reply;
 use crate::session::lease::Taken;
+use crate::session::sessions::Sessions;
 use crate::session::waiting::{self, Waiting};
 use crate::session::SessionError;
 use crate::store::{Cluster, StoreError, WriteOp};
@@ -247,6 +248,13 @@ impl SessionActor {
             core.last_run = Some(ending.run);
         }
         tracing::info!(session_id = %self.id, error = cause, "recorded a run that was cut short");
-        self.sink().commit(batch).await
+        self.sink().commit(batch).await?;
+        // Whoever reached the session first (a start-up sweep, a takeover, or any request), an
+        // interrupted run is resumed when auto-resume is on.
+        if cause == INTERRUPTED && self.deps.auto_resume {
+            Sessions::from_parts(self.deps.clone(), self.live.clone())
+                .resume_in_background(vec![self.id]);
+        }
+        Ok(())
     }
 }

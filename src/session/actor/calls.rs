@@ -25,7 +25,7 @@ use crate::session::waiting::{
     Waiting,
 };
 use crate::session::{SessionError, ToolPolicy};
-use crate::store::{StoreError, WriteOp};
+use crate::store::{SessionQuery, StoreError, WriteOp};
 use crate::tools::policy::{self, Rules};
 use crate::tools::{ToolContext, ToolOutput, ToolRegistry};
 
@@ -480,7 +480,8 @@ impl RunJournal<'_> {
         lock(&self.calls.waiting).apply(&kind);
         self.batch.event(self.core, kind);
         if call.name == TASK {
-            let session_id = self.calls.children.start(&call.id);
+            let existing = self.child_of_call(&call.id).await?;
+            let session_id = self.calls.children.start(&call.id, existing);
             let call_id = call.id.clone();
             let started = EventKind::SubagentStarted {
                 call_id,
@@ -491,6 +492,22 @@ impl RunJournal<'_> {
         self.calls.running += 1;
         // Durable before the tool runs: a crash mid-tool shows the call as started.
         self.flush_now().await
+    }
+
+    /// The child session an earlier attempt of a `task` call started, if any: after an
+    /// interruption the call runs again and continues that child.
+    async fn child_of_call(&self, call_id: &str) -> Result<Option<Uuid>, StoreError> {
+        let query = SessionQuery {
+            limit: -1,
+            before: None,
+            state: None,
+            parent_id: Some(self.core.record.id),
+        };
+        let children = self.sink.deps.store.sessions(&query).await?;
+        Ok(children
+            .into_iter()
+            .find(|c| c.options.task_call_id.as_deref() == Some(call_id))
+            .map(|c| c.id))
     }
 
     pub(super) async fn call_finished(
