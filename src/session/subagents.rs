@@ -222,7 +222,9 @@ impl TaskTool {
         loop {
             let request = RunRequest::subagent_resume();
             match self.sessions.run(child_id, request).await {
-                Err(SessionError::Conflict { kind, .. }) if kind == "run-active" => {
+                Err(SessionError::Conflict {
+                    kind: "run-active", ..
+                }) => {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
                 other => return other,
