@@ -32,6 +32,7 @@ fn config(base_url: &str, retries: u32) -> HttpModelConfig {
         api_key: Some(KEY.to_string()),
         model: "test-model".to_string(),
         max_tokens: 1024,
+        thinking_budget: None,
         timeouts: Timeouts {
             connect: Duration::from_secs(5),
             first_byte: Duration::from_secs(5),
