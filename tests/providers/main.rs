@@ -8,6 +8,8 @@
 //! - `errors`: protocol, auth and request errors, and invalid configurations.
 //! - `timeouts`: first-byte and idle timeouts.
 //! - `requests`: the exact shape of the requests sent.
+//! - `thinking`: Anthropic's thinking blocks and the reasoning deltas of OpenAI-compatible
+//!   servers, streamed and kept, and what of them each request sends back.
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -199,4 +201,5 @@ mod errors;
 mod requests;
 mod retries;
 mod streaming;
+mod thinking;
 mod timeouts;

@@ -110,8 +110,13 @@ impl ReplyDraft {
         at
     }
 
-    /// Appends streamed reasoning to the thinking block at `at`.
+    /// Appends streamed reasoning to the thinking block at `at`. The first piece of a block
+    /// after one with text streams after a blank line, so that what streams is the readable
+    /// text of the reply's thinking ([`crate::model::Message::thinking_text`]).
     pub fn push_thinking(&mut self, at: usize, text: &str, pieces: &mut Vec<Piece>) {
+        let follows_text = self.thinking[..at.min(self.thinking.len())]
+            .iter()
+            .any(|d| !d.block.text().is_empty());
         let Some(draft) = self.thinking.get_mut(at) else {
             return;
         };
@@ -119,8 +124,13 @@ impl ReplyDraft {
         if let (ThinkingBlock::Thinking { thinking, .. }, false) =
             (&mut draft.block, text.is_empty())
         {
+            let piece = if thinking.is_empty() && follows_text {
+                format!("\n\n{text}")
+            } else {
+                text.to_string()
+            };
             thinking.push_str(&text);
-            pieces.push(Piece::Thinking(text.into_owned()));
+            pieces.push(Piece::Thinking(piece));
         }
     }
 
