@@ -19,6 +19,8 @@
 //!   changes, graceful shutdown, and the storage of a long session's steps.
 //! - `compaction`: `--context-chars`: automatic and manual compaction, trimming, every
 //!   rebuilt request within the budget, forks before a summary.
+//! - `thinking`: the mock's reasoning when asked to think: streamed, kept in
+//!   `message.thinking`, shown as thinking steps, durable across a restart, copied by a fork.
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -28,4 +30,5 @@ mod compaction;
 mod durability;
 mod lifecycle;
 mod streaming;
+mod thinking;
 mod turns;
