@@ -32,7 +32,10 @@ async fn a_turn_that_thinks_streams_keeps_and_shows_its_reasoning() {
     // Every reply thought about its move; the other messages carry no thinking.
     let messages = server.messages(&id).await;
     assert_eq!(roles(&messages), MOCK_TURN_ROLES);
-    let replies: Vec<&Value> = messages.iter().filter(|m| m["role"] == "assistant").collect();
+    let replies: Vec<&Value> = messages
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .collect();
     let quoted = format!("The user asked: \"{INPUT}\".");
     for (reply, next) in replies.iter().zip([
         "Before I answer I call list_files.",
@@ -128,7 +131,8 @@ async fn thinking_survives_a_restart_and_goes_with_a_fork() {
         .await
         .expect_json(StatusCode::CREATED, "fork");
     let fork_messages = server.messages(&id_of(&fork)).await;
-    let thinking = |ms: &[Value]| -> Vec<Value> { ms.iter().map(|m| m["thinking"].clone()).collect() };
+    let thinking =
+        |ms: &[Value]| -> Vec<Value> { ms.iter().map(|m| m["thinking"].clone()).collect() };
     assert_eq!(thinking(&fork_messages), thinking(&messages));
 
     // The fork's next turn thinks too, and its earlier reasoning is still there.

@@ -108,7 +108,10 @@ async fn thinking_turn(flavor: Flavor) {
     let result = server.run_wait(&id, "What is in this workspace?").await;
     assert_eq!(result["status"], "completed", "{provider}: {result}");
     assert_eq!(result["text"], ANSWER, "{provider}: {result}");
-    assert_eq!(result["steps"], 2, "{provider}: thinking steps are not LLM steps");
+    assert_eq!(
+        result["steps"], 2,
+        "{provider}: thinking steps are not LLM steps"
+    );
     let run_id = result["run_id"].as_str().expect("run_id");
 
     // Messages: each reply keeps its thinking.
@@ -119,8 +122,16 @@ async fn thinking_turn(flavor: Flavor) {
         "{provider}"
     );
     let [first, second] = expected_thinking(flavor);
-    assert_eq!(messages[2]["thinking"], first, "{provider}: {}", messages[2]);
-    assert_eq!(messages[4]["thinking"], second, "{provider}: {}", messages[4]);
+    assert_eq!(
+        messages[2]["thinking"], first,
+        "{provider}: {}",
+        messages[2]
+    );
+    assert_eq!(
+        messages[4]["thinking"], second,
+        "{provider}: {}",
+        messages[4]
+    );
     assert_eq!(messages[4]["content"], ANSWER);
     for m in [&messages[0], &messages[1], &messages[3]] {
         assert!(m.get("thinking").is_none(), "{provider}: {m}");
@@ -176,7 +187,11 @@ async fn thinking_turn(flavor: Flavor) {
     for (at, text, redacted) in [(1, FIRST, redacted), (4, SECOND, 0)] {
         let step = &steps[at];
         assert_eq!(step["content"], text, "{provider}: {step}");
-        assert_eq!(step["llm_step_id"], steps[at - 1]["id"], "{provider}: {step}");
+        assert_eq!(
+            step["llm_step_id"],
+            steps[at - 1]["id"],
+            "{provider}: {step}"
+        );
         assert_eq!(step["run_id"], run_id);
         assert_eq!(step["redacted"].as_u64().unwrap_or(0), redacted, "{step}");
         let detail = server
@@ -242,7 +257,12 @@ fn assert_openai_requests(bodies: &[Value]) {
             assert!(!text.contains(word), "{word} in {text}");
         }
         for m in body["messages"].as_array().expect("messages") {
-            let keys: Vec<&str> = m.as_object().expect("object").keys().map(|k| k.as_str()).collect();
+            let keys: Vec<&str> = m
+                .as_object()
+                .expect("object")
+                .keys()
+                .map(|k| k.as_str())
+                .collect();
             assert!(
                 keys.iter()
                     .all(|k| ["role", "content", "tool_calls", "tool_call_id"].contains(k)),

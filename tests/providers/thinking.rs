@@ -260,7 +260,10 @@ async fn anthropic_with_a_budget_asks_for_thinking_in_a_new_turn() {
         json!({"type": "enabled", "budget_tokens": 1024})
     );
     assert_eq!(sent.body["max_tokens"], 2048);
-    assert_eq!(sent.body["messages"], json!([{"role": "user", "content": "hi"}]));
+    assert_eq!(
+        sent.body["messages"],
+        json!([{"role": "user", "content": "hi"}])
+    );
 }
 
 /// The reasoning keys of the servers that stream it: DeepSeek and llama.cpp, OpenRouter and

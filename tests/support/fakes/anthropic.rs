@@ -210,7 +210,9 @@ pub fn thinking_violation(body: &Value) -> Option<String> {
                 _ => false,
             };
             if broken {
-                return Some(format!("messages.{i}: a thinking block is not as sent: {block}"));
+                return Some(format!(
+                    "messages.{i}: a thinking block is not as sent: {block}"
+                ));
             }
         }
     }
@@ -220,7 +222,9 @@ pub fn thinking_violation(body: &Value) -> Option<String> {
     }
     let budget = thinking["budget_tokens"].as_u64().unwrap_or(0);
     if thinking["type"] != "enabled" || budget < 1024 {
-        return Some(format!("thinking: {thinking} is not enabled with at least 1024 tokens"));
+        return Some(format!(
+            "thinking: {thinking} is not enabled with at least 1024 tokens"
+        ));
     }
     let max_tokens = body["max_tokens"].as_u64().unwrap_or(0);
     if max_tokens <= budget {
