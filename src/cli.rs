@@ -216,6 +216,12 @@ pub struct ServeArgs {
     #[arg(long, env = "TAH_MAX_OUTPUT_TOKENS", default_value_t = 8192, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_output_tokens: u32,
 
+    /// Anthropic extended thinking: tokens the model may think with before each reply, 0 (no
+    /// thinking) or at least 1024, asked for on top of --max-output-tokens. Its thinking is
+    /// streamed, stored and sent back as the API requires; the other providers ignore this.
+    #[arg(long, env = "TAH_THINKING_BUDGET", default_value_t = 0)]
+    pub thinking_budget: u32,
+
     /// Bytes one model reply may have as received (the provider's event stream), at least
     /// 1024; a larger one ends the LLM step with an error.
     #[arg(long, env = "TAH_MAX_REPLY_BYTES", default_value_t = 8 * 1024 * 1024, value_parser = clap::value_parser!(u64).range(1024..))]

@@ -38,7 +38,15 @@ pub enum ConfigError {
     UnknownTools(Vec<String>),
     #[error("--tool-policy {path}: {why}")]
     Policy { path: String, why: String },
+    #[error(
+        "--thinking-budget {0} is too small: Anthropic takes at least 1024 thinking tokens \
+         (0 turns thinking off)"
+    )]
+    ThinkingBudget(u32),
 }
+
+/// The smallest thinking budget Anthropic accepts.
+const MIN_THINKING_BUDGET: u32 = 1024;
 
 /// A value that must not show up in logs or debug output (API keys, API tokens).
 #[derive(Clone, PartialEq, Eq)]
@@ -94,6 +102,7 @@ pub struct Settings {
     header_read_timeout: Duration,
     reply_limits: ReplyLimits,
     max_output_tokens: u32,
+    thinking_budget: Option<u32>,
     llm_deadline: Option<Duration>,
     tools: Option<Vec<String>>,
     tool_concurrency: usize,
@@ -153,6 +162,9 @@ impl Settings {
             Some(path) => read_policy(path)?,
             None => Vec::new(),
         };
+        if (1..MIN_THINKING_BUDGET).contains(&args.thinking_budget) {
+            return Err(ConfigError::ThinkingBudget(args.thinking_budget));
+        }
         let provider = args.provider.unwrap_or_else(default_provider);
         let model = ModelSettings {
             provider,
@@ -190,6 +202,7 @@ impl Settings {
                 max_argument_bytes: size(args.max_tool_argument_bytes),
             },
             max_output_tokens: args.max_output_tokens,
+            thinking_budget: (args.thinking_budget > 0).then_some(args.thinking_budget),
             llm_deadline: (args.llm_deadline_secs > 0)
                 .then(|| Duration::from_secs(args.llm_deadline_secs)),
             tools,
@@ -264,6 +277,11 @@ impl Settings {
 
     pub fn max_output_tokens(&self) -> u32 {
         self.max_output_tokens
+    }
+
+    /// Anthropic's thinking budget in tokens (`None`: no thinking asked for).
+    pub fn thinking_budget(&self) -> Option<u32> {
+        self.thinking_budget
     }
 
     /// How long one model call may take in all (`None` = no overall limit).
@@ -592,6 +610,22 @@ mod tests {
         assert!(refused.is_err(), "an unknown spelling is an error");
         let exposed = ["--listen", "0.0.0.0:8080", "--allow-unauthenticated"];
         assert!(parse(&exposed).is_ok());
+    }
+
+    #[test]
+    fn a_thinking_budget_is_off_or_at_least_what_anthropic_takes() {
+        assert_eq!(parse(&[]).expect("ok").thinking_budget(), None);
+        assert_eq!(
+            parse(&["--thinking-budget", "0"])
+                .expect("ok")
+                .thinking_budget(),
+            None
+        );
+        let on = parse(&["--thinking-budget", "2048"]).expect("ok");
+        assert_eq!(on.thinking_budget(), Some(2048));
+        let small = parse(&["--thinking-budget", "1023"]).expect_err("too small");
+        assert!(matches!(small, ConfigError::ThinkingBudget(1023)));
+        assert!(small.to_string().contains("1024"), "{small}");
     }
 
     #[test]

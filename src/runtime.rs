@@ -225,6 +225,7 @@ fn model_client(config: &Settings) -> Result<Arc<dyn ModelClient>, RuntimeError>
         api_key: model.api_key.as_ref().map(|key| key.expose().to_string()),
         model: model.model.clone().unwrap_or_else(|| name.to_string()),
         max_tokens: config.max_output_tokens(),
+        thinking_budget: config.thinking_budget(),
         timeouts: Timeouts {
             total: config.llm_deadline(),
             ..Timeouts::default()
@@ -232,6 +233,12 @@ fn model_client(config: &Settings) -> Result<Arc<dyn ModelClient>, RuntimeError>
         retry: Default::default(),
         limits: config.reply_limits().clone(),
     };
+    if config.thinking_budget().is_some() && model.provider != Provider::Anthropic {
+        tracing::warn!(
+            provider = ?model.provider,
+            "--thinking-budget applies to the anthropic provider only; ignored"
+        );
+    }
     Ok(match model.provider {
         Provider::Mock => Arc::new(MockModel::new(model.mock_delay)),
         Provider::Openai => Arc::new(openai::OpenAiClient::new(http(

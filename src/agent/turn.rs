@@ -51,13 +51,16 @@ pub trait Journal: Send {
     /// An LLM step begins; `request` describes how to rebuild the exact request.
     async fn llm_started(&mut self, request: LlmRequestDescriptor) -> Result<Uuid, Self::Error>;
     async fn llm_delta(&mut self, step_id: Uuid, text: String) -> Result<(), Self::Error>;
+    /// A piece of the model's reasoning, streamed before its text.
+    async fn llm_thinking(&mut self, step_id: Uuid, text: String) -> Result<(), Self::Error>;
     async fn llm_retry(
         &mut self,
         step_id: Uuid,
         attempt: u32,
         error: String,
     ) -> Result<(), Self::Error>;
-    /// The reply is complete: appends the assistant message and checkpoints.
+    /// The reply is complete: appends the assistant message (with its thinking, which is also
+    /// the step's thinking step) and checkpoints.
     async fn llm_completed(
         &mut self,
         step_id: Uuid,
@@ -207,6 +210,7 @@ pub async fn run_turn<J: Journal>(
             };
             match item {
                 Some(Ok(StreamItem::Delta(text))) => journal.llm_delta(step_id, text).await?,
+                Some(Ok(StreamItem::Thinking(text))) => journal.llm_thinking(step_id, text).await?,
                 Some(Ok(StreamItem::Retry { attempt, error })) => {
                     journal.llm_retry(step_id, attempt, error).await?
                 }
@@ -237,7 +241,8 @@ pub async fn run_turn<J: Journal>(
         usage.add(reply.usage);
         let done = reply.tool_calls.is_empty();
         last_text = reply.text.clone();
-        let message = Message::assistant(reply.text, reply.tool_calls);
+        let message =
+            Message::assistant(reply.text, reply.tool_calls).with_thinking(reply.thinking);
         let finish_reason = FinishReason::Model(reply.finish_reason);
         journal
             .llm_completed(step_id, message, finish_reason.clone(), reply.usage)
@@ -364,6 +369,10 @@ mod tests {
 
         async fn llm_delta(&mut self, _: Uuid, text: String) -> Result<(), Refused> {
             self.note("delta", text)
+        }
+
+        async fn llm_thinking(&mut self, _: Uuid, text: String) -> Result<(), Refused> {
+            self.note("thinking", text)
         }
 
         async fn llm_retry(&mut self, _: Uuid, attempt: u32, _: String) -> Result<(), Refused> {
@@ -590,6 +599,38 @@ mod tests {
             .collect();
         assert_eq!(streamed, outcome.text);
         assert!(context::dangling_tool_calls(&journal.history).is_empty());
+    }
+
+    #[tokio::test]
+    async fn thinking_streams_before_each_reply_and_stays_with_its_message() {
+        let f = fixture(Some(20));
+        let mut journal = journal();
+        let input = Some("think about what is here".to_string());
+        let cancel = CancellationToken::new();
+        run_turn(&mut journal, &f.deps, &f.settings, input, &cancel)
+            .await
+            .expect("the turn ends");
+        let replies: Vec<&Message> = journal
+            .history
+            .iter()
+            .filter(|m| m.role == Role::Assistant)
+            .collect();
+        assert_eq!(replies.len(), 3);
+        assert!(replies.iter().all(|m| !m.thinking.is_empty()));
+        // Each reply's thinking streams after its step starts and before it completes.
+        let mut streamed = String::new();
+        let mut per_step = Vec::new();
+        for line in &journal.log {
+            if line.starts_with("llm_started") {
+                streamed.clear();
+            } else if let Some(piece) = line.strip_prefix("thinking ") {
+                streamed.push_str(piece);
+            } else if line.starts_with("llm_completed") {
+                per_step.push(streamed.clone());
+            }
+        }
+        let kept: Vec<String> = replies.iter().map(|m| m.thinking_text()).collect();
+        assert_eq!(per_step, kept);
     }
 
     #[tokio::test]

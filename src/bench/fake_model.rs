@@ -411,6 +411,7 @@ mod tests {
                 StreamItem::Delta(d) => deltas.push(d),
                 StreamItem::Done(reply) => return (deltas, reply),
                 StreamItem::Retry { error, .. } => panic!("retry: {error}"),
+                StreamItem::Thinking(t) => panic!("the fake model does not think: {t}"),
             }
         }
         panic!("stream ended without a reply")

@@ -10,6 +10,9 @@
 //!   client tool) with `{"question": input}`.
 //!
 //! After the call it answers with what the call returned.
+//!
+//! When the turn's input mentions thinking ("think", "thinking", …), every reply of the turn
+//! first streams a short piece of reasoning about its next move, as reasoning models do.
 
 use std::time::Duration;
 
@@ -17,7 +20,9 @@ use futures::{stream, StreamExt};
 use serde_json::json;
 
 use super::{ModelClient, ModelReply, ModelRequest, ModelStream, Purpose, StreamItem};
-use crate::model::{Message, Role, ToolCall, Usage, BUILTIN_TOOLS, TRANSCRIPT_USER_MARKER};
+use crate::model::{
+    Message, Role, ThinkingBlock, ToolCall, Usage, BUILTIN_TOOLS, TRANSCRIPT_USER_MARKER,
+};
 
 pub struct MockModel {
     delay: Duration,
@@ -40,9 +45,11 @@ impl ModelClient for MockModel {
 
     fn stream(&self, request: ModelRequest) -> ModelStream {
         let reply = reply_to(&request);
-        let mut items: Vec<StreamItem> = split_pieces(&reply.text)
-            .into_iter()
-            .map(StreamItem::Delta)
+        let thinking = reply.thinking.iter().map(ThinkingBlock::text);
+        let mut items: Vec<StreamItem> = thinking
+            .flat_map(split_pieces)
+            .map(StreamItem::Thinking)
+            .chain(split_pieces(&reply.text).into_iter().map(StreamItem::Delta))
             .collect();
         items.push(StreamItem::Done(reply));
         let delay = self.delay;
@@ -51,7 +58,7 @@ impl ModelClient for MockModel {
         } else {
             stream::iter(items)
                 .then(move |item| async move {
-                    if matches!(item, StreamItem::Delta(_)) {
+                    if matches!(item, StreamItem::Delta(_) | StreamItem::Thinking(_)) {
                         tokio::time::sleep(delay).await;
                     }
                     Ok(item)
@@ -83,18 +90,30 @@ fn reply_to(request: &ModelRequest) -> ModelReply {
         Purpose::Summary => (summary_of(request), Vec::new()),
         Purpose::Turn => next_move(request),
     };
+    let thinking = match request.purpose {
+        Purpose::Turn => reasoning_about(request, &tool_calls),
+        Purpose::Summary => None,
+    };
     let finish_reason = if tool_calls.is_empty() {
         "stop"
     } else {
         "tool_calls"
     };
     let output_chars = text.chars().count()
+        + thinking.as_deref().map_or(0, |t| t.chars().count())
         + tool_calls
             .iter()
             .map(|c| c.arguments.to_string().len())
             .sum::<usize>();
     ModelReply {
         text,
+        thinking: thinking
+            .map(|thinking| ThinkingBlock::Thinking {
+                thinking,
+                signature: None,
+            })
+            .into_iter()
+            .collect(),
         tool_calls,
         finish_reason: finish_reason.to_string(),
         usage: Usage {
@@ -102,6 +121,27 @@ fn reply_to(request: &ModelRequest) -> ModelReply {
             output_tokens: (output_chars as u64).div_ceil(4).max(1),
         },
     }
+}
+
+/// The mock's reasoning about its move, when the turn's input asks it to think.
+fn reasoning_about(request: &ModelRequest, calls: &[ToolCall]) -> Option<String> {
+    let input = request
+        .messages
+        .iter()
+        .rev()
+        .find(|m| m.role == Role::User)
+        .map(|m| m.content.as_str())?;
+    if !input.to_lowercase().contains("think") {
+        return None;
+    }
+    let next = match calls {
+        [] => "I have what I need, so I answer now.".to_string(),
+        calls => {
+            let names: Vec<&str> = calls.iter().map(|c| c.name.as_str()).collect();
+            format!("Before I answer I call {}.", names.join(", "))
+        }
+    };
+    Some(format!("The user asked: \"{input}\". {next}"))
 }
 
 /// A deterministic summary: the user messages found in the transcript, one per line.
@@ -478,5 +518,72 @@ mod tests {
         let text = reply_to(&req).text;
         assert!(text.contains("2 request(s)"));
         assert!(text.contains("1. first ask") && text.contains("2. second ask"));
+    }
+
+    #[test]
+    fn an_input_about_thinking_gets_reasoning_before_each_move() {
+        let mut history = vec![
+            Message::new(Role::System, "sys"),
+            Message::new(Role::User, "Think hard: what is here?"),
+        ];
+        let first = reply_to(&request(history.clone()));
+        assert_eq!(first.tool_calls[0].name, "list_files");
+        let [ThinkingBlock::Thinking {
+            thinking,
+            signature: None,
+        }] = first.thinking.as_slice()
+        else {
+            panic!("one unsigned thinking block: {:?}", first.thinking);
+        };
+        assert_eq!(
+            thinking,
+            "The user asked: \"Think hard: what is here?\". Before I answer I call list_files."
+        );
+        history.push(Message::assistant("", first.tool_calls.clone()));
+        history.push(Message::tool_result(&first.tool_calls[0].id, "src/"));
+        let answer = reply_to(&request(history));
+        assert!(answer.tool_calls.is_empty());
+        assert!(answer.thinking[0].text().ends_with("so I answer now."));
+        let plain = reply_to(&request(vec![Message::new(Role::User, "what is here?")]));
+        assert!(plain.thinking.is_empty());
+    }
+
+    #[tokio::test]
+    async fn thinking_streams_before_the_text() {
+        let model = MockModel::new(Duration::ZERO);
+        let items: Vec<StreamItem> = model
+            .stream(ModelRequest {
+                messages: vec![Message::new(Role::User, "think, then echo")],
+                tools: vec![],
+                purpose: Purpose::Turn,
+            })
+            .map(|item| item.expect("no error"))
+            .collect()
+            .await;
+        let kinds: Vec<&str> = items
+            .iter()
+            .map(|i| match i {
+                StreamItem::Thinking(_) => "thinking",
+                StreamItem::Delta(_) => "text",
+                StreamItem::Done(_) => "done",
+                StreamItem::Retry { .. } => "retry",
+            })
+            .collect();
+        let first_text = kinds.iter().position(|k| *k == "text").expect("text");
+        assert!(first_text > 0, "{kinds:?}");
+        assert!(kinds[..first_text].iter().all(|k| *k == "thinking"));
+        assert_eq!(kinds.last(), Some(&"done"));
+        let streamed: String = items
+            .iter()
+            .filter_map(|i| match i {
+                StreamItem::Thinking(t) => Some(t.as_str()),
+                _ => None,
+            })
+            .collect();
+        let Some(StreamItem::Done(reply)) = items.last() else {
+            unreachable!()
+        };
+        assert_eq!(streamed, reply.thinking[0].text());
+        assert_eq!(reply.text, "Echo: think, then echo");
     }
 }

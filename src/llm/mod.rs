@@ -1,7 +1,7 @@
 //! Model clients: the `ModelClient` trait and its providers (mock, OpenAI-compatible, Anthropic).
 //!
-//! A client turns a [`ModelRequest`] into a stream of [`StreamItem`]s: text deltas as they
-//! arrive, retry notices, and finally the complete [`ModelReply`]. Dropping the stream drops the
+//! A client turns a [`ModelRequest`] into a stream of [`StreamItem`]s: text and thinking deltas
+//! as they arrive, retry notices, and finally the complete [`ModelReply`]. Dropping the stream drops the
 //! HTTP request, which is how cancellation reaches the provider. Clients never touch sessions or
 //! the store.
 //!
@@ -19,7 +19,7 @@ pub mod wire;
 use futures::stream::BoxStream;
 use serde::Serialize;
 
-use crate::model::{Message, ToolCall, ToolSchema, Usage};
+use crate::model::{Message, ThinkingBlock, ToolCall, ToolSchema, Usage};
 
 /// Why a request is made. Providers send both the same way and name it in their logs; the
 /// mock answers each differently.
@@ -54,6 +54,8 @@ pub struct ModelRequest {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ModelReply {
     pub text: String,
+    /// The reasoning that came before the text, block by block as the provider sent it.
+    pub thinking: Vec<ThinkingBlock>,
     pub tool_calls: Vec<ToolCall>,
     /// `stop`, `tool_calls`, `length`, … as the provider reported it (normalised to these names).
     pub finish_reason: String,
@@ -64,7 +66,10 @@ pub struct ModelReply {
 pub enum StreamItem {
     /// A piece of the assistant's text.
     Delta(String),
-    /// The previous attempt failed and is being retried; text streamed so far is void.
+    /// A piece of the model's reasoning.
+    Thinking(String),
+    /// The previous attempt failed and is being retried; text and thinking streamed so far are
+    /// void.
     Retry { attempt: u32, error: String },
     /// The reply is complete; the stream ends after this item.
     Done(ModelReply),

@@ -1,6 +1,12 @@
 //! The OpenAI-compatible Chat Completions client: turns a [`ModelRequest`] into the
 //! `/chat/completions` request body and reads the streamed `data: {...}` chunks (text deltas,
-//! tool-call fragments assembled by index, finish reason, the final usage chunk, `[DONE]`).
+//! reasoning deltas, tool-call fragments assembled by index, finish reason, the final usage
+//! chunk, `[DONE]`).
+//!
+//! Reasoning arrives as `reasoning_content` (DeepSeek, llama.cpp, older vLLM) or `reasoning`
+//! (OpenRouter, newer vLLM, which may send both with the same text). It is kept as the
+//! message's thinking and never sent back: these servers neither need it nor, some of them,
+//! accept it in a request.
 //!
 //! Only the dialect lives here; retries, timeouts, SSE decoding and error mapping are shared
 //! with the Anthropic client in [`super::wire`].
@@ -12,7 +18,7 @@ use eventsource_stream::Event;
 use reqwest::header::{HeaderMap, AUTHORIZATION};
 use serde_json::{json, Map, Value};
 
-use super::wire::{self, EventParser, Failure, HttpModelConfig, ReplyDraft, Transport};
+use super::wire::{self, EventParser, Failure, HttpModelConfig, Piece, ReplyDraft, Transport};
 use super::{LlmError, LlmErrorKind, ModelClient, ModelReply, ModelRequest, ModelStream};
 use crate::model::{Message, Role, ToolCall, ToolSchema, Usage};
 
@@ -158,10 +164,16 @@ struct ChunkParser {
 }
 
 impl ChunkParser {
-    fn choice(&mut self, choice: &Value, deltas: &mut Vec<String>) {
+    fn choice(&mut self, choice: &Value, pieces: &mut Vec<Piece>) {
         let delta = &choice["delta"];
+        let reasoning = ["reasoning_content", "reasoning"]
+            .iter()
+            .find_map(|key| delta[*key].as_str().filter(|r| !r.is_empty()));
+        if let Some(reasoning) = reasoning {
+            self.reply.push_reasoning(reasoning, pieces);
+        }
         if let Some(text) = delta["content"].as_str() {
-            self.reply.push_text(text, deltas);
+            self.reply.push_text(text, pieces);
         }
         if let Some(fragments) = delta["tool_calls"].as_array() {
             for (position, fragment) in fragments.iter().enumerate() {
@@ -200,7 +212,7 @@ impl EventParser for ChunkParser {
     fn event(
         &mut self,
         event: &Event,
-        deltas: &mut Vec<String>,
+        pieces: &mut Vec<Piece>,
     ) -> Result<Option<ModelReply>, Failure> {
         let data = event.data.trim();
         if data == "[DONE]" {
@@ -232,7 +244,7 @@ impl EventParser for ChunkParser {
                 .find(|c| c["index"].as_u64() == Some(0))
                 .or_else(|| choices.first());
             if let Some(choice) = first {
-                self.choice(choice, deltas);
+                self.choice(choice, pieces);
             }
         }
         Ok(None)

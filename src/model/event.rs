@@ -115,6 +115,9 @@ pub enum EventKind {
     LlmStarted { step_id: Uuid },
     #[serde(rename = "agent.assistant-stream")]
     AssistantStream { step_id: Uuid, text: String },
+    /// A piece of the model's reasoning as it streams (before its text).
+    #[serde(rename = "agent.thinking-stream")]
+    ThinkingStream { step_id: Uuid, text: String },
     #[serde(rename = "llm.completed")]
     LlmCompleted {
         step_id: Uuid,
@@ -236,6 +239,7 @@ impl EventKind {
             EventKind::UserMessage { .. } => "user.message",
             EventKind::LlmStarted { .. } => "llm.started",
             EventKind::AssistantStream { .. } => "agent.assistant-stream",
+            EventKind::ThinkingStream { .. } => "agent.thinking-stream",
             EventKind::LlmCompleted { .. } => "llm.completed",
             EventKind::LlmRetry { .. } => "llm.retry",
             EventKind::LlmFailed { .. } => "llm.failed",
@@ -352,6 +356,10 @@ mod tests {
             EventKind::Checkpoint {
                 checkpoint_id: id,
                 step_id: None,
+            },
+            EventKind::ThinkingStream {
+                step_id: id,
+                text: "so… 🤔".into(),
             },
         ];
         for kind in kinds {

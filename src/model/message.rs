@@ -42,11 +42,53 @@ pub struct ToolCall {
     pub arguments: Value,
 }
 
+/// A piece of the reasoning a model produced before its answer, as the provider sent it.
+///
+/// Anthropic signs each `thinking` block and encrypts some reasoning as `redacted_thinking`;
+/// both must go back to it unchanged (text, signature, order) in the later requests of a turn
+/// with tool use, and the signature is what makes a block fit to be sent back. Reasoning from
+/// OpenAI-compatible servers (`reasoning_content`, `reasoning`) has no signature and is never
+/// sent back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ThinkingBlock {
+    Thinking {
+        thinking: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signature: Option<String>,
+    },
+    /// Reasoning the provider encrypted: `data` is opaque and only goes back to it.
+    RedactedThinking { data: String },
+}
+
+impl ThinkingBlock {
+    /// The readable text of the block (none for a redacted one).
+    pub fn text(&self) -> &str {
+        match self {
+            ThinkingBlock::Thinking { thinking, .. } => thinking,
+            ThinkingBlock::RedactedThinking { .. } => "",
+        }
+    }
+
+    /// True for a block the provider can check again: a signed or a redacted one.
+    pub fn is_signed(&self) -> bool {
+        match self {
+            ThinkingBlock::Thinking { signature, .. } => {
+                signature.as_deref().is_some_and(|s| !s.is_empty())
+            }
+            ThinkingBlock::RedactedThinking { .. } => true,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Message {
     pub index: i64,
     pub role: Role,
     pub content: String,
+    /// The reasoning that came with an assistant message, in the order it was produced.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub thinking: Vec<ThinkingBlock>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<ToolCall>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -67,6 +109,7 @@ impl Message {
             index: 0,
             role,
             content: content.into(),
+            thinking: Vec::new(),
             tool_calls: Vec::new(),
             tool_call_id: None,
             created_at: super::now(),
@@ -78,6 +121,23 @@ impl Message {
             tool_calls,
             ..Message::new(Role::Assistant, content)
         }
+    }
+
+    /// The message with the reasoning that came with it.
+    pub fn with_thinking(self, thinking: Vec<ThinkingBlock>) -> Message {
+        Message { thinking, ..self }
+    }
+
+    /// The readable reasoning of the message: the text of its thinking blocks, one paragraph
+    /// per block.
+    pub fn thinking_text(&self) -> String {
+        let texts: Vec<&str> = self
+            .thinking
+            .iter()
+            .map(ThinkingBlock::text)
+            .filter(|t| !t.is_empty())
+            .collect();
+        texts.join("\n\n")
     }
 
     pub fn tool_result(call_id: impl Into<String>, content: impl Into<String>) -> Message {

@@ -3,7 +3,7 @@
 //! Plain data with serde derives and pure helpers; no I/O lives here, so every other module
 //! may depend on it without pulling in a runtime.
 //!
-//! - `message`: messages and tool calls, the model-visible history.
+//! - `message`: messages, tool calls and thinking blocks, the model-visible history.
 //! - `event`: [`Event`] and its typed [`EventKind`], rendered to the wire form once.
 //! - `session`: sessions, runs, steps and checkpoints as stored and served, and their states.
 //! - `step`: the typed LLM step descriptor and [`FinishReason`].
@@ -17,12 +17,14 @@ mod step;
 mod tool;
 
 pub use event::{CharsBeforeAfter, Event, EventKind};
-pub use message::{Message, Role, ToolCall, ToolSchema, SUMMARY_PREFIX, TRANSCRIPT_USER_MARKER};
+pub use message::{
+    Message, Role, ThinkingBlock, ToolCall, ToolSchema, SUMMARY_PREFIX, TRANSCRIPT_USER_MARKER,
+};
 pub use session::{
     Checkpoint, RunKind, RunRecord, RunResult, RunStatus, SessionOptions, SessionRecord,
     SessionState, StepKind, StepRecord, StepStatus, Usage, INTERRUPTED, STORAGE_FAILED,
 };
-pub use step::{AgentStep, FinishReason, LlmRequestDescriptor, TrimStats};
+pub use step::{thinking_step_parts, AgentStep, FinishReason, LlmRequestDescriptor, TrimStats};
 pub use tool::{Action, ClientTool, Decision, ResolvedBy, Rule, BUILTIN_TOOLS};
 
 use chrono::{DateTime, SubsecRound, Utc};

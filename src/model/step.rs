@@ -5,10 +5,10 @@
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use serde_json::Value;
+use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::{StepKind, StepRecord, StepStatus, Usage};
+use super::{StepKind, StepRecord, StepStatus, ThinkingBlock, Usage};
 
 /// What trimming did to fit a request into its budget.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -138,13 +138,40 @@ pub enum AgentStep {
         created_at: DateTime<Utc>,
         finished_at: Option<DateTime<Utc>>,
     },
+    /// The reasoning of one LLM step (`llm_step_id`), when it produced any: `content` is its
+    /// readable text, `redacted` how many blocks the provider sent encrypted.
     Thinking {
         id: Uuid,
         session_id: Uuid,
         run_id: Uuid,
+        llm_step_id: Option<Uuid>,
         content: String,
+        #[serde(skip_serializing_if = "is_zero")]
+        redacted: u64,
         created_at: DateTime<Utc>,
     },
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// What a thinking step stores: the LLM step it belongs to (its `request`) and its text (its
+/// `response`).
+pub fn thinking_step_parts(llm_step_id: Uuid, thinking: &[ThinkingBlock]) -> (Value, Value) {
+    let text: Vec<&str> = thinking
+        .iter()
+        .map(ThinkingBlock::text)
+        .filter(|t| !t.is_empty())
+        .collect();
+    let redacted = thinking
+        .iter()
+        .filter(|b| matches!(b, ThinkingBlock::RedactedThinking { .. }))
+        .count();
+    (
+        json!({ "llm_step_id": llm_step_id }),
+        json!({ "content": text.join("\n\n"), "redacted": redacted }),
+    )
 }
 
 impl AgentStep {
@@ -207,10 +234,15 @@ impl From<StepRecord> for AgentStep {
                 id,
                 session_id,
                 run_id,
+                llm_step_id: request["llm_step_id"].as_str().and_then(|s| s.parse().ok()),
                 content: response
                     .as_ref()
                     .and_then(|r| r["content"].as_str().map(str::to_string))
                     .unwrap_or_default(),
+                redacted: response
+                    .as_ref()
+                    .and_then(|r| r["redacted"].as_u64())
+                    .unwrap_or(0),
                 created_at,
             },
         }

@@ -17,7 +17,7 @@ use uuid::Uuid;
 use super::{StoreError, StoreResult};
 use crate::model::{
     Checkpoint, FinishReason, Message, Role, RunKind, RunRecord, RunStatus, SessionRecord,
-    SessionState, StepKind, StepRecord, StepStatus, ToolCall, Usage,
+    SessionState, StepKind, StepRecord, StepStatus, ThinkingBlock, ToolCall, Usage,
 };
 
 /// A session with its derived counters; the table is aliased `s`.
@@ -34,7 +34,8 @@ pub const SESSION_COLUMNS: &str =
 pub const INTERRUPTED_SESSIONS: &str =
     "SELECT id FROM sessions WHERE state = 'failed' AND error = $1";
 
-pub const MESSAGE_COLUMNS: &str = "idx, role, content, tool_calls, tool_call_id, created_at";
+pub const MESSAGE_COLUMNS: &str =
+    "idx, role, content, thinking, tool_calls, tool_call_id, created_at";
 
 pub const EVENT_COLUMNS: &str = "session_id, seq, type, data, created_at";
 
@@ -168,10 +169,16 @@ pub fn message_from<R: StoredRow>(row: &R) -> StoreResult<Message> {
             .map_err(|e| StoreError::Corrupt(format!("tool_calls: {e}")))?,
         None => Vec::new(),
     };
+    let thinking: Vec<ThinkingBlock> = match row.opt_json("thinking")? {
+        Some(blocks) => serde_json::from_value(blocks)
+            .map_err(|e| StoreError::Corrupt(format!("thinking: {e}")))?,
+        None => Vec::new(),
+    };
     Ok(Message {
         index: row.get("idx")?,
         role: named(row, "role", Role::parse)?,
         content: row.get("content")?,
+        thinking,
         tool_calls,
         tool_call_id: row.get("tool_call_id")?,
         created_at: row.time("created_at")?,

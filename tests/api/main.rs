@@ -21,6 +21,8 @@
 //!   rebuilt request within the budget, forks before a summary.
 //! - `subagents`: the `task` tool's child sessions: their logs, concurrency, cancellation,
 //!   run permits, the depth limit and `?parent_id=`.
+//! - `thinking`: the mock's reasoning when asked to think: streamed, kept in
+//!   `message.thinking`, shown as thinking steps, durable across a restart, copied by a fork.
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -31,4 +33,5 @@ mod durability;
 mod lifecycle;
 mod streaming;
 mod subagents;
+mod thinking;
 mod turns;

@@ -11,6 +11,9 @@
 //! - `unauthorized`: a 401 failing cleanly.
 //! - `cancel`: cancel during a slow stream.
 //! - `overhead`: a measurement of the server's overhead per model request.
+//! - `thinking`: a turn whose replies think (Anthropic with `--thinking-budget`, reasoning
+//!   deltas for OpenAI-compatible servers): streamed, stored, shown as steps, and sent back in
+//!   the next request as each API requires.
 //!
 //! In every flow the API key is sent but never logged or leaked.
 
@@ -67,6 +70,11 @@ fn key_env(flavor: Flavor) -> &'static str {
 
 /// Starts `tah serve` against `fake` with the provider's key in its environment variable.
 async fn start_server(flavor: Flavor, fake: &FakeServer) -> TestServer {
+    start_server_with(flavor, fake, &[]).await
+}
+
+/// [`start_server`] with more arguments.
+async fn start_server_with(flavor: Flavor, fake: &FakeServer, more: &[&str]) -> TestServer {
     TestServer::start(
         ServerOptions::new()
             .process()
@@ -84,6 +92,7 @@ async fn start_server(flavor: Flavor, fake: &FakeServer) -> TestServer {
                 "--max-steps",
                 "10",
             ])
+            .args(more)
             .rust_log("info,tah=debug")
             .env(key_env(flavor), key_of(flavor))
             .paged_by(100),
@@ -175,4 +184,5 @@ mod cancel;
 mod full_turn;
 mod overhead;
 mod retries;
+mod thinking;
 mod unauthorized;

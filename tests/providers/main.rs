@@ -8,6 +8,8 @@
 //! - `errors`: protocol, auth and request errors, and invalid configurations.
 //! - `timeouts`: first-byte and idle timeouts.
 //! - `requests`: the exact shape of the requests sent.
+//! - `thinking`: Anthropic's thinking blocks and the reasoning deltas of OpenAI-compatible
+//!   servers, streamed and kept, and what of them each request sends back.
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -32,6 +34,7 @@ fn config(base_url: &str, retries: u32) -> HttpModelConfig {
         api_key: Some(KEY.to_string()),
         model: "test-model".to_string(),
         max_tokens: 1024,
+        thinking_budget: None,
         timeouts: Timeouts {
             connect: Duration::from_secs(5),
             first_byte: Duration::from_secs(5),
@@ -198,4 +201,5 @@ mod errors;
 mod requests;
 mod retries;
 mod streaming;
+mod thinking;
 mod timeouts;

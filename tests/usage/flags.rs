@@ -98,11 +98,24 @@ fn every_flag_of_tah_serve_is_in_the_readme_table_with_its_variable_and_default(
 /// Starts `tah serve` on 0.0.0.0 without tokens and with `TAH_ALLOW_UNAUTHENTICATED=value`:
 /// whether it started, and what it printed if it did not.
 async fn start_exposed(value: &str) -> Result<(), String> {
+    start_serve(
+        &["--listen", "0.0.0.0:0"],
+        &[
+            ("TAH_ALLOW_UNAUTHENTICATED", value),
+            ("TAH_AUTO_RESUME", value),
+        ],
+    )
+    .await
+}
+
+/// Starts `tah serve --workspace .` in a scratch directory with `args` and `env`: whether it
+/// started, and what it printed if it did not.
+async fn start_serve(args: &[&str], env: &[(&str, &str)]) -> Result<(), String> {
     let dir = scratch();
     let mut child = tah()
-        .args(["serve", "--listen", "0.0.0.0:0", "--workspace", "."])
-        .env("TAH_ALLOW_UNAUTHENTICATED", value)
-        .env("TAH_AUTO_RESUME", value)
+        .args(["serve", "--workspace", "."])
+        .args(args)
+        .envs(env.iter().copied())
         .current_dir(dir.path())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -140,6 +153,31 @@ async fn boolean_variables_take_true_false_1_0_yes_no_in_any_case() {
     }
     let refused = start_exposed("maybe").await.expect_err("maybe");
     assert!(refused.contains("invalid value 'maybe'"), "{refused}");
+}
+
+#[tokio::test]
+async fn a_thinking_budget_is_off_or_at_least_what_anthropic_takes() {
+    let listen = ["--listen", "127.0.0.1:0"];
+    let refused = start_serve(&[&listen[..], &["--thinking-budget", "1023"]].concat(), &[])
+        .await
+        .expect_err("1023 is too small");
+    assert!(
+        refused.contains("--thinking-budget 1023 is too small")
+            && refused.contains("at least 1024"),
+        "{refused}"
+    );
+    let refused = start_serve(&listen, &[("TAH_THINKING_BUDGET", "1")])
+        .await
+        .expect_err("1 is too small");
+    assert!(refused.contains("--thinking-budget 1 "), "{refused}");
+    let refused = start_serve(&listen, &[("TAH_THINKING_BUDGET", "-5")])
+        .await
+        .expect_err("not a number of tokens");
+    assert!(refused.contains("--thinking-budget"), "{refused}");
+    for on in ["0", "1024", "32000"] {
+        let started = start_serve(&listen, &[("TAH_THINKING_BUDGET", on)]).await;
+        assert!(started.is_ok(), "TAH_THINKING_BUDGET={on}: {started:?}");
+    }
 }
 
 #[tokio::test]

@@ -85,13 +85,16 @@ pub struct HttpModelConfig {
     pub model: String,
     /// The reply's token limit, sent with every request.
     pub max_tokens: u32,
+    /// Anthropic extended thinking: the tokens the model may think with before it answers
+    /// (`None`: no thinking asked for). The other providers ignore it.
+    pub thinking_budget: Option<u32>,
     pub timeouts: Timeouts,
     pub retry: RetryPolicy,
     pub limits: ReplyLimits,
 }
 
 impl HttpModelConfig {
-    /// A configuration with default timeouts, retries and a `max_tokens` of 8192.
+    /// A configuration with default timeouts, retries, a `max_tokens` of 8192 and no thinking.
     pub fn new(
         base_url: impl Into<String>,
         api_key: Option<String>,
@@ -102,6 +105,7 @@ impl HttpModelConfig {
             api_key,
             model: model.into(),
             max_tokens: 8192,
+            thinking_budget: None,
             timeouts: Timeouts::default(),
             retry: RetryPolicy::default(),
             limits: ReplyLimits::default(),

@@ -16,7 +16,7 @@
 //! - `sse`: the call across its attempts: timed body, SSE decoding, retries.
 //! - `status`: what a failed attempt means (status, `Retry-After`, transport error).
 //! - `reply`: the `EventParser` a dialect implements, the `ReplyDraft` both assemble a
-//!   reply in, and the helpers both parse with.
+//!   reply in (text, thinking, usage), and the helpers both parse with.
 
 mod config;
 mod reply;
@@ -30,7 +30,7 @@ use crate::llm::LlmErrorKind;
 
 pub use config::{HttpModelConfig, RetryPolicy, Timeouts};
 pub(crate) use reply::{
-    error_message, parse_arguments, parse_json, truncate, EventParser, ReplyDraft,
+    error_message, parse_arguments, parse_json, truncate, EventParser, Piece, ReplyDraft,
 };
 pub use status::parse_retry_after;
 pub(crate) use transport::{key_header, Transport};

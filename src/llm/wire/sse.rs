@@ -212,9 +212,9 @@ impl<P: EventParser> Call<P> {
                 } => {
                     let outcome = match events.next().await {
                         Some(Ok(event)) => {
-                            let mut deltas = Vec::new();
-                            match parser.event(&event, &mut deltas) {
-                                Ok(done) => Ok((deltas, done)),
+                            let mut pieces = Vec::new();
+                            match parser.event(&event, &mut pieces) {
+                                Ok(done) => Ok((pieces, done)),
                                 Err(failure) => Err(failure),
                             }
                         }
@@ -222,12 +222,12 @@ impl<P: EventParser> Call<P> {
                         None => parser.end().map(|reply| (Vec::new(), Some(reply))),
                     };
                     match outcome {
-                        Ok((deltas, done)) => {
+                        Ok((pieces, done)) => {
                             self.queue.extend(
-                                deltas
+                                pieces
                                     .into_iter()
-                                    .filter(|d| !d.is_empty())
-                                    .map(|d| Ok(StreamItem::Delta(d))),
+                                    .filter(|p| !p.is_empty())
+                                    .map(|p| Ok(p.into_item())),
                             );
                             match done {
                                 Some(reply) => match self.transport.limits.check(&reply) {

@@ -254,6 +254,12 @@ impl Journal for RunJournal<'_> {
         self.queue().await
     }
 
+    async fn llm_thinking(&mut self, step_id: Uuid, text: String) -> Result<(), StoreError> {
+        self.batch
+            .event(self.core, EventKind::ThinkingStream { step_id, text });
+        self.queue().await
+    }
+
     async fn llm_retry(
         &mut self,
         step_id: Uuid,
@@ -284,6 +290,18 @@ impl Journal for RunJournal<'_> {
         step.usage = Some(usage);
         step.finished_at = Some(model::now());
         self.batch.ops.push(WriteOp::UpsertStep(step));
+        if !message.thinking.is_empty() {
+            let (request, response) = model::thinking_step_parts(step_id, &message.thinking);
+            let mut thinking = self.step(
+                model::new_id(),
+                StepKind::Thinking,
+                StepStatus::Completed,
+                request,
+            );
+            thinking.response = Some(response);
+            thinking.finished_at = Some(thinking.created_at);
+            self.batch.ops.push(WriteOp::UpsertStep(thinking));
+        }
         self.core.record.usage.add(usage);
         self.core.record.updated_at = model::now();
         self.batch

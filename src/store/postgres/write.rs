@@ -15,7 +15,8 @@ use uuid::Uuid;
 
 use super::{cluster, PostgresStore};
 use crate::model::{
-    Checkpoint, Event, FinishReason, Message, RunRecord, SessionRecord, StepRecord, ToolCall,
+    Checkpoint, Event, FinishReason, Message, RunRecord, SessionRecord, StepRecord, ThinkingBlock,
+    ToolCall,
 };
 use crate::store::rows::{tokens, SESSION_TABLES};
 use crate::store::{StoreResult, WriteOp};
@@ -144,13 +145,14 @@ async fn insert_message(
     m: &Message,
 ) -> Result<(), sqlx::Error> {
     sqlx::query(
-        "INSERT INTO messages (session_id, idx, role, content, tool_calls, tool_call_id, created_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        "INSERT INTO messages (session_id, idx, role, content, thinking, tool_calls, \
+         tool_call_id, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
     )
     .bind(session_id)
     .bind(m.index)
     .bind(m.role.as_str())
     .bind(text(&m.content))
+    .bind(thinking_json(&m.thinking)?)
     .bind(tool_calls_json(&m.tool_calls)?)
     .bind(opt_text(&m.tool_call_id))
     .bind(m.created_at)
@@ -166,9 +168,10 @@ async fn copy_messages(
     upto: Option<i64>,
 ) -> Result<(), sqlx::Error> {
     sqlx::query(
-        "INSERT INTO messages (session_id, idx, role, content, tool_calls, tool_call_id, created_at) \
-         SELECT $1, idx, role, content, tool_calls, tool_call_id, created_at FROM messages \
-         WHERE session_id = $2 AND idx < $3",
+        "INSERT INTO messages (session_id, idx, role, content, thinking, tool_calls, \
+         tool_call_id, created_at) \
+         SELECT $1, idx, role, content, thinking, tool_calls, tool_call_id, created_at \
+         FROM messages WHERE session_id = $2 AND idx < $3",
     )
     .bind(to)
     .bind(from)
@@ -363,10 +366,19 @@ fn strip_nul(v: &Value) -> Value {
 }
 
 fn tool_calls_json(calls: &[ToolCall]) -> Result<Option<Json<Value>>, sqlx::Error> {
-    if calls.is_empty() {
+    list_json(calls)
+}
+
+fn thinking_json(blocks: &[ThinkingBlock]) -> Result<Option<Json<Value>>, sqlx::Error> {
+    list_json(blocks)
+}
+
+/// A list as `jsonb` (U+0000, which `jsonb` cannot hold, removed); an empty list as NULL.
+fn list_json<T: serde::Serialize>(items: &[T]) -> Result<Option<Json<Value>>, sqlx::Error> {
+    if items.is_empty() {
         return Ok(None);
     }
-    let value = serde_json::to_value(calls).map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
+    let value = serde_json::to_value(items).map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
     Ok(Some(Json(if has_nul(&value) {
         strip_nul(&value)
     } else {

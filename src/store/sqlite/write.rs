@@ -14,7 +14,8 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::model::{
-    Checkpoint, Event, FinishReason, Message, RunRecord, SessionRecord, StepRecord, ToolCall,
+    Checkpoint, Event, FinishReason, Message, RunRecord, SessionRecord, StepRecord, ThinkingBlock,
+    ToolCall,
 };
 use crate::store::rows::{tokens, SESSION_TABLES};
 use crate::store::{StoreError, StoreResult, WriteOp};
@@ -118,6 +119,14 @@ fn tool_calls_json(calls: &[ToolCall]) -> Option<String> {
     }
 }
 
+fn thinking_json(blocks: &[ThinkingBlock]) -> Option<String> {
+    if blocks.is_empty() {
+        None
+    } else {
+        serde_json::to_string(blocks).ok()
+    }
+}
+
 /// Applies one op inside the batch's transaction.
 fn apply(tx: &Transaction<'_>, op: &WriteOp) -> rusqlite::Result<()> {
     match op {
@@ -206,14 +215,15 @@ fn delete_session(tx: &Transaction<'_>, id: Uuid) -> rusqlite::Result<()> {
 
 fn insert_message(tx: &Transaction<'_>, session_id: Uuid, m: &Message) -> rusqlite::Result<()> {
     tx.prepare_cached(
-        "INSERT INTO messages (session_id, idx, role, content, tool_calls, tool_call_id, created_at) \
-         VALUES (?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO messages (session_id, idx, role, content, thinking, tool_calls, \
+         tool_call_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
     )?
     .execute(params![
         session_id.to_string(),
         m.index,
         m.role.as_str(),
         m.content,
+        thinking_json(&m.thinking),
         tool_calls_json(&m.tool_calls),
         m.tool_call_id,
         m.created_at.to_rfc3339(),
@@ -228,9 +238,10 @@ fn copy_messages(
     upto: Option<i64>,
 ) -> rusqlite::Result<()> {
     tx.prepare_cached(
-        "INSERT INTO messages (session_id, idx, role, content, tool_calls, tool_call_id, created_at) \
-         SELECT ?, idx, role, content, tool_calls, tool_call_id, created_at FROM messages \
-         WHERE session_id = ? AND idx < ?",
+        "INSERT INTO messages (session_id, idx, role, content, thinking, tool_calls, \
+         tool_call_id, created_at) \
+         SELECT ?, idx, role, content, thinking, tool_calls, tool_call_id, created_at \
+         FROM messages WHERE session_id = ? AND idx < ?",
     )?
     .execute(params![
         to.to_string(),

@@ -6,8 +6,10 @@
 //!
 //! Every request is also checked the way the real providers check it: each tool call of an
 //! assistant message must be answered by a tool result before the conversation goes on (see
-//! [`tool_call_violation`]). A request that breaks the rule gets a 400 naming the problem,
-//! and the fake fails the test when it is dropped, so no test can forget the check.
+//! [`tool_call_violation`]), and an Anthropic request asking for extended thinking must keep
+//! its rules (see [`anthropic::thinking_violation`]). A request that breaks a rule gets a 400
+//! naming the problem, and the fake fails the test when it is dropped, so no test can forget
+//! the check.
 
 pub mod anthropic;
 pub mod openai;
@@ -279,7 +281,10 @@ impl FakeServer {
 fn handle(state: Arc<Shared>, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
     let body: Value = serde_json::from_slice(&body)
         .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned()));
-    let violation = tool_call_violation(state.flavor, &body);
+    let violation = tool_call_violation(state.flavor, &body).or_else(|| match state.flavor {
+        Flavor::Anthropic => anthropic::thinking_violation(&body),
+        Flavor::OpenAi => None,
+    });
     state
         .requests
         .lock()

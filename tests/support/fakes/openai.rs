@@ -79,3 +79,47 @@ pub fn tool_calls_reply(text: &str, calls: &[FakeToolCall]) -> String {
     out.push_str(DONE);
     out
 }
+
+/// A reply of reasoning models behind OpenAI-compatible servers: the `pieces` of reasoning
+/// under each of `keys` (`reasoning_content` for DeepSeek and llama.cpp, `reasoning` for
+/// OpenRouter, both with the same text for some vLLM versions) with `content: null`, then the
+/// text in `text` pieces and the tool calls as [`tool_calls_reply`] sends them.
+pub fn reasoning_reply(
+    keys: &[&str],
+    pieces: &[&str],
+    text: &[&str],
+    calls: &[FakeToolCall],
+) -> String {
+    let mut out = String::new();
+    let opening = |first: &str| {
+        let mut delta = json!({"role": "assistant", "content": null});
+        for key in keys {
+            delta[*key] = json!(first);
+        }
+        delta
+    };
+    out.push_str(&chunk(opening(""), None));
+    for piece in pieces {
+        let mut delta = json!({"content": null});
+        for key in keys {
+            delta[*key] = json!(piece);
+        }
+        out.push_str(&chunk(delta, None));
+    }
+    for piece in text {
+        let mut delta = json!({"content": piece});
+        for key in keys {
+            delta[*key] = Value::Null;
+        }
+        out.push_str(&chunk(delta, None));
+    }
+    // The rest is an ordinary reply without its opening chunk.
+    let rest = if calls.is_empty() {
+        text_reply(&[])
+    } else {
+        tool_calls_reply("", calls)
+    };
+    let rest = rest.split_once("\n\n").map_or("", |(_, rest)| rest);
+    out.push_str(rest);
+    out
+}
