@@ -3,17 +3,20 @@
 //! Plain data with serde derives and pure helpers; no I/O lives here, so every other module
 //! may depend on it without pulling in a runtime.
 //!
+//! - `artifact`: the files a session produced, as versions of a path.
 //! - `message`: messages and tool calls, the model-visible history.
 //! - `event`: [`Event`] and its typed [`EventKind`], rendered to the wire form once.
 //! - `session`: sessions, runs, steps and checkpoints as stored and served, and their states.
 //! - `step`: the typed LLM step descriptor and [`FinishReason`].
 
+mod artifact;
 mod event;
 mod message;
 mod session;
 mod step;
 mod tool;
 
+pub use artifact::ArtifactRecord;
 pub use event::{CharsBeforeAfter, Event, EventKind};
 pub use message::{Message, Role, ToolCall, ToolSchema, SUMMARY_PREFIX, TRANSCRIPT_USER_MARKER};
 pub use session::{

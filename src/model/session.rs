@@ -108,6 +108,10 @@ pub struct SessionOptions {
     /// Tools its client runs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub client_tools: Vec<ClientTool>,
+    /// The directory under the server's `--workspace` its tools are confined to, canonical and
+    /// relative to that root; `None`: the root itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
 }
 
 impl SessionRecord {

@@ -150,7 +150,9 @@ pub enum AgentStep {
 impl AgentStep {
     pub fn id(&self) -> Uuid {
         match self {
-            AgentStep::Llm { id, .. } | AgentStep::Tool { id, .. } | AgentStep::Thinking { id, .. } => *id,
+            AgentStep::Llm { id, .. }
+            | AgentStep::Tool { id, .. }
+            | AgentStep::Thinking { id, .. } => *id,
         }
     }
 }

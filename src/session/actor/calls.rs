@@ -164,6 +164,9 @@ pub(super) struct CallDesk {
     pub replies: HashMap<String, Reply<Value>>,
     /// Calls started and not finished.
     pub running: usize,
+    /// What the result of a call says beyond the tool's output (artifacts not kept), by call
+    /// id: from its `tool.finished` until its result joins the history.
+    pub notes: HashMap<String, String>,
 }
 
 impl CallDesk {
@@ -495,14 +498,23 @@ impl RunJournal<'_> {
         } else {
             StepStatus::Completed
         };
+        // Its artifacts commit with its outcome, in this batch, announced before it.
+        let note = self.record_artifacts(step_id, &output.artifacts).await?;
+        let text = match &note {
+            Some(note) => format!("{}\n{note}", output.output),
+            None => output.output.clone(),
+        };
+        if let Some(note) = note {
+            self.calls.notes.insert(call.id.clone(), note);
+        }
         let mut step = self.tool_step(step_id, call, status);
-        step.response = Some(json!({ "output": output.output, "is_error": output.is_error }));
+        step.response = Some(json!({ "output": text, "is_error": output.is_error }));
         step.finished_at = Some(model::now());
         self.batch.ops.push(WriteOp::UpsertStep(step));
         let kind = EventKind::ToolFinished {
             step_id,
             call_id: call.id.clone(),
-            output: output.output.clone(),
+            output: text.clone(),
             is_error: output.is_error,
         };
         lock(&self.calls.waiting).apply(&kind);
@@ -511,7 +523,7 @@ impl RunJournal<'_> {
         if let Some(reply) = self.calls.replies.remove(&call.id) {
             let result = ClientResult {
                 call_id: call.id.clone(),
-                output: output.output.clone(),
+                output: text,
                 is_error: output.is_error,
             };
             let _ = reply.send(Ok(serde_json::to_value(result).unwrap_or(Value::Null)));
@@ -525,8 +537,12 @@ impl RunJournal<'_> {
         done: bool,
     ) -> Result<(), StoreError> {
         for (call, output) in results {
+            let content = match self.calls.notes.remove(&call.id) {
+                Some(note) => format!("{}\n{note}", output.output),
+                None => output.output.clone(),
+            };
             self.batch
-                .message(self.core, Message::tool_result(&call.id, &output.output));
+                .message(self.core, Message::tool_result(&call.id, &content));
         }
         if done {
             self.batch.state(self.core, SessionState::Running, None);
