@@ -149,8 +149,8 @@ fn matches_etag(headers: &HeaderMap, etag: &str) -> bool {
 }
 
 /// `attachment` with the path's last segment as the file name: a plain quoted name that any
-/// client reads (non-ASCII, quotes and backslashes replaced), and when the name is not plain
-/// ASCII also its exact UTF-8 form as `filename*` (RFC 6266, RFC 5987).
+/// client reads (non-ASCII, quotes, backslashes and `%`, which some clients decode, replaced),
+/// and when the name is not plain also its exact UTF-8 form as `filename*` (RFC 6266, RFC 8187).
 fn content_disposition(path: &str) -> String {
     let name = path
         .rsplit('/')
@@ -160,7 +160,7 @@ fn content_disposition(path: &str) -> String {
     let fallback: String = name
         .chars()
         .map(|c| match c {
-            ' '..='~' if c != '"' && c != '\\' => c,
+            ' '..='~' if !matches!(c, '"' | '\\' | '%') => c,
             _ => '_',
         })
         .collect();
@@ -218,6 +218,14 @@ mod tests {
         assert_eq!(
             content_disposition("say \"hi\"\\.txt"),
             "attachment; filename=\"say _hi__.txt\"; filename*=UTF-8''say%20%22hi%22%5C.txt"
+        );
+        assert_eq!(
+            content_disposition("100%.txt"),
+            "attachment; filename=\"100_.txt\"; filename*=UTF-8''100%25.txt"
+        );
+        assert_eq!(
+            content_disposition("line\nbreak.txt"),
+            "attachment; filename=\"line_break.txt\"; filename*=UTF-8''line%0Abreak.txt"
         );
         assert_eq!(
             content_disposition("日本.txt"),

@@ -135,8 +135,11 @@ fn cors(origins: &[String]) -> CorsLayer {
             header::CONTENT_TYPE,
             header::ACCEPT,
             HeaderName::from_static("last-event-id"),
+            header::IF_NONE_MATCH,
         ])
-        .expose_headers([header::LOCATION])
+        // What a page needs to read from an answer: where a new resource is, and an
+        // artifact's version tag and file name.
+        .expose_headers([header::LOCATION, header::ETAG, header::CONTENT_DISPOSITION])
         .max_age(Duration::from_secs(600))
 }
 
