@@ -164,7 +164,12 @@ async fn write_file_and_edit_file_results_are_versioned_artifacts() {
         assert_eq!(header(&reply, ETAG), etag);
         assert_eq!(header(&reply, X_CONTENT_TYPE_OPTIONS), "nosniff");
         assert_eq!(header(&reply, CACHE_CONTROL), "private, no-cache");
-        let name = artifact["path"].as_str().unwrap().rsplit('/').next().unwrap();
+        let name = artifact["path"]
+            .as_str()
+            .unwrap()
+            .rsplit('/')
+            .next()
+            .unwrap();
         assert_eq!(
             header(&reply, CONTENT_DISPOSITION),
             format!("attachment; filename=\"{name}\"")
@@ -173,7 +178,11 @@ async fn write_file_and_edit_file_results_are_versioned_artifacts() {
         // Asked again with its tag: not modified, and nothing sent.
         let content_path = format!("{path}/content");
         let again = server
-            .send(server.request(Method::GET, &content_path).header(IF_NONE_MATCH, &etag))
+            .send(
+                server
+                    .request(Method::GET, &content_path)
+                    .header(IF_NONE_MATCH, &etag),
+            )
             .await;
         assert_eq!(again.status, StatusCode::NOT_MODIFIED, "{}", again.text());
         assert!(again.bytes.is_empty());
@@ -214,7 +223,13 @@ async fn bad_artifact_requests_are_problems() {
     let artifact = id_of(&artifacts(&server, &id, "").await[0]);
     let unknown = "01900000-0000-7000-8000-000000000000";
 
-    for query in ["?bogus=1", "?all=maybe", "?limit=0", "?limit=x", "?cursor=nope"] {
+    for query in [
+        "?bogus=1",
+        "?all=maybe",
+        "?limit=0",
+        "?limit=x",
+        "?cursor=nope",
+    ] {
         let path = format!("/v1/sessions/{id}/artifacts{query}");
         server
             .get(&path)
@@ -223,7 +238,7 @@ async fn bad_artifact_requests_are_problems() {
     }
     for path in [
         format!("/v1/sessions/{unknown}/artifacts"),
-        format!("/v1/sessions/not-an-id/artifacts"),
+        "/v1/sessions/not-an-id/artifacts".to_string(),
         format!("/v1/sessions/{id}/artifacts/{unknown}"),
         format!("/v1/sessions/{id}/artifacts/not-an-id"),
         format!("/v1/sessions/{id}/artifacts/{unknown}/content"),
@@ -286,7 +301,10 @@ async fn every_file_name_downloads_under_its_own_name() {
     let list = artifacts(&server, &id, "").await;
     assert_eq!(list.len(), names.len(), "{list:?}");
     for artifact in &list {
-        let name = artifact["path"].as_str().unwrap().trim_start_matches("names/");
+        let name = artifact["path"]
+            .as_str()
+            .unwrap()
+            .trim_start_matches("names/");
         let reply = content(&server, &id, artifact).await;
         assert_eq!(reply.status, StatusCode::OK, "{name}");
         let disposition = header(&reply, CONTENT_DISPOSITION);
@@ -315,8 +333,8 @@ async fn every_file_name_downloads_under_its_own_name() {
 
 #[tokio::test]
 async fn a_file_over_max_artifact_bytes_is_written_but_not_kept() {
-    let server = TestServer::start(ServerOptions::new().args(&["--max-artifact-bytes", "100"]))
-        .await;
+    let server =
+        TestServer::start(ServerOptions::new().args(&["--max-artifact-bytes", "100"])).await;
     let id = file_session(&server, json!({})).await;
     turn(&server, &id, &write_note("small.md", "ok")).await;
     let long = "y".repeat(200);
@@ -502,6 +520,15 @@ async fn a_fork_keeps_the_artifacts_of_the_turns_it_copies() {
     assert_eq!(reply.text(), note_content("a.md", "one"));
 }
 
+/// Bytes the rows of the history, the event log and the steps hold.
+async fn log_bytes(server: &TestServer) -> i64 {
+    let mut total = 0;
+    for table in ["messages", "events", "steps"] {
+        total += server.row_bytes(table).await;
+    }
+    total
+}
+
 /// Text of `len` pseudo-random lower-case letters and digits (which a database's compression
 /// barely shrinks), the same for every run.
 fn incompressible(len: usize) -> String {
@@ -527,7 +554,11 @@ async fn bytes_stored_per_version_of_a_100_kb_file_edited_10_times() {
     let id = file_session(&server, json!({})).await;
     // Upper-case markers never occur in the lower-case filler.
     let text = format!("V0X {}", incompressible(100 * 1024));
+    let log_before = log_bytes(&server).await;
     turn(&server, &id, &write_note("big.txt", &text)).await;
+    // The call's arguments hold the file: the history, the log and the tool step keep them,
+    // as they keep any call's arguments (the artifact's bytes are the blob, counted below).
+    let write_turn = log_bytes(&server).await - log_before;
     let steps_before = server.row_bytes("steps").await;
     for edit in 1..=EDITS {
         let (old, new) = (format!("V{}X", edit - 1), format!("V{edit}X"));
@@ -540,7 +571,11 @@ async fn bytes_stored_per_version_of_a_100_kb_file_edited_10_times() {
     assert_eq!(all.len() as i64, versions);
     let sizes: i64 = all.iter().map(|a| a["size"].as_i64().unwrap()).sum();
     assert!(all.iter().all(|a| a["size"].as_i64().unwrap() > 100 * 1024));
-    assert_eq!(blobs(&server).await, versions, "one copy per distinct version");
+    assert_eq!(
+        blobs(&server).await,
+        versions,
+        "one copy per distinct version"
+    );
     let content_bytes = server
         .query_i64("SELECT CAST(SUM(LENGTH(content)) AS BIGINT) FROM blobs")
         .await;
@@ -574,7 +609,8 @@ async fn bytes_stored_per_version_of_a_100_kb_file_edited_10_times() {
          {blob_rows} B, {:.0} B per version; blobs table with its index and TOAST {blob_table} B, \
          {:.0} B per version); records {record_rows} B ({:.0} B per version; artifacts table \
          with its indexes {record_table} B, {:.0} B per version); steps added by the \
-         {EDITS} edit turns {steps_added} B ({:.0} B per turn)",
+         {EDITS} edit turns {steps_added} B ({:.0} B per turn); messages, events and steps of \
+         the turn that wrote the file (its call's arguments) {write_turn} B",
         Backend::current().name(),
         all[0]["size"],
         per(content_bytes),

@@ -61,7 +61,9 @@ async fn a_session_works_only_in_the_directory_it_names() {
     assert_eq!(kept[0]["path"], "x.md", "paths are the session's own");
 
     // Above its directory is outside, even though it is inside the server's root.
-    let result = server.run_wait(&id, &write_note("../escape.md", "no")).await;
+    let result = server
+        .run_wait(&id, &write_note("../escape.md", "no"))
+        .await;
     assert_eq!(result["status"], "completed", "{result}");
     let events = server.events(&id).await;
     let last = calls(&events).pop().unwrap();
@@ -163,7 +165,10 @@ async fn a_workspace_swapped_for_a_link_outside_fails_the_run() {
     let result = server.run_wait(&id, &write_note("x.md", "no")).await;
     assert_eq!(result["status"], "failed", "{result}");
     let error = result["error"].as_str().unwrap_or_default();
-    assert!(error.contains("workspace") && error.contains("mine"), "{error}");
+    assert!(
+        error.contains("workspace") && error.contains("mine"),
+        "{error}"
+    );
     assert!(
         !error.contains(&outside.path().display().to_string()),
         "says nothing of the host's paths: {error}"
@@ -187,7 +192,9 @@ async fn a_fork_works_in_its_parents_workspace_unless_it_names_another() {
         async move { server.post_json(&path, &body).await }
     };
 
-    let same = fork(json!({})).await.expect_json(StatusCode::CREATED, "fork");
+    let same = fork(json!({}))
+        .await
+        .expect_json(StatusCode::CREATED, "fork");
     assert_eq!(same["workspace"], "teams/a", "{same}");
     let other = fork(json!({"workspace": "teams/b"}))
         .await
@@ -216,7 +223,11 @@ async fn a_fork_works_in_its_parents_workspace_unless_it_names_another() {
     let before = server.sessions().await.len();
     for workspace in [json!("../out"), json!("/tmp"), json!(7)] {
         let reply = fork(json!({ "workspace": workspace })).await;
-        assert!(reply.status.is_client_error(), "{workspace}: {}", reply.status);
+        assert!(
+            reply.status.is_client_error(),
+            "{workspace}: {}",
+            reply.status
+        );
         check_problem(&reply).unwrap();
     }
     fork(json!({"workspace": "../out"}))
@@ -224,10 +235,14 @@ async fn a_fork_works_in_its_parents_workspace_unless_it_names_another() {
         .expect_problem(StatusCode::BAD_REQUEST, "a fork outside");
     assert_eq!(server.sessions().await.len(), before);
     let reply = server
-        .send(server.request(
-            Method::POST,
-            "/v1/sessions/01900000-0000-7000-8000-000000000000/fork",
-        ).json(&json!({"workspace": "teams/c"})))
+        .send(
+            server
+                .request(
+                    Method::POST,
+                    "/v1/sessions/01900000-0000-7000-8000-000000000000/fork",
+                )
+                .json(&json!({"workspace": "teams/c"})),
+        )
         .await;
     reply.expect_problem(StatusCode::NOT_FOUND, "a fork of no session");
     assert!(!root.join("teams/c").exists());
