@@ -139,8 +139,8 @@ pub enum EventKind {
         output: String,
         is_error: bool,
     },
-    /// A tool call produced a file, now kept with the session (committed in the batch of the
-    /// call's `tool.finished`, just before it).
+    /// A tool call produced a file, now kept with the session (committed with the call's
+    /// `tool.finished`, right after it).
     #[serde(rename = "artifact.created")]
     ArtifactCreated { artifact: ArtifactRecord },
     /// A call waits for a human's answer (policy said `ask`).

@@ -109,24 +109,9 @@ pub struct SessionOptions {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub client_tools: Vec<ClientTool>,
     /// The directory under the server's `--workspace` its tools are confined to, canonical and
-    /// relative to that root; `None`: the root itself (shown as `"."`).
-    #[serde(default, with = "workspace_dir")]
+    /// relative to that root; `None` (not shown): the root itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace: Option<String>,
-}
-
-/// A session's workspace as served and stored: always present, `"."` for the root.
-mod workspace_dir {
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    const ROOT: &str = ".";
-
-    pub fn serialize<S: Serializer>(dir: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(dir.as_deref().unwrap_or(ROOT))
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-        Ok(Option::<String>::deserialize(d)?.filter(|dir| dir != ROOT && !dir.is_empty()))
-    }
 }
 
 impl SessionRecord {
@@ -349,31 +334,4 @@ pub struct Checkpoint {
     /// The `seq` of the last event committed with this checkpoint.
     pub seq: i64,
     pub created_at: DateTime<Utc>,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_workspace_is_always_shown_and_the_root_is_a_dot() {
-        let root = SessionOptions::default();
-        let shown = serde_json::to_value(&root).unwrap();
-        assert_eq!(shown["workspace"], ".");
-        let dir = SessionOptions {
-            workspace: Some("teams/a".into()),
-            ..SessionOptions::default()
-        };
-        let shown = serde_json::to_value(&dir).unwrap();
-        assert_eq!(shown["workspace"], "teams/a");
-        for (stored, read) in [
-            (serde_json::json!({}), None),
-            (serde_json::json!({"workspace": "."}), None),
-            (serde_json::json!({"workspace": null}), None),
-            (serde_json::json!({"workspace": "teams/a"}), Some("teams/a")),
-        ] {
-            let options: SessionOptions = serde_json::from_value(stored.clone()).unwrap();
-            assert_eq!(options.workspace.as_deref(), read, "{stored}");
-        }
-    }
 }

@@ -140,19 +140,19 @@ async fn write_file_and_edit_file_results_are_versioned_artifacts() {
         assert_eq!(artifact["media_type"], media_type, "{what}");
         assert_eq!(artifact["run_id"], run["run_id"], "{what}");
         assert!(artifact["created_at"].is_string(), "{what}");
-        // Announced with the very record the list serves, just before its call's outcome.
+        // Announced with the very record the list serves, right after its call's outcome.
         let event = created
             .iter()
             .find(|e| e["data"]["artifact"]["id"] == artifact["id"])
             .unwrap_or_else(|| panic!("no artifact.created for {what}"));
         assert_eq!(&event["data"]["artifact"], artifact);
-        let next = events
+        let before = events
             .iter()
-            .find(|e| e["seq"] == event["seq"].as_i64().unwrap() + 1)
-            .expect("the event after artifact.created");
-        assert_eq!(next["type"], "tool.finished", "{}", describe(&events));
-        assert_eq!(next["data"]["step_id"], artifact["step_id"], "{what}");
-        assert_eq!(next["data"]["is_error"], false);
+            .find(|e| e["seq"] == event["seq"].as_i64().unwrap() - 1)
+            .expect("the event before artifact.created");
+        assert_eq!(before["type"], "tool.finished", "{}", describe(&events));
+        assert_eq!(before["data"]["step_id"], artifact["step_id"], "{what}");
+        assert_eq!(before["data"]["is_error"], false);
 
         let path = format!("/v1/sessions/{id}/artifacts/{}", id_of(artifact));
         assert_eq!(&server.get_ok(&path).await, artifact, "its metadata");

@@ -5,8 +5,9 @@
 //!
 //! Any tool's files are kept this way (the built-in file tools', an MCP tool's images and
 //! resources): whatever a call returns in [`ToolOutput::artifacts`](crate::tools::ToolOutput)
-//! reaches [`RunJournal::record_artifacts`].
+//! goes through [`RunJournal::keep_artifacts`] and [`RunJournal::record_artifacts`].
 
+use bytes::Bytes;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
@@ -18,17 +19,24 @@ use crate::tools::Artifact;
 /// Above this size the digest is computed on the blocking pool, off the actor's thread.
 const HASH_INLINE_BYTES: usize = 256 * 1024;
 
+/// A call's artifacts, ready to be recorded: the records of those kept, with their bytes, and
+/// the note for the call's result about those that were not.
+pub(super) struct Keeping {
+    kept: Vec<(ArtifactRecord, Bytes)>,
+    pub note: Option<String>,
+}
+
 impl RunJournal<'_> {
-    /// Records `artifacts`, produced by the call of tool step `step_id`, in the batch being
-    /// gathered: for each, the bytes, the record (the next version of its path) and its
-    /// `artifact.created` event. A file larger than `--max-artifact-bytes` is not kept; the
-    /// answer is then a note for the call's result saying so (the file itself was written).
-    pub(super) async fn record_artifacts(
+    /// What becomes of `artifacts`, produced by the call of tool step `step_id`: each gets the
+    /// next version of its path and its digest. A file larger than `--max-artifact-bytes` is
+    /// not kept; the note then says so, for the call's result (the file itself was written).
+    pub(super) async fn keep_artifacts(
         &mut self,
         step_id: Uuid,
         artifacts: &[Artifact],
-    ) -> Result<Option<String>, StoreError> {
+    ) -> Result<Keeping, StoreError> {
         let max = self.sink.deps.max_artifact_bytes;
+        let mut kept = Vec::new();
         let mut not_kept = Vec::new();
         for artifact in artifacts {
             let size = artifact.content.len() as u64;
@@ -44,11 +52,10 @@ impl RunJournal<'_> {
                 not_kept.push(format!("{} ({size} bytes)", artifact.path));
                 continue;
             }
-            let version = self.next_version(&artifact.path).await?;
             let record = ArtifactRecord {
                 id: model::new_id(),
                 path: artifact.path.clone(),
-                version,
+                version: self.next_version(&artifact.path).await?,
                 size,
                 sha256: sha256_hex(&artifact.content).await,
                 media_type: artifact.media_type.clone(),
@@ -56,23 +63,33 @@ impl RunJournal<'_> {
                 run_id: self.run_id,
                 created_at: model::now(),
             };
-            self.batch.ops.push(WriteOp::InsertArtifact {
-                session_id: self.id,
-                artifact: record.clone(),
-                message_count: self.core.record.message_count,
-                seq: self.core.next_seq,
-                content: artifact.content.clone(),
-            });
-            self.batch
-                .event(self.core, EventKind::ArtifactCreated { artifact: record });
+            kept.push((record, artifact.content.clone()));
         }
-        Ok((!not_kept.is_empty()).then(|| {
+        let note = (!not_kept.is_empty()).then(|| {
             format!(
                 "[written, but not kept as an artifact of the session: {} (the server keeps \
                  files of at most {max} bytes)]",
                 not_kept.join(", ")
             )
-        }))
+        });
+        Ok(Keeping { kept, note })
+    }
+
+    /// Adds what `keeping` keeps to the batch being gathered (which holds the call's outcome):
+    /// for each artifact its bytes, its record and its `artifact.created` event.
+    pub(super) fn record_artifacts(&mut self, keeping: Keeping) {
+        for (artifact, content) in keeping.kept {
+            self.batch.ops.push(WriteOp::InsertArtifact {
+                session_id: self.id,
+                artifact: artifact.clone(),
+                message_count: self.core.record.message_count,
+                // The seq of the event pushed next.
+                seq: self.core.next_seq,
+                content,
+            });
+            self.batch
+                .event(self.core, EventKind::ArtifactCreated { artifact });
+        }
     }
 
     /// The version the next artifact of `path` gets: one more than the newest this session
@@ -93,7 +110,7 @@ impl RunJournal<'_> {
 }
 
 /// The lower-case hex SHA-256 of `content`.
-async fn sha256_hex(content: &bytes::Bytes) -> String {
+async fn sha256_hex(content: &Bytes) -> String {
     if content.len() <= HASH_INLINE_BYTES {
         return hex(&Sha256::digest(content));
     }

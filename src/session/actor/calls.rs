@@ -498,13 +498,13 @@ impl RunJournal<'_> {
         } else {
             StepStatus::Completed
         };
-        // Its artifacts commit with its outcome, in this batch, announced before it.
-        let note = self.record_artifacts(step_id, &output.artifacts).await?;
-        let text = match &note {
+        // Its artifacts commit with its outcome, in this batch, announced right after it.
+        let mut keeping = self.keep_artifacts(step_id, &output.artifacts).await?;
+        let text = match &keeping.note {
             Some(note) => format!("{}\n{note}", output.output),
             None => output.output.clone(),
         };
-        if let Some(note) = note {
+        if let Some(note) = keeping.note.take() {
             self.calls.notes.insert(call.id.clone(), note);
         }
         let mut step = self.tool_step(step_id, call, status);
@@ -519,6 +519,7 @@ impl RunJournal<'_> {
         };
         lock(&self.calls.waiting).apply(&kind);
         self.batch.event(self.core, kind);
+        self.record_artifacts(keeping);
         self.flush_now().await?;
         if let Some(reply) = self.calls.replies.remove(&call.id) {
             let result = ClientResult {
