@@ -5,12 +5,14 @@
 //!
 //! The model is the fake OpenAI-compatible server of `support::fakes`, which replies with the
 //! tool calls a test scripts (and checks on every request that each call has its result);
-//! `artifacts` and `workspaces` drive the mock model, which writes and edits on request.
+//! `artifacts`, `artifact_storage` and `workspaces` drive the mock model, which writes and
+//! edits on request.
 
 #[path = "../support/mod.rs"]
 mod support;
 
 mod approvals;
+mod artifact_storage;
 mod artifacts;
 mod builtin;
 mod client;
