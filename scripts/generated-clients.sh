@@ -9,7 +9,8 @@
 #      parsing every frame with the generated event models.
 #
 # Both create a session, run a turn (?wait=true), read the events as JSON pages, fork, compact
-# and cancel, asserting on the typed results. The server is started here (mock model, a
+# and cancel, and list and download the artifacts of a session in its own workspace, asserting
+# on the typed results. The server is started here (mock model, a
 # temporary SQLite database, a small workspace, an API token) and stopped at the end.
 #
 #   scripts/generated-clients.sh [path/to/tah]

@@ -102,6 +102,11 @@ pub struct ServeArgs {
     #[arg(long, env = "TAH_WORKSPACE", default_value = ".")]
     pub workspace: PathBuf,
 
+    /// Bytes one artifact may have, N ≥ 1: a file that write_file or edit_file leaves larger
+    /// is written but not kept as an artifact (the call's result says so).
+    #[arg(long, env = "TAH_MAX_ARTIFACT_BYTES", default_value_t = 10 * 1024 * 1024, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_artifact_bytes: u64,
+
     /// Model provider. Default: openai if OPENAI_API_KEY is set, else anthropic if
     /// ANTHROPIC_API_KEY is set, else mock.
     #[arg(long, env = "TAH_PROVIDER", value_enum)]

@@ -85,6 +85,7 @@ pub struct Settings {
     listen: SocketAddr,
     database_url: String,
     workspace: PathBuf,
+    max_artifact_bytes: u64,
     model: ModelSettings,
     system_prompt: String,
     max_steps: Option<u32>,
@@ -180,6 +181,7 @@ impl Settings {
             listen: args.listen,
             database_url: args.database_url,
             workspace: args.workspace,
+            max_artifact_bytes: args.max_artifact_bytes,
             model,
             system_prompt: args.system_prompt,
             max_steps: (args.max_steps > 0).then_some(args.max_steps),
@@ -301,6 +303,11 @@ impl Settings {
     /// The directory the file tools are confined to.
     pub fn workspace(&self) -> &Path {
         &self.workspace
+    }
+
+    /// Bytes one artifact may have; a larger file is not kept.
+    pub fn max_artifact_bytes(&self) -> u64 {
+        self.max_artifact_bytes
     }
 
     pub fn model(&self) -> &ModelSettings {

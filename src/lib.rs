@@ -5,7 +5,7 @@
 //!
 //! - [`model`]: the domain vocabulary, no I/O: `message`, `event` (an [`model::Event`] keeps
 //!   its typed kind), `session` (sessions, runs, steps, checkpoints as stored), `step` (the
-//!   LLM step descriptor and finish reasons).
+//!   LLM step descriptor and finish reasons), `artifact` (the files a session produced).
 //! - [`cli`]: the binary's command line (clap types only: `serve`, `bench`, `fake-model`).
 //! - [`config`]: `tah serve`'s flags parsed once into validated [`config::Settings`].
 //! - [`store`]: the `Store` trait and its backends: `sqlite/{read, write, lock}` (the embedded
@@ -25,7 +25,8 @@
 //!   (replay-then-live), `steps` (rebuilding a step's request) and `coordination` (scale-out
 //!   background tasks).
 //! - [`runtime`]: ties store, model, tools and settings together; usable without HTTP.
-//! - [`http`]: the axum router, one module per resource (`sessions`, `runs`, `events`), with
+//! - [`http`]: the axum router, one module per resource (`sessions`, `runs`, `events`,
+//!   `artifacts`), with
 //!   `auth`, `guard` (requests a web page could forge), `problem` (problem+json), `paging`,
 //!   `params` and `server` (the listener loop and its connection limits).
 //! - [`app`]: the [`app::Application`] — runtime and router on a bound listener, served until

@@ -41,8 +41,10 @@ pub struct RuntimeParts {
     pub cluster: Option<Arc<dyn Cluster>>,
     pub model: Arc<dyn ModelClient>,
     pub tools: ToolRegistry,
-    /// The workspace tool calls run in.
+    /// The workspace tool calls run in (a session may choose a directory under it).
     pub tool_context: ToolContext,
+    /// Bytes one artifact may have.
+    pub max_artifact_bytes: u64,
     pub settings: AgentSettings,
     pub max_concurrent_runs: usize,
     pub auto_resume: bool,
@@ -93,6 +95,7 @@ impl Runtime {
             model,
             tools,
             tool_context: ToolContext::new(workspace),
+            max_artifact_bytes: config.max_artifact_bytes(),
             settings,
             max_concurrent_runs: config.max_concurrent_runs(),
             auto_resume: config.auto_resume(),
@@ -119,6 +122,7 @@ impl Runtime {
                 tool_context: parts.tool_context,
             },
             settings: parts.settings,
+            max_artifact_bytes: parts.max_artifact_bytes,
             shutdown: shutdown.clone(),
             tasks: tasks.clone(),
             run_permits: Arc::new(tokio::sync::Semaphore::new(parts.max_concurrent_runs)),

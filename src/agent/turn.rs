@@ -127,6 +127,9 @@ pub enum AgentError<E> {
     /// The journal failed to record a fact; the run stopped there.
     #[error("recording the run failed: {0}")]
     Journal(#[source] E),
+    /// The run could not begin: what it needs (its tools' workspace) cannot be used.
+    #[error("{error}")]
+    NotStarted { error: String },
 }
 
 impl<E> From<E> for AgentError<E> {

@@ -3,13 +3,14 @@
 //! Handlers are thin: they parse and validate input, call the session layer, and shape the
 //! answer. One module per resource; `router` merges them.
 //!
-//! - `sessions`, `runs`, `events`: the resources.
+//! - `sessions`, `runs`, `events`, `artifacts`: the resources.
 //! - `auth`: bearer tokens; `guard`: requests a web page could make without the user knowing.
 //! - `problem`: problem+json errors and the extractors that produce them; `params`: lenient
 //!   query values; `paging`: limits, cursors and the page envelope.
 //! - [`server`]: the listener loop, with the connection limits a public server needs.
 
 mod approvals;
+mod artifacts;
 mod auth;
 mod events;
 mod guard;
@@ -79,10 +80,13 @@ impl Default for HttpOptions {
 
 pub fn router(state: AppState, options: &HttpOptions) -> Router {
     // Streaming and long-polling routes (SSE, runs, compaction) have no time limit.
-    let quick = sessions::routes().layer(TimeoutLayer::with_status_code(
-        StatusCode::REQUEST_TIMEOUT,
-        options.request_timeout,
-    ));
+    let quick =
+        sessions::routes()
+            .merge(artifacts::routes())
+            .layer(TimeoutLayer::with_status_code(
+                StatusCode::REQUEST_TIMEOUT,
+                options.request_timeout,
+            ));
     let tokens = auth::Tokens::new(&options.api_tokens);
     let guard = guard::RequestGuard::new(
         options.listen,
@@ -131,8 +135,11 @@ fn cors(origins: &[String]) -> CorsLayer {
             header::CONTENT_TYPE,
             header::ACCEPT,
             HeaderName::from_static("last-event-id"),
+            header::IF_NONE_MATCH,
         ])
-        .expose_headers([header::LOCATION])
+        // What a page needs to read from an answer: where a new resource is, and an
+        // artifact's version tag and file name.
+        .expose_headers([header::LOCATION, header::ETAG, header::CONTENT_DISPOSITION])
         .max_age(Duration::from_secs(600))
 }
 

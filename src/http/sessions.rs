@@ -48,6 +48,8 @@ struct CreateBody {
     /// Tools its client runs.
     #[serde(default)]
     client_tools: Vec<ClientTool>,
+    /// The directory under the server's workspace its tools see (default: the root).
+    workspace: Option<String>,
 }
 
 async fn create(
@@ -75,13 +77,16 @@ async fn create(
     if body.metadata.as_ref().is_some_and(|m| !m.is_object()) {
         return Err(Problem::bad_request("metadata must be a JSON object"));
     }
-    let options = SessionOptions {
+    let mut options = SessionOptions {
         tools: body.tools,
         tool_policy: body.tool_policy,
         client_tools: body.client_tools,
         ..SessionOptions::default()
     };
     state.sessions.check_options(&options)?;
+    if let Some(workspace) = &body.workspace {
+        options.workspace = state.sessions.resolve_workspace(workspace).await?;
+    }
     let record = state
         .sessions
         .create(NewSession {
@@ -192,6 +197,8 @@ async fn delete(
 #[serde(deny_unknown_fields)]
 struct ForkBody {
     turns: Option<Value>,
+    /// Another directory under the server's workspace (default: the parent's).
+    workspace: Option<String>,
 }
 
 async fn fork(
@@ -212,7 +219,10 @@ async fn fork(
         },
         Some(_) => return Err(Problem::bad_request("turns must be a non-negative integer")),
     };
-    let record = state.sessions.fork(id, turns).await?;
+    let record = state
+        .sessions
+        .fork(id, turns, body.workspace.as_deref())
+        .await?;
     Ok(created(record))
 }
 

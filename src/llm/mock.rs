@@ -4,7 +4,10 @@
 //!
 //! A few inputs make it use the other tools, so that they (and their approvals) can be tried
 //! with no provider key:
-//! - "write a note …" calls `write_file` on `notes.md` with the input as content;
+//! - "write a note …" calls `write_file` on `notes.md` (or on the path of "write a note to
+//!   `PATH`") with the input as content;
+//! - "edit the note: replace `OLD` with `NEW`" calls `edit_file` on `notes.md` (or on the path
+//!   of a third backticked part, "… in `PATH`");
 //! - "run `COMMAND`" calls `shell` with the command between the backticks;
 //! - "ask the client …" calls the first tool offered that is not a built-in one (a session's
 //!   client tool) with `{"question": input}`.
@@ -247,10 +250,21 @@ fn chosen_tool_move(
 ) -> Option<(String, Vec<ToolCall>)> {
     let lower = input.to_lowercase();
     let offered = |name: &str| request.tools.iter().any(|t| t.name == name);
+    let quoted = backticked(input);
     let (name, arguments) = if lower.contains("write a note") && offered("write_file") {
+        let path = match lower.find("write a note to `") {
+            Some(_) => quoted.first().cloned().unwrap_or_default(),
+            None => "notes.md".to_string(),
+        };
         (
             "write_file".to_string(),
-            json!({"path": "notes.md", "content": format!("{input}\n")}),
+            json!({"path": path, "content": format!("{input}\n")}),
+        )
+    } else if lower.contains("edit the note") && quoted.len() >= 2 && offered("edit_file") {
+        let path = quoted.get(2).map_or("notes.md", String::as_str);
+        (
+            "edit_file".to_string(),
+            json!({"path": path, "old_string": quoted[0], "new_string": quoted[1]}),
         )
     } else if let Some(command) = backticked_command(input).filter(|_| offered("shell")) {
         ("shell".to_string(), json!({"command": command}))
@@ -318,6 +332,20 @@ fn delegation(
         .map(|r| r.content.lines().last().unwrap_or("").trim())
         .collect();
     Some((format!("task answered: {}", said.join(" | ")), Vec::new()))
+}
+
+/// The parts of `input` between pairs of backticks, in order.
+fn backticked(input: &str) -> Vec<String> {
+    input
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_string)
+        .collect::<Vec<_>>()
+        // A backtick without its pair opens no part.
+        .into_iter()
+        .take(input.matches('`').count() / 2)
+        .collect()
 }
 
 /// The command of "run `COMMAND`".
@@ -492,6 +520,45 @@ mod tests {
             purpose: Purpose::Turn,
         };
         assert_eq!(reply_to(&req).text, "Echo: héllo 世界");
+    }
+
+    #[test]
+    fn notes_are_written_and_edited_on_request() {
+        let offer = |names: &[&str]| {
+            names
+                .iter()
+                .map(|n| ToolSchema {
+                    name: n.to_string(),
+                    description: String::new(),
+                    parameters: json!({}),
+                })
+                .collect::<Vec<_>>()
+        };
+        let ask = |input: &str| {
+            let req = ModelRequest {
+                messages: vec![Message::new(Role::User, input)],
+                tools: offer(&["list_files", "write_file", "edit_file"]),
+                purpose: Purpose::Turn,
+            };
+            reply_to(&req).tool_calls
+        };
+        let calls = ask("write a note please");
+        assert_eq!(calls[0].name, "write_file");
+        assert_eq!(calls[0].arguments["path"], "notes.md");
+        assert_eq!(calls[0].arguments["content"], "write a note please\n");
+        let calls = ask("Write a note to `docs/é.md`: hello");
+        assert_eq!(calls[0].arguments["path"], "docs/é.md");
+        let calls = ask("edit the note: replace `one` with `two`");
+        assert_eq!(calls[0].name, "edit_file");
+        assert_eq!(
+            calls[0].arguments,
+            json!({"path": "notes.md", "old_string": "one", "new_string": "two"})
+        );
+        let calls = ask("edit the note: replace `a` with `b` in `x/y.txt`");
+        assert_eq!(calls[0].arguments["path"], "x/y.txt");
+        // Without both parts it is an ordinary turn.
+        assert_eq!(ask("edit the note: replace `a")[0].name, "list_files");
+        assert_eq!(backticked("`a` and `b` and `c"), ["a", "b"]);
     }
 
     #[test]

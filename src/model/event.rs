@@ -11,8 +11,8 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::{
-    Decision, FinishReason, Message, ResolvedBy, Rule, RunKind, RunStatus, SessionState, ToolCall,
-    Usage,
+    ArtifactRecord, Decision, FinishReason, Message, ResolvedBy, Rule, RunKind, RunStatus,
+    SessionState, ToolCall, Usage,
 };
 
 /// One event of a session's log: `seq` is contiguous per session, starting at 1. On the wire
@@ -142,6 +142,10 @@ pub enum EventKind {
         output: String,
         is_error: bool,
     },
+    /// A tool call produced a file, now kept with the session (committed with the call's
+    /// `tool.finished`, right after it).
+    #[serde(rename = "artifact.created")]
+    ArtifactCreated { artifact: ArtifactRecord },
     /// A call waits for a human's answer (policy said `ask`).
     #[serde(rename = "tool.approval-requested")]
     ToolApprovalRequested {
@@ -245,6 +249,7 @@ impl EventKind {
             EventKind::LlmFailed { .. } => "llm.failed",
             EventKind::ToolStarted { .. } => "tool.started",
             EventKind::ToolFinished { .. } => "tool.finished",
+            EventKind::ArtifactCreated { .. } => "artifact.created",
             EventKind::ToolApprovalRequested { .. } => "tool.approval-requested",
             EventKind::ToolApprovalResolved { .. } => "tool.approval-resolved",
             EventKind::ToolPolicyUpdated { .. } => "tool.policy-updated",

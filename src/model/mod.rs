@@ -3,6 +3,7 @@
 //! Plain data with serde derives and pure helpers; no I/O lives here, so every other module
 //! may depend on it without pulling in a runtime.
 //!
+//! - `artifact`: the files a session produced, as versions of a path.
 //! - `message`: messages, tool calls and thinking blocks, the model-visible history.
 //! - `event`: [`Event`] and its typed [`EventKind`], rendered to the wire form once.
 //! - `session`: sessions, runs, steps and checkpoints as stored and served, and their states.
@@ -10,12 +11,14 @@
 //! - `tool`: policy rules, client tools, how a waiting call was resolved, and the built-in
 //!   tools' names.
 
+mod artifact;
 mod event;
 mod message;
 mod session;
 mod step;
 mod tool;
 
+pub use artifact::ArtifactRecord;
 pub use event::{CharsBeforeAfter, Event, EventKind};
 pub use message::{
     Message, Role, ThinkingBlock, ToolCall, ToolSchema, SUMMARY_PREFIX, TRANSCRIPT_USER_MARKER,

@@ -108,6 +108,10 @@ pub struct SessionOptions {
     /// Tools its client runs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub client_tools: Vec<ClientTool>,
+    /// The directory under the server's `--workspace` its tools are confined to, canonical and
+    /// relative to that root; `None` (not shown): the root itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
     /// How deep among sub-agents: 0 for a session a client created, its parent's depth plus
     /// one for a sub-agent's.
     #[serde(default, skip_serializing_if = "is_zero")]

@@ -62,6 +62,8 @@ pub struct SessionDeps {
     /// The model and the tools the agent loop uses.
     pub agent: AgentDeps,
     pub settings: AgentSettings,
+    /// Bytes one artifact may have; a larger file a tool produced is not kept.
+    pub max_artifact_bytes: u64,
     /// Cancelled at shutdown; every run's token is a child of it.
     pub shutdown: CancellationToken,
     /// Actors, so that shutdown can wait for them to checkpoint and stop.

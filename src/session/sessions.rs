@@ -174,16 +174,22 @@ impl Sessions {
     }
 
     /// Creates a new session holding a copy of `source`'s first `turns` turns (all when
-    /// `None`); the copy is made inside the database.
+    /// `None`) and of the artifacts recorded during them; the copy is made inside the
+    /// database, and the artifacts' bytes are shared, not copied. The fork works in its
+    /// parent's workspace unless `workspace` names another directory under the server's root.
     pub async fn fork(
         &self,
         source: Uuid,
         turns: Option<u64>,
+        workspace: Option<&str>,
     ) -> Result<SessionRecord, SessionError> {
         if self.deps.shutdown.is_cancelled() {
             return Err(SessionError::ShuttingDown);
         }
-        let parent = self.get(source).await?;
+        let mut parent = self.get(source).await?;
+        if let Some(workspace) = workspace {
+            parent.options.workspace = self.resolve_workspace(workspace).await?;
+        }
         let mut upto = match turns {
             Some(n) => self.deps.store.nth_user_message(source, n).await?,
             None => None,
@@ -255,6 +261,11 @@ impl Sessions {
                         to: id,
                         upto: Some(upto),
                     },
+                    WriteOp::CopyArtifacts {
+                        from: source,
+                        to: id,
+                        upto: Some(upto),
+                    },
                     WriteOp::InsertEvent(created),
                     WriteOp::InsertEvent(forked),
                 ],
@@ -271,6 +282,27 @@ impl Sessions {
             .session(id)
             .await?
             .ok_or(SessionError::NotFound)
+    }
+
+    /// The directory under the server's `--workspace` root that `rel` names, created if
+    /// missing, as the session options keep it: canonical and relative to the root, `None` for
+    /// the root itself. Anything that leaves the root (an absolute path, `..` above it, a
+    /// symlink that leads outside) is refused, saying why.
+    pub async fn resolve_workspace(&self, rel: &str) -> Result<Option<String>, SessionError> {
+        let root = self.deps.agent.tool_context.workspace.clone();
+        let wanted = rel.to_string();
+        let dir = root
+            .run(move |root| root.subdir(&wanted))
+            .await
+            .map_err(|e| SessionError::BadInput(format!("workspace {rel:?}: {e}")))?;
+        match dir.relative_to(&root).as_deref() {
+            Some(".") => Ok(None),
+            Some(inside) => Ok(Some(inside.to_string())),
+            // `subdir` answers only directories under the root.
+            None => Err(SessionError::BadInput(format!(
+                "workspace {rel:?}: not under the server's workspace"
+            ))),
+        }
     }
 
     /// The tools a new session is offered, available or not.

@@ -24,8 +24,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use uuid::Uuid;
 
+use bytes::Bytes;
+
 use crate::model::{
-    Checkpoint, Event, Message, RunRecord, SessionRecord, SessionState, StepRecord,
+    ArtifactRecord, Checkpoint, Event, Message, RunRecord, SessionRecord, SessionState, StepRecord,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -80,6 +82,24 @@ pub enum WriteOp {
         to: Uuid,
         upto: Option<i64>,
     },
+    /// Records an artifact of a session, and its bytes unless bytes of that sha256 are stored
+    /// already (by any session): content is stored once per sha256.
+    InsertArtifact {
+        session_id: Uuid,
+        artifact: ArtifactRecord,
+        /// Messages in the session's history when it was recorded (what a fork compares with).
+        message_count: i64,
+        /// The `seq` of its `artifact.created` event.
+        seq: i64,
+        content: Bytes,
+    },
+    /// Copies the artifact records of `from` made while its history had at most `upto`
+    /// messages (all when `None`) into `to`, ids included; the bytes are shared, not copied.
+    CopyArtifacts {
+        from: Uuid,
+        to: Uuid,
+        upto: Option<i64>,
+    },
     UpsertRun(RunRecord),
     UpsertStep(StepRecord),
     InsertEvent(Arc<Event>),
@@ -98,6 +118,15 @@ pub enum WriteOp {
         error: String,
         at: chrono::DateTime<chrono::Utc>,
     },
+}
+
+/// Which versions an artifact list holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArtifactVersions {
+    /// The newest version of each path.
+    Newest,
+    /// Every version of every path.
+    All,
 }
 
 /// Filters and paging for the session list (newest first; the cursor is the last id seen).
@@ -155,6 +184,20 @@ pub trait Store: Send + Sync + 'static {
     async fn run(&self, session_id: Uuid, run_id: Uuid) -> StoreResult<Option<RunRecord>>;
 
     async fn latest_checkpoint(&self, session_id: Uuid) -> StoreResult<Option<Checkpoint>>;
+
+    /// A session's artifacts in creation order (by id), with `id > after` when given.
+    async fn artifacts(
+        &self,
+        session_id: Uuid,
+        versions: ArtifactVersions,
+        after: Option<Uuid>,
+        limit: i64,
+    ) -> StoreResult<Vec<ArtifactRecord>>;
+    async fn artifact(&self, session_id: Uuid, id: Uuid) -> StoreResult<Option<ArtifactRecord>>;
+    /// The newest version of `path` among a session's artifacts; 0 when it has none.
+    async fn artifact_version(&self, session_id: Uuid, path: &str) -> StoreResult<i64>;
+    /// The bytes stored under a sha256 (lower-case hex).
+    async fn blob(&self, sha256: &str) -> StoreResult<Option<Vec<u8>>>;
 
     /// Whether the database can be used now (for readiness): it answers a read, and whatever
     /// else the backend can check cheaply.

@@ -16,8 +16,8 @@ use uuid::Uuid;
 
 use super::{StoreError, StoreResult};
 use crate::model::{
-    Checkpoint, FinishReason, Message, Role, RunKind, RunRecord, RunStatus, SessionRecord,
-    SessionState, StepKind, StepRecord, StepStatus, ThinkingBlock, ToolCall, Usage,
+    ArtifactRecord, Checkpoint, FinishReason, Message, Role, RunKind, RunRecord, RunStatus,
+    SessionRecord, SessionState, StepKind, StepRecord, StepStatus, ThinkingBlock, ToolCall, Usage,
 };
 
 /// A session with its derived counters; the table is aliased `s`.
@@ -48,8 +48,24 @@ pub const STEP_COLUMNS: &str = "id, session_id, run_id, kind, status, request, r
 pub const CHECKPOINT_COLUMNS: &str =
     "id, session_id, run_id, step_id, message_count, seq, created_at";
 
+/// An artifact record; the table is aliased `a`.
+pub const ARTIFACT_COLUMNS: &str =
+    "a.id, a.path, a.version, a.size, a.sha256, a.media_type, a.step_id, a.run_id, a.created_at";
+
+/// The condition that keeps only the newest version of each path (`a` = the artifacts table).
+pub const NEWEST_ARTIFACT: &str = "NOT EXISTS (SELECT 1 FROM artifacts n \
+     WHERE n.session_id = a.session_id AND n.path = a.path AND n.version > a.version)";
+
 /// The tables whose rows belong to one session (`session_id`), deleted with it.
-pub const SESSION_TABLES: [&str; 5] = ["events", "messages", "steps", "runs", "checkpoints"];
+/// (Deleting a session's artifacts also deletes the bytes no other session's artifact names.)
+pub const SESSION_TABLES: [&str; 6] = [
+    "events",
+    "messages",
+    "steps",
+    "runs",
+    "checkpoints",
+    "artifacts",
+];
 
 /// A value both backends store alike (integers, text, and NULL of either), read as it is.
 pub trait Plain:
@@ -220,6 +236,22 @@ pub fn step_from<R: StoredRow>(row: &R) -> StoreResult<StepRecord> {
         error: row.get("error")?,
         created_at: row.time("created_at")?,
         finished_at: row.opt_time("finished_at")?,
+    })
+}
+
+/// A row of [`ARTIFACT_COLUMNS`].
+pub fn artifact_from<R: StoredRow>(row: &R) -> StoreResult<ArtifactRecord> {
+    let size: i64 = row.get("size")?;
+    Ok(ArtifactRecord {
+        id: row.uuid("id")?,
+        path: row.get("path")?,
+        version: row.get("version")?,
+        size: u64::try_from(size).map_err(|_| corrupt("size", &size.to_string()))?,
+        sha256: row.get("sha256")?,
+        media_type: row.get("media_type")?,
+        step_id: row.uuid("step_id")?,
+        run_id: row.uuid("run_id")?,
+        created_at: row.time("created_at")?,
     })
 }
 

@@ -276,6 +276,28 @@ mod tests {
         async fn latest_checkpoint(&self, _: Uuid) -> StoreResult<Option<Checkpoint>> {
             Ok(None)
         }
+        async fn artifacts(
+            &self,
+            _: Uuid,
+            _: crate::store::ArtifactVersions,
+            _: Option<Uuid>,
+            _: i64,
+        ) -> StoreResult<Vec<crate::model::ArtifactRecord>> {
+            Ok(Vec::new())
+        }
+        async fn artifact(
+            &self,
+            _: Uuid,
+            _: Uuid,
+        ) -> StoreResult<Option<crate::model::ArtifactRecord>> {
+            Ok(None)
+        }
+        async fn artifact_version(&self, _: Uuid, _: &str) -> StoreResult<i64> {
+            Ok(0)
+        }
+        async fn blob(&self, _: &str) -> StoreResult<Option<Vec<u8>>> {
+            Ok(None)
+        }
     }
 
     fn started(session_id: Uuid) -> WriteOp {

@@ -103,13 +103,37 @@ pub enum SubjectKind {
     Input,
 }
 
-/// A file a call produced, for the session layer to keep as an artifact.
+/// Something a call produced, for the session to keep as an artifact: the one way any tool
+/// hands bytes to the session. A tool puts it in [`ToolResult::artifacts`] (see
+/// [`ToolResult::with_artifact`]); the session records each as the next version of its path,
+/// in the commit of the call's result, with an `artifact.created` event, unless it is larger
+/// than `--max-artifact-bytes` (then the call's output says it was not kept). The built-in
+/// file tools hand over the file they wrote; an MCP tool hands over the images and embedded
+/// resources its server returned.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Artifact {
-    /// Workspace-relative, `/`-separated, symlinks resolved.
+    /// The name it is kept under; its versions count up per name. For a file of the workspace,
+    /// its workspace-relative, `/`-separated path with symlinks resolved; for other content, a
+    /// name the tool chooses (an MCP tool might use `mcp/<server>/<resource name>`).
     pub path: String,
+    /// The `Content-Type` it is served with (`image/png`, `text/plain; charset=utf-8`).
     pub media_type: String,
     pub content: Bytes,
+}
+
+impl Artifact {
+    /// An artifact of `content` kept under `path`, served as `media_type`.
+    pub fn new(
+        path: impl Into<String>,
+        media_type: impl Into<String>,
+        content: impl Into<Bytes>,
+    ) -> Artifact {
+        Artifact {
+            path: path.into(),
+            media_type: media_type.into(),
+            content: content.into(),
+        }
+    }
 }
 
 /// What a tool answers when it succeeds.
@@ -117,6 +141,14 @@ pub struct Artifact {
 pub struct ToolResult {
     pub output: String,
     pub artifacts: Vec<Artifact>,
+}
+
+impl ToolResult {
+    /// This result with `artifact` added to what the session keeps.
+    pub fn with_artifact(mut self, artifact: Artifact) -> ToolResult {
+        self.artifacts.push(artifact);
+        self
+    }
 }
 
 impl From<String> for ToolResult {

@@ -98,6 +98,15 @@ impl Workspace {
         })
     }
 
+    /// Where this workspace lies under `outer`, as a canonical `/`-separated relative path
+    /// (`.` for `outer` itself); `None` when it is not inside `outer`.
+    pub fn relative_to(&self, outer: &Workspace) -> Option<String> {
+        self.root
+            .strip_prefix(outer.root.as_path())
+            .ok()
+            .map(display)
+    }
+
     /// Runs blocking filesystem work on the blocking pool.
     pub(crate) async fn run<T, F>(&self, work: F) -> Result<T, ToolError>
     where
@@ -508,6 +517,9 @@ mod tests {
         );
         assert_eq!(root.subdir("").expect("root").root(), root.root());
         assert_eq!(root.subdir(".").expect("root").root(), root.root());
+        assert_eq!(sub.relative_to(&root).as_deref(), Some("teams/a/b"));
+        assert_eq!(root.relative_to(&root).as_deref(), Some("."));
+        assert_eq!(root.relative_to(&sub), None);
         // A session workspace confines like any other.
         assert!(sub.locate("../x").is_err());
     }

@@ -484,3 +484,26 @@ async fn after_a_crash_the_parent_continues_the_children_it_had_started() {
         server.log_tail(40)
     );
 }
+
+#[tokio::test]
+async fn a_child_works_in_its_parents_workspace() {
+    let server = TestServer::start(ServerOptions::new()).await;
+    let dir = server.workspace().join("team");
+    std::fs::create_dir_all(&dir).expect("create team/");
+    std::fs::write(dir.join("README.md"), "Team notes live here.\n").expect("write README");
+    let parent = server
+        .create_session_with(&json!({
+            "workspace": "team",
+            "tool_policy": [{"tool": "task", "action": "allow"}],
+        }))
+        .await;
+    let id = id_of(&parent);
+    let result = server.run_wait(&id, "delegate").await;
+    let children = children_of(&server, &id).await;
+    assert_eq!(children.len(), 1);
+    assert_eq!(children[0]["workspace"], "team", "{}", children[0]);
+    // The child listed and read the parent's directory, not the server's root.
+    let text = result["text"].as_str().unwrap_or_default();
+    assert!(text.contains("Team notes live here."), "{text}");
+    assert!(text.contains("1 top-level entries"), "{text}");
+}

@@ -29,6 +29,7 @@ RUST_TYPES = {
     "i64": ("type", "integer"),
     "FinishReason": ("type", "string"),
     "Message": ("ref", "Message"),
+    "ArtifactRecord": ("ref", "Artifact"),
     "ToolCall": ("ref", "ToolCall"),
     "Usage": ("ref", "Usage"),
     "SessionState": ("ref", "SessionState"),

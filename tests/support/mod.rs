@@ -13,6 +13,8 @@
 //!   binary's own (started on first use, stopped when the process exits).
 //! - [`fakes`]: fake OpenAI and Anthropic servers that answer byte for byte and check, on every
 //!   request they receive, that each tool call is answered by a tool result.
+//! - [`database`]: SQL on the server's own database, on either backend, for what only the
+//!   tables show (copies of stored bytes, the room rows take).
 //! - [`checks`]: what the suites assert about logs and histories (seq contiguity, terminal
 //!   events, tool-call pairing, percentiles), and [`fixtures`]: the workspace the mock reads.
 //!
@@ -23,6 +25,7 @@
 
 pub mod checks;
 pub mod client;
+pub mod database;
 pub mod fakes;
 pub mod fixtures;
 pub mod postgres;

@@ -1,17 +1,23 @@
 //! Tools that do real work, through HTTP: the built-in tools called by a scripted model, the
-//! policy, human approvals (every outcome, across a restart), the tools a client runs, and
-//! the routes that list tools and take answers.
+//! policy, human approvals (every outcome, across a restart), the tools a client runs, the
+//! routes that list tools and take answers, the artifacts the file tools leave, and the
+//! workspace a session chooses.
 //!
 //! The model is the fake OpenAI-compatible server of `support::fakes`, which replies with the
-//! tool calls a test scripts (and checks on every request that each call has its result).
+//! tool calls a test scripts (and checks on every request that each call has its result);
+//! `artifacts`, `artifact_storage` and `workspaces` drive the mock model, which writes and
+//! edits on request.
 
 #[path = "../support/mod.rs"]
 mod support;
 
 mod approvals;
+mod artifact_storage;
+mod artifacts;
 mod builtin;
 mod client;
 mod routes;
+mod workspaces;
 
 use std::time::Duration;
 

@@ -152,6 +152,7 @@ impl SessionActor {
             history: Vec::new(),
             history_loaded: false,
             parked: None,
+            artifact_versions: Default::default(),
             last_result: last_run.as_ref().map(RunResult::from),
             last_run,
         }))

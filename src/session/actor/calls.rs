@@ -168,6 +168,9 @@ pub(super) struct CallDesk {
     pub running: usize,
     /// The sub-agents of the run's `task` calls.
     pub children: Arc<Children>,
+    /// What the result of a call says beyond the tool's output (artifacts not kept), by call
+    /// id: from its `tool.finished` until its result joins the history.
+    pub notes: HashMap<String, String>,
 }
 
 impl CallDesk {
@@ -525,14 +528,23 @@ impl RunJournal<'_> {
         } else {
             StepStatus::Completed
         };
+        // Its artifacts commit with its outcome, in this batch, announced right after it.
+        let mut keeping = self.keep_artifacts(step_id, &output.artifacts).await?;
+        let text = match &keeping.note {
+            Some(note) => format!("{}\n{note}", output.output),
+            None => output.output.clone(),
+        };
+        if let Some(note) = keeping.note.take() {
+            self.calls.notes.insert(call.id.clone(), note);
+        }
         let mut step = self.tool_step(step_id, call, status);
-        step.response = Some(json!({ "output": output.output, "is_error": output.is_error }));
+        step.response = Some(json!({ "output": text, "is_error": output.is_error }));
         step.finished_at = Some(model::now());
         self.batch.ops.push(WriteOp::UpsertStep(step));
         let kind = EventKind::ToolFinished {
             step_id,
             call_id: call.id.clone(),
-            output: output.output.clone(),
+            output: text.clone(),
             is_error: output.is_error,
         };
         lock(&self.calls.waiting).apply(&kind);
@@ -546,11 +558,12 @@ impl RunJournal<'_> {
             };
             self.batch.event(self.core, finished);
         }
+        self.record_artifacts(keeping);
         self.flush_now().await?;
         if let Some(reply) = self.calls.replies.remove(&call.id) {
             let result = ClientResult {
                 call_id: call.id.clone(),
-                output: output.output.clone(),
+                output: text,
                 is_error: output.is_error,
             };
             let _ = reply.send(Ok(serde_json::to_value(result).unwrap_or(Value::Null)));
@@ -564,8 +577,12 @@ impl RunJournal<'_> {
         done: bool,
     ) -> Result<(), StoreError> {
         for (call, output) in results {
+            let content = match self.calls.notes.remove(&call.id) {
+                Some(note) => format!("{}\n{note}", output.output),
+                None => output.output.clone(),
+            };
             self.batch
-                .message(self.core, Message::tool_result(&call.id, &output.output));
+                .message(self.core, Message::tool_result(&call.id, &content));
         }
         if done {
             self.batch.state(self.core, SessionState::Running, None);

@@ -41,6 +41,11 @@ impl RunOutcome {
                 usage,
                 steps,
             }),
+            Err(AgentError::NotStarted { error }) => Ok(RunOutcome::Failed {
+                error,
+                usage: Usage::default(),
+                steps: 0,
+            }),
             Err(AgentError::Journal(error)) => Err(error),
         }
     }

@@ -7,10 +7,12 @@
 //! cancel reaches the run and everything that would change the session is refused.
 //!
 //! `access` loads the session and, with replicas, takes its lease; `journal` is how the actor
-//! writes (batches, commits, the agent loop's journal); `end` decides how a run ends.
+//! writes (batches, commits, the agent loop's journal); `calls` admits and records tool calls,
+//! `artifacts` keeps the files they produced; `end` decides how a run ends.
 
 mod access;
 mod approvals;
+mod artifacts;
 mod calls;
 mod cancel;
 mod compact;
@@ -58,6 +60,8 @@ pub(super) struct Core {
     /// The newest run waits only for answers to its calls, and nothing drives it (found so
     /// after a restart or a takeover): what waits.
     parked: Option<crate::session::waiting::Waiting>,
+    /// The newest artifact version of each path this actor has seen or recorded.
+    artifact_versions: std::collections::HashMap<String, i64>,
 }
 
 /// Why an actor stops. An actor that stops answers nothing more: the commands left in its

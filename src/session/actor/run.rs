@@ -10,7 +10,7 @@ use super::calls::{AnswerMsg, CallDesk, RunCalls};
 use super::end::{self, Conclusion, RunOutcome, Stopping};
 use super::journal::{Batch, RunJournal};
 use super::{Active, Activity, Phase, SessionActor, Stop};
-use crate::agent::{context, AgentDeps, AgentLoop, DefaultLoop};
+use crate::agent::{context, AgentDeps, AgentError, AgentLoop, DefaultLoop};
 use crate::model::{
     self, EventKind, Message, ResolvedBy, Role, RunKind, RunRecord, RunResult, RunStatus,
     SessionRecord, SessionState, Usage,
@@ -24,7 +24,7 @@ use crate::session::Sessions;
 use crate::store::{StoreError, WriteOp};
 use crate::tools::client::ClientSide;
 use crate::tools::policy::Rules;
-use crate::tools::{Tool, ToolRegistry};
+use crate::tools::{Tool, ToolContext, ToolRegistry};
 
 /// A run asked for while another one ended: it starts next.
 pub(super) type NextRun = Option<(RunRequest, Reply<RunStarted>)>;
@@ -286,6 +286,23 @@ impl SessionActor {
         chosen.with(more).unwrap_or(chosen)
     }
 
+    /// What the session's tool calls run in: its directory under the server's workspace
+    /// (made again if it was removed), or the root. A directory that now leads outside the
+    /// root (replaced by a symlink since) is refused: the run fails rather than run tools
+    /// anywhere else.
+    async fn tool_context(&self, record: &SessionRecord) -> Result<ToolContext, String> {
+        let root = &self.deps.agent.tool_context;
+        let Some(rel) = record.options.workspace.clone() else {
+            return Ok(root.clone());
+        };
+        let shown = rel.clone();
+        root.workspace
+            .run(move |root| root.subdir(&rel))
+            .await
+            .map(ToolContext::new)
+            .map_err(|e| format!("the session's workspace {shown:?} cannot be used: {e}"))
+    }
+
     /// Runs the loop while still answering the mailbox, then records how the run ended.
     async fn drive(
         &mut self,
@@ -296,6 +313,12 @@ impl SessionActor {
         let core = self.core.as_ref().ok_or(Stop::Gone)?;
         let children = Arc::new(Children::default());
         let tools = self.run_tools(&core.record, &children);
+        let (context, unusable) = match self.tool_context(&core.record).await {
+            Ok(context) => (context, None),
+            // Never used: the loop does not run.
+            Err(error) => (self.deps.agent.tool_context.clone(), Some(error)),
+        };
+        let core = self.core.as_ref().ok_or(Stop::Gone)?;
         let session_rules =
             Rules::compile(core.record.options.tool_policy.clone()).unwrap_or_default();
         let (answers, answers_rx) = mpsc::unbounded_channel();
@@ -318,17 +341,19 @@ impl SessionActor {
         }
         let agent = AgentDeps {
             tools: tools.clone(),
+            tool_context: context.clone(),
             ..self.deps.agent.clone()
         };
         let desk = CallDesk {
             waiting,
             answers: answers_rx,
             tools,
-            context: self.deps.agent.tool_context.clone(),
+            context,
             session_rules,
             replies: Default::default(),
             running: 0,
             children,
+            notes: Default::default(),
         };
         let sink = super::journal::Sink {
             deps: &self.deps,
@@ -343,7 +368,9 @@ impl SessionActor {
         }
         let mut journal = RunJournal::new(self.id, run.id, core, sink, desk);
         let mut lease_lost = false;
-        let result = {
+        let result = if let Some(error) = unusable {
+            Err(AgentError::NotStarted { error })
+        } else {
             let turn = DefaultLoop.run(
                 &mut journal,
                 &agent,

@@ -11,14 +11,16 @@ use uuid::Uuid;
 use super::{write, PostgresStore};
 use crate::model::INTERRUPTED;
 use crate::model::{
-    Checkpoint, Event, EventKind, Message, RunRecord, SessionRecord, SessionState, StepRecord,
+    ArtifactRecord, Checkpoint, Event, EventKind, Message, RunRecord, SessionRecord, SessionState,
+    StepRecord,
 };
 use crate::store::rows::{
-    checkpoint_from, corrupt_event, listed_sessions, message_from, run_from, session_from,
-    step_from, Plain, StoredRow, CHECKPOINT_COLUMNS, EVENT_COLUMNS, INTERRUPTED_SESSIONS,
-    MESSAGE_COLUMNS, RUN_COLUMNS, SESSION_COLUMNS, STEP_COLUMNS,
+    artifact_from, checkpoint_from, corrupt_event, listed_sessions, message_from, run_from,
+    session_from, step_from, Plain, StoredRow, ARTIFACT_COLUMNS, CHECKPOINT_COLUMNS, EVENT_COLUMNS,
+    INTERRUPTED_SESSIONS, MESSAGE_COLUMNS, NEWEST_ARTIFACT, RUN_COLUMNS, SESSION_COLUMNS,
+    STEP_COLUMNS,
 };
-use crate::store::{SessionQuery, Store, StoreResult, WriteOp};
+use crate::store::{ArtifactVersions, SessionQuery, Store, StoreResult, WriteOp};
 
 /// SQLite treats a negative `LIMIT` as "no limit"; PostgreSQL rejects it but reads a NULL
 /// limit as `LIMIT ALL`.
@@ -259,5 +261,60 @@ impl Store for PostgresStore {
         .fetch_optional(&self.pool)
         .await?;
         row.as_ref().map(checkpoint_from).transpose()
+    }
+
+    async fn artifacts(
+        &self,
+        session_id: Uuid,
+        versions: ArtifactVersions,
+        after: Option<Uuid>,
+        limit: i64,
+    ) -> StoreResult<Vec<ArtifactRecord>> {
+        let newest = match versions {
+            ArtifactVersions::Newest => NEWEST_ARTIFACT,
+            ArtifactVersions::All => "TRUE",
+        };
+        let rows = sqlx::query(&format!(
+            "SELECT {ARTIFACT_COLUMNS} FROM artifacts a \
+             WHERE a.session_id = $1 AND ($2::uuid IS NULL OR a.id > $2) AND {newest} \
+             ORDER BY a.id LIMIT $3"
+        ))
+        .bind(session_id)
+        .bind(after)
+        .bind(sql_limit(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(artifact_from).collect()
+    }
+
+    async fn artifact(&self, session_id: Uuid, id: Uuid) -> StoreResult<Option<ArtifactRecord>> {
+        let row = sqlx::query(&format!(
+            "SELECT {ARTIFACT_COLUMNS} FROM artifacts a WHERE a.session_id = $1 AND a.id = $2"
+        ))
+        .bind(session_id)
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(artifact_from).transpose()
+    }
+
+    async fn artifact_version(&self, session_id: Uuid, path: &str) -> StoreResult<i64> {
+        let row = sqlx::query(
+            "SELECT COALESCE(MAX(version), 0)::bigint FROM artifacts \
+             WHERE session_id = $1 AND path = $2",
+        )
+        .bind(session_id)
+        .bind(write::text(path).as_ref())
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(row.try_get(0)?)
+    }
+
+    async fn blob(&self, sha256: &str) -> StoreResult<Option<Vec<u8>>> {
+        let row = sqlx::query("SELECT content FROM blobs WHERE sha256 = $1")
+            .bind(sha256)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.map(|r| r.try_get(0)).transpose()?)
     }
 }

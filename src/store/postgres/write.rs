@@ -15,8 +15,8 @@ use uuid::Uuid;
 
 use super::{cluster, PostgresStore};
 use crate::model::{
-    Checkpoint, Event, FinishReason, Message, RunRecord, SessionRecord, StepRecord, ThinkingBlock,
-    ToolCall,
+    ArtifactRecord, Checkpoint, Event, FinishReason, Message, RunRecord, SessionRecord, StepRecord,
+    ThinkingBlock, ToolCall,
 };
 use crate::store::rows::{tokens, SESSION_TABLES};
 use crate::store::{StoreResult, WriteOp};
@@ -57,6 +57,16 @@ async fn apply(conn: &mut PgConnection, op: &WriteOp) -> StoreResult<()> {
             message,
         } => insert_message(conn, *session_id, message).await?,
         WriteOp::CopyMessages { from, to, upto } => copy_messages(conn, *from, *to, *upto).await?,
+        WriteOp::InsertArtifact {
+            session_id,
+            artifact,
+            message_count,
+            seq,
+            content,
+        } => insert_artifact(conn, *session_id, artifact, *message_count, *seq, content).await?,
+        WriteOp::CopyArtifacts { from, to, upto } => {
+            copy_artifacts(conn, *from, *to, *upto).await?
+        }
         WriteOp::UpsertRun(r) => upsert_run(conn, r).await?,
         WriteOp::UpsertStep(s) => upsert_step(conn, s).await?,
         WriteOp::InsertEvent(e) => insert_event(conn, e).await?,
@@ -126,6 +136,19 @@ fn options_value(s: &SessionRecord) -> serde_json::Value {
 }
 
 async fn delete_session(conn: &mut PgConnection, id: Uuid) -> Result<(), sqlx::Error> {
+    // The bytes that only this session's artifacts name go with them. Other replicas may be
+    // recording artifacts of the same bytes, or deleting other sessions that name them, at
+    // the same time: the rows of those bytes are locked first (as an artifact's insert locks
+    // them, see `insert_artifact`), and whether anything else still names them is asked after
+    // that, in a statement of its own, so that it sees what those others committed.
+    let shared: Vec<String> = sqlx::query_scalar(
+        "SELECT sha256 FROM blobs \
+         WHERE sha256 IN (SELECT sha256 FROM artifacts WHERE session_id = $1) \
+         ORDER BY sha256 FOR UPDATE",
+    )
+    .bind(id)
+    .fetch_all(&mut *conn)
+    .await?;
     for table in SESSION_TABLES {
         sqlx::query(&format!("DELETE FROM {table} WHERE session_id = $1"))
             .bind(id)
@@ -134,8 +157,17 @@ async fn delete_session(conn: &mut PgConnection, id: Uuid) -> Result<(), sqlx::E
     }
     sqlx::query("DELETE FROM sessions WHERE id = $1")
         .bind(id)
+        .execute(&mut *conn)
+        .await?;
+    if !shared.is_empty() {
+        sqlx::query(
+            "DELETE FROM blobs WHERE sha256 = ANY($1) \
+             AND NOT EXISTS (SELECT 1 FROM artifacts a WHERE a.sha256 = blobs.sha256)",
+        )
+        .bind(&shared)
         .execute(conn)
         .await?;
+    }
     Ok(())
 }
 
@@ -172,6 +204,75 @@ async fn copy_messages(
          tool_call_id, created_at) \
          SELECT $1, idx, role, content, thinking, tool_calls, tool_call_id, created_at \
          FROM messages WHERE session_id = $2 AND idx < $3",
+    )
+    .bind(to)
+    .bind(from)
+    .bind(upto.unwrap_or(i64::MAX))
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+async fn insert_artifact(
+    conn: &mut PgConnection,
+    session_id: Uuid,
+    a: &ArtifactRecord,
+    message_count: i64,
+    seq: i64,
+    content: &[u8],
+) -> Result<(), sqlx::Error> {
+    // Bytes stored already are not written again, but their row is locked (an update that
+    // changes nothing) until the commit, so that a concurrent delete of the last session that
+    // named them waits and then sees this artifact.
+    sqlx::query(
+        "INSERT INTO blobs (sha256, size, content, created_at) VALUES ($1, $2, $3, $4) \
+         ON CONFLICT (sha256) DO UPDATE SET size = blobs.size",
+    )
+    .bind(&a.sha256)
+    .bind(size(a.size))
+    .bind(content)
+    .bind(a.created_at)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query(
+        "INSERT INTO artifacts (session_id, id, path, version, size, sha256, media_type, \
+         step_id, run_id, message_count, seq, created_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+    )
+    .bind(session_id)
+    .bind(a.id)
+    .bind(text(&a.path))
+    .bind(a.version)
+    .bind(size(a.size))
+    .bind(&a.sha256)
+    .bind(text(&a.media_type))
+    .bind(a.step_id)
+    .bind(a.run_id)
+    .bind(message_count)
+    .bind(seq)
+    .bind(a.created_at)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// A byte count as stored (`bigint`).
+fn size(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+async fn copy_artifacts(
+    conn: &mut PgConnection,
+    from: Uuid,
+    to: Uuid,
+    upto: Option<i64>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO artifacts (session_id, id, path, version, size, sha256, media_type, \
+         step_id, run_id, message_count, seq, created_at) \
+         SELECT $1, id, path, version, size, sha256, media_type, step_id, run_id, \
+         message_count, seq, created_at FROM artifacts \
+         WHERE session_id = $2 AND message_count <= $3",
     )
     .bind(to)
     .bind(from)
@@ -322,7 +423,7 @@ async fn insert_checkpoint(conn: &mut PgConnection, c: &Checkpoint) -> Result<()
 }
 
 /// Text without U+0000 (which PostgreSQL cannot store); borrowed when there is none.
-fn text(s: &str) -> Cow<'_, str> {
+pub(super) fn text(s: &str) -> Cow<'_, str> {
     if s.contains('\0') {
         Cow::Owned(s.replace('\0', "\u{FFFD}"))
     } else {

@@ -12,14 +12,15 @@ use uuid::Uuid;
 use super::SqliteStore;
 use crate::model::INTERRUPTED;
 use crate::model::{
-    Checkpoint, Event, Message, RunRecord, SessionRecord, SessionState, StepRecord,
+    ArtifactRecord, Checkpoint, Event, Message, RunRecord, SessionRecord, SessionState, StepRecord,
 };
 use crate::store::rows::{
-    checkpoint_from, corrupt, corrupt_event, listed_sessions, message_from, run_from, session_from,
-    step_from, Plain, StoredRow, CHECKPOINT_COLUMNS, EVENT_COLUMNS, INTERRUPTED_SESSIONS,
-    MESSAGE_COLUMNS, RUN_COLUMNS, SESSION_COLUMNS, STEP_COLUMNS,
+    artifact_from, checkpoint_from, corrupt, corrupt_event, listed_sessions, message_from,
+    run_from, session_from, step_from, Plain, StoredRow, ARTIFACT_COLUMNS, CHECKPOINT_COLUMNS,
+    EVENT_COLUMNS, INTERRUPTED_SESSIONS, MESSAGE_COLUMNS, NEWEST_ARTIFACT, RUN_COLUMNS,
+    SESSION_COLUMNS, STEP_COLUMNS,
 };
-use crate::store::{SessionQuery, Store, StoreError, StoreResult, WriteOp};
+use crate::store::{ArtifactVersions, SessionQuery, Store, StoreError, StoreResult, WriteOp};
 
 /// Ids, times and JSON are stored as text.
 impl StoredRow for SqliteRow {
@@ -303,5 +304,63 @@ impl Store for SqliteStore {
         .await
         .map_err(|e| self.read_failed(e))?;
         row.as_ref().map(checkpoint_from).transpose()
+    }
+
+    async fn artifacts(
+        &self,
+        session_id: Uuid,
+        versions: ArtifactVersions,
+        after: Option<Uuid>,
+        limit: i64,
+    ) -> StoreResult<Vec<ArtifactRecord>> {
+        let newest = match versions {
+            ArtifactVersions::Newest => NEWEST_ARTIFACT,
+            ArtifactVersions::All => "1 = 1",
+        };
+        let rows = sqlx::query(&format!(
+            "SELECT {ARTIFACT_COLUMNS} FROM artifacts a \
+             WHERE a.session_id = ?1 AND (?2 IS NULL OR a.id > ?2) AND {newest} \
+             ORDER BY a.id LIMIT ?3"
+        ))
+        .bind(session_id.to_string())
+        .bind(after.map(|id| id.to_string()))
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| self.read_failed(e))?;
+        rows.iter().map(artifact_from).collect()
+    }
+
+    async fn artifact(&self, session_id: Uuid, id: Uuid) -> StoreResult<Option<ArtifactRecord>> {
+        let row = sqlx::query(&format!(
+            "SELECT {ARTIFACT_COLUMNS} FROM artifacts a WHERE a.session_id = ? AND a.id = ?"
+        ))
+        .bind(session_id.to_string())
+        .bind(id.to_string())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| self.read_failed(e))?;
+        row.as_ref().map(artifact_from).transpose()
+    }
+
+    async fn artifact_version(&self, session_id: Uuid, path: &str) -> StoreResult<i64> {
+        let row = sqlx::query(
+            "SELECT COALESCE(MAX(version), 0) FROM artifacts WHERE session_id = ? AND path = ?",
+        )
+        .bind(session_id.to_string())
+        .bind(path)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(|e| self.read_failed(e))?;
+        Ok(row.try_get(0)?)
+    }
+
+    async fn blob(&self, sha256: &str) -> StoreResult<Option<Vec<u8>>> {
+        let row = sqlx::query("SELECT content FROM blobs WHERE sha256 = ?")
+            .bind(sha256)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| self.read_failed(e))?;
+        Ok(row.map(|r| r.try_get(0)).transpose()?)
     }
 }

@@ -14,8 +14,8 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::model::{
-    Checkpoint, Event, FinishReason, Message, RunRecord, SessionRecord, StepRecord, ThinkingBlock,
-    ToolCall,
+    ArtifactRecord, Checkpoint, Event, FinishReason, Message, RunRecord, SessionRecord, StepRecord,
+    ThinkingBlock, ToolCall,
 };
 use crate::store::rows::{tokens, SESSION_TABLES};
 use crate::store::{StoreError, StoreResult, WriteOp};
@@ -138,6 +138,14 @@ fn apply(tx: &Transaction<'_>, op: &WriteOp) -> rusqlite::Result<()> {
             message,
         } => insert_message(tx, *session_id, message),
         WriteOp::CopyMessages { from, to, upto } => copy_messages(tx, *from, *to, *upto),
+        WriteOp::InsertArtifact {
+            session_id,
+            artifact,
+            message_count,
+            seq,
+            content,
+        } => insert_artifact(tx, *session_id, artifact, *message_count, *seq, content),
+        WriteOp::CopyArtifacts { from, to, upto } => copy_artifacts(tx, *from, *to, *upto),
         WriteOp::UpsertRun(r) => upsert_run(tx, r),
         WriteOp::UpsertStep(s) => upsert_step(tx, s),
         WriteOp::InsertEvent(e) => insert_event(tx, e),
@@ -204,6 +212,14 @@ fn options_json(s: &SessionRecord) -> String {
 
 fn delete_session(tx: &Transaction<'_>, id: Uuid) -> rusqlite::Result<()> {
     let id = id.to_string();
+    // The bytes that only this session's artifacts name go with them. One writer connection
+    // applies every write, so no other session can start naming them meanwhile.
+    tx.prepare_cached(
+        "DELETE FROM blobs WHERE sha256 IN (SELECT sha256 FROM artifacts WHERE session_id = ?1) \
+         AND NOT EXISTS (SELECT 1 FROM artifacts o \
+                         WHERE o.sha256 = blobs.sha256 AND o.session_id <> ?1)",
+    )?
+    .execute([&id])?;
     for table in SESSION_TABLES {
         tx.prepare_cached(&format!("DELETE FROM {table} WHERE session_id = ?"))?
             .execute([&id])?;
@@ -242,6 +258,72 @@ fn copy_messages(
          tool_call_id, created_at) \
          SELECT ?, idx, role, content, thinking, tool_calls, tool_call_id, created_at \
          FROM messages WHERE session_id = ? AND idx < ?",
+    )?
+    .execute(params![
+        to.to_string(),
+        from.to_string(),
+        upto.unwrap_or(i64::MAX)
+    ])?;
+    Ok(())
+}
+
+fn insert_artifact(
+    tx: &Transaction<'_>,
+    session_id: Uuid,
+    a: &ArtifactRecord,
+    message_count: i64,
+    seq: i64,
+    content: &[u8],
+) -> rusqlite::Result<()> {
+    tx.prepare_cached(
+        "INSERT INTO blobs (sha256, size, content, created_at) VALUES (?, ?, ?, ?) \
+         ON CONFLICT (sha256) DO NOTHING",
+    )?
+    .execute(params![
+        a.sha256,
+        size(a.size),
+        content,
+        a.created_at.to_rfc3339()
+    ])?;
+    tx.prepare_cached(
+        "INSERT INTO artifacts (session_id, id, path, version, size, sha256, media_type, \
+         step_id, run_id, message_count, seq, created_at) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    )?
+    .execute(params![
+        session_id.to_string(),
+        a.id.to_string(),
+        a.path,
+        a.version,
+        size(a.size),
+        a.sha256,
+        a.media_type,
+        a.step_id.to_string(),
+        a.run_id.to_string(),
+        message_count,
+        seq,
+        a.created_at.to_rfc3339(),
+    ])?;
+    Ok(())
+}
+
+/// A byte count as stored (`INTEGER`).
+fn size(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn copy_artifacts(
+    tx: &Transaction<'_>,
+    from: Uuid,
+    to: Uuid,
+    upto: Option<i64>,
+) -> rusqlite::Result<()> {
+    tx.prepare_cached(
+        "INSERT INTO artifacts (session_id, id, path, version, size, sha256, media_type, \
+         step_id, run_id, message_count, seq, created_at) \
+         SELECT ?, id, path, version, size, sha256, media_type, step_id, run_id, \
+         message_count, seq, created_at FROM artifacts \
+         WHERE session_id = ? AND message_count <= ?",
     )?
     .execute(params![
         to.to_string(),

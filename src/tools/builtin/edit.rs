@@ -6,7 +6,6 @@ use std::io::Read;
 use std::path::Path;
 
 use async_trait::async_trait;
-use bytes::Bytes;
 use serde_json::{json, Value};
 
 use super::{bool_arg, path_property, path_subject, required_string};
@@ -196,11 +195,8 @@ fn too_large(len: usize) -> ToolError {
 
 fn artifact(canon: &Path, content: Vec<u8>) -> Artifact {
     let path = display(canon);
-    Artifact {
-        media_type: media_type(&path).to_owned(),
-        path,
-        content: Bytes::from(content),
-    }
+    let media_type = media_type(&path);
+    Artifact::new(path, media_type, content)
 }
 
 /// The media type of a text file, by its extension.
@@ -224,6 +220,7 @@ fn media_type(path: &str) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
     use std::fs;
     use std::os::unix::fs::PermissionsExt;
 

@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 from httpx_sse import connect_sse
 from tah_client import AuthenticatedClient, Client
+from tah_client.api.artifacts import get_artifact, get_artifact_content, list_artifacts
 from tah_client.api.events import events as events_api
 from tah_client.api.health import healthz
 from tah_client.api.health import openapi as openapi_api
@@ -45,6 +46,9 @@ from tah_client.models import (
     ApprovalAnswer,
     ApprovalList,
     ApprovalProblem,
+    Artifact,
+    ArtifactCreatedEvent,
+    ArtifactPage,
     AssistantStreamEvent,
     CancelOutcome,
     CheckpointEvent,
@@ -115,6 +119,7 @@ EVENT_CLASSES: dict[str, type] = {
     "llm.failed": LlmFailedEvent,
     "tool.started": ToolStartedEvent,
     "tool.finished": ToolFinishedEvent,
+    "artifact.created": ArtifactCreatedEvent,
     "tool.approval-requested": ToolApprovalRequestedEvent,
     "tool.approval-resolved": ToolApprovalResolvedEvent,
     "tool.policy-updated": ToolPolicyUpdatedEvent,
@@ -520,6 +525,53 @@ def main() -> None:
     check(
         expect(list_approvals.sync(aid, client=client), ApprovalList, "approvals").data == [],
         "nothing waits any more",
+    )
+
+    # ---- a session in its own directory, and the artifacts its file tools leave
+    writer = expect(
+        create_session.sync(
+            client=client,
+            body=CreateSession(
+                title="python artifacts",
+                workspace="py/notes",
+                tool_policy=[Rule(tool="*_file", action=PolicyAction.ALLOW)],
+            ),
+        ),
+        Session,
+        "create with a workspace",
+    )
+    wid = writer.id
+    check(writer.workspace == "py/notes", "the session keeps its workspace")
+    inputs = (
+        "write a note to `notes.md`: one",
+        "edit the note: replace `one` with `two` in `notes.md`",
+    )
+    for text in inputs:
+        done = start_run.sync(wid, client=client, body=RunInput(input_=text), wait=True)
+        check(expect(done, RunResult, text).status == RunStatus.COMPLETED, text)
+    every = expect(list_artifacts.sync(wid, client=client, all_=True), ArtifactPage, "artifacts")
+    check(
+        [(a.path, a.version) for a in every.data] == [("notes.md", 1), ("notes.md", 2)],
+        "two versions of the file",
+    )
+    newest = expect(list_artifacts.sync(wid, client=client), ArtifactPage, "newest").data
+    check([a.id for a in newest] == [every.data[1].id], "the list holds the newest version")
+    first = expect(get_artifact.sync(wid, every.data[0].id, client=client), Artifact, "artifact")
+    version_1 = b"write a note to `notes.md`: one\n"
+    check(first.sha256 == every.data[0].sha256 and first.size == len(version_1), "its record")
+    content = get_artifact_content.sync_detailed(wid, first.id, client=client)
+    check(content.status_code == HTTPStatus.OK, "its content")
+    check(content.content == version_1, "version 1's bytes")
+    check(content.headers["etag"] == f'"{first.sha256}"', "ETag is the sha256")
+    check(content.headers["content-disposition"] == 'attachment; filename="notes.md"', "a download")
+    cached = get_artifact_content.sync_detailed(
+        wid, first.id, client=client, if_none_match=f'"{first.sha256}"'
+    )
+    check(cached.status_code == HTTPStatus.NOT_MODIFIED, "If-None-Match with its ETag is 304")
+    made = [e for e in all_events(client, wid, 500) if isinstance(e, ArtifactCreatedEvent)]
+    check(
+        [e.data.artifact.id for e in made] == [a.id for a in every.data],
+        "artifact.created for each version",
     )
 
     # ---- problems are typed too

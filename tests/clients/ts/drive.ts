@@ -37,6 +37,7 @@ const KNOWN_TYPES: Record<EventType, true> = {
   "llm.failed": true,
   "tool.started": true,
   "tool.finished": true,
+  "artifact.created": true,
   "tool.approval-requested": true,
   "tool.approval-resolved": true,
   "tool.policy-updated": true,
@@ -397,6 +398,69 @@ async function main(): Promise<void> {
     }
   }
   check(requested === 1 && resolved === 1, "one request, one resolution");
+
+  // ---- a session in its own directory, and the artifacts its file tools leave
+  const writer = await client.POST("/v1/sessions", {
+    body: {
+      title: "ts artifacts",
+      workspace: "ts/notes",
+      tool_policy: [{ tool: "*_file", action: "allow" }],
+    },
+  });
+  if (writer.error) throw new Error(`create with a workspace: ${writer.error.detail}`);
+  const wid = writer.data.id;
+  check(writer.data.workspace === "ts/notes", "the session keeps its workspace");
+  const wrote = await client.POST("/v1/sessions/{id}/runs", {
+    params: { path: { id: wid }, query: { wait: true } },
+    body: { input: "write a note to `résumé.md`: from the ts client" },
+  });
+  if (wrote.error) throw new Error(`run that writes: ${wrote.error.detail}`);
+  const listedArtifacts = await client.GET("/v1/sessions/{id}/artifacts", {
+    params: { path: { id: wid }, query: { all: true } },
+  });
+  if (listedArtifacts.error) throw new Error(`artifacts: ${listedArtifacts.error.detail}`);
+  const artifacts: Schemas["Artifact"][] = listedArtifacts.data.data;
+  check(
+    artifacts.length === 1 && artifacts[0].path === "résumé.md" && artifacts[0].version === 1,
+    "the written file is version 1 of its path",
+  );
+  const artifact = artifacts[0];
+  const one = await client.GET("/v1/sessions/{id}/artifacts/{artifact_id}", {
+    params: { path: { id: wid, artifact_id: artifact.id } },
+  });
+  check(one.data?.sha256 === artifact.sha256, "its record");
+  const bytes = await client.GET("/v1/sessions/{id}/artifacts/{artifact_id}/content", {
+    params: { path: { id: wid, artifact_id: artifact.id } },
+    parseAs: "text",
+  });
+  check(bytes.response.status === 200, "its content");
+  check(
+    bytes.data === "write a note to `résumé.md`: from the ts client\n",
+    "the bytes the tool wrote",
+  );
+  check(bytes.response.headers.get("etag") === `"${artifact.sha256}"`, "ETag is the sha256");
+  const disposition = bytes.response.headers.get("content-disposition") ?? "";
+  check(
+    disposition.endsWith("; filename*=UTF-8''r%C3%A9sum%C3%A9.md"),
+    "Content-Disposition names the file exactly",
+  );
+  const unchanged = await client.GET("/v1/sessions/{id}/artifacts/{artifact_id}/content", {
+    params: {
+      path: { id: wid, artifact_id: artifact.id },
+      header: { "If-None-Match": `"${artifact.sha256}"` },
+    },
+    parseAs: "text",
+  });
+  check(unchanged.response.status === 304, "If-None-Match with its ETag is 304");
+  const writerLog = await allEvents(wid, 500);
+  checkLog(writerLog, "artifacts");
+  const announced = writerLog.filter((e) => e.type === "artifact.created");
+  check(
+    announced.length === 1 &&
+      announced[0].type === "artifact.created" &&
+      announced[0].data.artifact.id === artifact.id,
+    "artifact.created carries the record",
+  );
 
   // ---- problems are typed too
   const missing = await client.GET("/v1/sessions/{id}", {
