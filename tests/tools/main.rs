@@ -67,7 +67,12 @@ pub fn write(server: &TestServer, path: &str, content: &str) {
 
 /// Allows every tool (for tests of the tools themselves).
 pub fn allow_all(dir: &std::path::Path) -> String {
-    let path = dir.join("allow-all.json");
-    std::fs::write(&path, json!([{"tool": "*", "action": "allow"}]).to_string()).unwrap();
+    policy_file(dir, json!([{"tool": "*", "action": "allow"}]))
+}
+
+/// A `--tool-policy` file in `dir` with `rules`; returns its path.
+pub fn policy_file(dir: &std::path::Path, rules: Value) -> String {
+    let path = dir.join("policy.json");
+    std::fs::write(&path, rules.to_string()).unwrap();
     path.display().to_string()
 }

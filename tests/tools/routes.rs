@@ -168,3 +168,81 @@ async fn bad_answers_are_4xx_problems_and_change_nothing() {
     assert_eq!(server.events(&id).await.len(), events);
     assert_eq!(server.session(&id).await["state"], "idle");
 }
+
+#[tokio::test]
+async fn a_client_tool_schema_must_be_a_json_schema_and_tools_are_kept_once() {
+    let server = TestServer::start(ServerOptions::new()).await;
+    let before = server.sessions().await.len();
+    for (schema, problem) in [
+        (json!({"type": 5}), "input_schema.type"),
+        (json!({"type": "strin"}), "input_schema.type"),
+        (
+            json!({"type": "object", "properties": {"q": {"type": "string", "minLength": -1}}}),
+            "input_schema.properties.q.minLength",
+        ),
+        (json!({"required": "q"}), "input_schema.required"),
+        (json!({"anyOf": []}), "input_schema.anyOf"),
+    ] {
+        let body = json!({"client_tools": [{"name": "ask_user", "input_schema": schema}]});
+        let reply = server.post_json("/v1/sessions", &body).await;
+        let found = reply.expect_problem(StatusCode::BAD_REQUEST, &body.to_string());
+        let detail = found["detail"].as_str().unwrap();
+        assert!(detail.contains("ask_user"), "{detail}");
+        assert!(detail.contains(problem), "{detail}");
+    }
+    assert_eq!(server.sessions().await.len(), before);
+    // A tool named twice is kept once, where it came first; client tools may not repeat.
+    let session = server
+        .create_session_with(&json!({
+            "tools": ["read_file", "list_files", "read_file", "list_files"],
+            "client_tools": [{"name": "ask_user", "input_schema": {
+                "type": "object", "properties": {"q": {"type": ["string", "null"]}}
+            }}]
+        }))
+        .await;
+    assert_eq!(session["tools"], json!(["read_file", "list_files"]));
+    let id = session["id"].as_str().unwrap();
+    assert_eq!(server.session(id).await["tools"], session["tools"]);
+    let twice = json!({"client_tools": [
+        {"name": "ask_user", "input_schema": {"type": "object"}},
+        {"name": "ask_user", "input_schema": {"type": "object"}}
+    ]});
+    let problem = server
+        .post_json("/v1/sessions", &twice)
+        .await
+        .expect_problem(StatusCode::BAD_REQUEST, "a client tool twice");
+    assert!(problem["detail"].as_str().unwrap().contains("ask_user"));
+}
+
+#[tokio::test]
+async fn the_tool_routes_refuse_query_parameters_they_do_not_take() {
+    let server = TestServer::start(ServerOptions::new()).await;
+    let id = server.create_session().await;
+    for path in [
+        "/v1/tools?limit=5".to_string(),
+        format!("/v1/sessions/{id}/approvals?after=3"),
+        format!("/v1/sessions/{id}/tool-results?cursor=x"),
+    ] {
+        let problem = server
+            .get(&path)
+            .await
+            .expect_problem(StatusCode::BAD_REQUEST, &path);
+        assert_eq!(problem["type"], "urn:tah:problem:bad-query", "{path}");
+    }
+    // `pending` is for a new run: a resume continues the run there is.
+    let path = format!("/v1/sessions/{id}/resume?pending=deny");
+    let problem = server
+        .post_empty(&path)
+        .await
+        .expect_problem(StatusCode::BAD_REQUEST, &path);
+    assert_eq!(problem["type"], "urn:tah:problem:bad-query");
+    assert!(
+        problem["detail"].as_str().unwrap().contains("pending"),
+        "{problem}"
+    );
+    // What the routes do take still works.
+    let path = format!("/v1/sessions/{id}/resume?wait=true");
+    let reply = server.post_empty(&path).await;
+    crate::support::assert_conflict(&reply, "nothing to resume");
+    assert_eq!(server.session(&id).await["state"], "idle");
+}
