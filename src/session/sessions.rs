@@ -274,9 +274,19 @@ impl Sessions {
                     tool.name
                 )));
             }
-            if server.get(&tool.name).is_some() || !names.insert(tool.name.as_str()) {
+            // A built-in's name stays its own even where `--tools` did not choose it: the
+            // policy's defaults and a deployment's rules name tools by name.
+            if server.get(&tool.name).is_some()
+                || crate::tools::builtin::NAMES.contains(&tool.name.as_str())
+            {
                 return Err(SessionError::BadInput(format!(
-                    "client tool name {:?} clashes with another tool",
+                    "client tool name {:?} clashes with a server tool of that name (the built-in tools' names are always taken)",
+                    tool.name
+                )));
+            }
+            if !names.insert(tool.name.as_str()) {
+                return Err(SessionError::BadInput(format!(
+                    "client tool name {:?} is given twice",
                     tool.name
                 )));
             }

@@ -87,6 +87,30 @@ async fn bad_answers_are_4xx_problems_and_change_nothing() {
             StatusCode::NOT_FOUND,
         ),
         (
+            Method::GET,
+            format!("/v1/sessions/{id}/tool-results"),
+            None,
+            StatusCode::OK,
+        ),
+        (
+            Method::GET,
+            "/v1/sessions/not-an-id/tool-results".into(),
+            None,
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            Method::GET,
+            format!("/v1/sessions/{}/tool-results", uuid::Uuid::now_v7()),
+            None,
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            Method::DELETE,
+            format!("/v1/sessions/{id}/tool-results"),
+            None,
+            StatusCode::METHOD_NOT_ALLOWED,
+        ),
+        (
             Method::POST,
             approvals.clone(),
             Some(json!({"decision": "allow"})),
@@ -245,4 +269,42 @@ async fn the_tool_routes_refuse_query_parameters_they_do_not_take() {
     let reply = server.post_empty(&path).await;
     crate::support::assert_conflict(&reply, "nothing to resume");
     assert_eq!(server.session(&id).await["state"], "idle");
+}
+
+#[tokio::test]
+async fn a_client_tool_may_not_take_a_built_in_name_even_one_the_server_does_not_offer() {
+    let server =
+        TestServer::start(ServerOptions::new().args(&["--tools", "list_files,read_file"])).await;
+    let before = server.sessions().await.len();
+    for name in ["read_file", "shell", "write_file", "grep"] {
+        let body = json!({"client_tools": [{"name": name, "input_schema": {"type": "object"}}]});
+        let problem = server
+            .post_json("/v1/sessions", &body)
+            .await
+            .expect_problem(StatusCode::BAD_REQUEST, name);
+        let detail = problem["detail"].as_str().unwrap();
+        assert!(
+            detail.contains(name) && detail.contains("clashes"),
+            "{detail}"
+        );
+    }
+    // Nor may a session's narrowed set free one.
+    let body = json!({
+        "tools": ["list_files"],
+        "client_tools": [{"name": "read_file", "input_schema": {"type": "object"}}]
+    });
+    server
+        .post_json("/v1/sessions", &body)
+        .await
+        .expect_problem(StatusCode::BAD_REQUEST, "narrowed");
+    assert_eq!(server.sessions().await.len(), before);
+    let session = server
+        .create_session_with(&json!({"client_tools": [
+            {"name": "grep_notes", "input_schema": {"type": "object"}}
+        ]}))
+        .await;
+    assert_eq!(
+        session["client_tools"][0]["name"], "grep_notes",
+        "{session}"
+    );
 }
