@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use crate::support::fakes::openai::{text_reply, tool_calls_reply};
 use crate::support::fakes::{start_openai, Reply as ModelReply};
 use crate::support::{is_postgres, TestServer};
-use crate::{call, finished, model_calling, options, policy_file, start};
+use crate::{call, finished, kill9_and_restart, model_calling, options, policy_file, start};
 
 /// Starts a run and waits until its first approval is requested; returns the session id and
 /// the pending approval.
@@ -365,8 +365,7 @@ async fn a_waiting_run_survives_kill_9_and_the_answer_continues_it() {
     .await;
     let mut server = TestServer::start(options(&model, &[]).process()).await;
     let (id, _) = until_pending(&server).await;
-    server.kill9().await;
-    server.restart().await;
+    kill9_and_restart(&mut server, &id).await;
     let session = server.session(&id).await;
     assert_eq!(session["state"], "waiting_tool", "{session}");
     let pending = wait_pending(&server, &id, 1).await;
@@ -587,8 +586,7 @@ async fn an_edited_input_is_checked_against_the_policy_after_a_restart_too() {
     let mut server =
         TestServer::start(options(&model, &["--tool-policy", &policy]).process()).await;
     let (id, _) = until_pending(&server).await;
-    server.kill9().await;
-    server.restart().await;
+    kill9_and_restart(&mut server, &id).await;
     assert_eq!(server.session(&id).await["state"], "waiting_tool");
     let body = json!({"decision": "allow", "input": {"path": "secret/x.md", "content": "h"}});
     let problem = answer(&server, &id, "e3", body)
@@ -639,8 +637,7 @@ async fn a_late_answer_to_a_call_of_an_older_run_is_a_repeat_or_a_conflict() {
     // The waiting call is not disturbed.
     assert_eq!(wait_pending(&server, &id, 1).await[0]["call_id"], "o2");
     // The same after a restart, with the run waiting and nobody driving it.
-    server.kill9().await;
-    server.restart().await;
+    kill9_and_restart(&mut server, &id).await;
     let again = answer(&server, &id, "o1", json!({"decision": "allow"})).await;
     assert_eq!(
         again.expect_json(StatusCode::OK, "repeat when parked"),

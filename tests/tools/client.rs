@@ -7,7 +7,7 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 
 use crate::support::TestServer;
-use crate::{call, finished, model_calling, options, start};
+use crate::{call, finished, kill9_and_restart, model_calling, options, start};
 
 fn with_client_tool(timeout_s: Option<u64>) -> Value {
     let mut tool = json!({
@@ -113,8 +113,7 @@ async fn a_client_call_waits_across_a_restart() {
     let id = session["id"].as_str().unwrap().to_string();
     server.start_run(&id, "choose").await;
     until_requested(&server, &id).await;
-    server.kill9().await;
-    server.restart().await;
+    kill9_and_restart(&mut server, &id).await;
     assert_eq!(server.session(&id).await["state"], "waiting_tool");
     let reply = server
         .post_json(
