@@ -242,6 +242,7 @@ async fn a_client_tool_schema_must_be_a_json_schema_and_tools_are_kept_once() {
 async fn the_tool_routes_refuse_query_parameters_they_do_not_take() {
     let server = TestServer::start(ServerOptions::new()).await;
     let id = server.create_session().await;
+    let events = server.events(&id).await.len();
     for path in [
         "/v1/tools?limit=5".to_string(),
         format!("/v1/sessions/{id}/approvals?after=3"),
@@ -264,6 +265,18 @@ async fn the_tool_routes_refuse_query_parameters_they_do_not_take() {
         problem["detail"].as_str().unwrap().contains("pending"),
         "{problem}"
     );
+    // A value `pending` does not take is refused where it is taken too.
+    for path in [
+        format!("/v1/sessions/{id}/resume?pending=bogus"),
+        format!("/v1/sessions/{id}/resume?pending="),
+        format!("/v1/sessions/{id}/runs?pending=bogus"),
+        format!("/v1/sessions/{id}/runs?pending=DENY&wait=true"),
+    ] {
+        let reply = server.post_json(&path, &json!({"input": "hi"})).await;
+        let problem = reply.expect_problem(StatusCode::BAD_REQUEST, &path);
+        assert_eq!(problem["type"], "urn:tah:problem:bad-query", "{path}");
+    }
+    assert_eq!(server.events(&id).await.len(), events);
     // What the routes do take still works.
     let path = format!("/v1/sessions/{id}/resume?wait=true");
     let reply = server.post_empty(&path).await;
