@@ -3,7 +3,9 @@
 //! against what waits and hand it to the run; a run that waited with nobody driving it (after
 //! a restart or a takeover) is continued with the answer. An answer to a call of an earlier
 //! run is looked up in that run's events: the same answer again is a repeat, another one a
-//! conflict with the stored answer, and only a call the session never made is unknown.
+//! conflict with the stored answer, and only a call the session never made is unknown. A
+//! human's edited input is checked against the policy first, as the call was when it was
+//! admitted: one that a rule denies is refused, and the approval goes on waiting.
 
 use std::sync::Arc;
 
@@ -13,12 +15,14 @@ use uuid::Uuid;
 use super::calls::{self, AnswerMsg, Given};
 use super::run::Begin;
 use super::{Phase, SessionActor, Stop};
+use crate::model::{Action, ToolCall};
 use crate::session::command::{ApprovalAnswer, Reply};
 use crate::session::live::Inbox;
-use crate::session::waiting::{self, Answered, Waiting};
-use crate::session::SessionError;
+use crate::session::waiting::{self, Answered, Kind, Waiting};
+use crate::session::{SessionError, ToolPolicy};
 use crate::store::Store;
-use crate::tools::policy::Rules;
+use crate::tools::policy::{self, Rules};
+use crate::tools::{SubjectKind, ToolContext, ToolRegistry};
 
 /// How an answer is checked against a set of calls (the active run's, or earlier runs').
 type Check = Box<dyn FnMut(&mut Waiting) -> Result<Answered<Given>, SessionError> + Send>;
@@ -90,20 +94,14 @@ pub(super) async fn approve(
                     .answer(call_id.clone(), approval_check(&call_id, &answer), reply);
                 return Ok(());
             };
-            let edit = calls::edit_to_check(&calls.waiting(), &call_id, &answer, &calls.tools);
+            let edit = edit_to_check(&calls.waiting(), &call_id, &answer, &calls.tools);
             if let Some((tool, input)) = edit {
                 let rules = calls.session_rules();
                 let deps = &calls.deps;
                 let context = &deps.agent.tool_context;
-                let checked = calls::check_edited_input(
-                    &deps.policy,
-                    &rules,
-                    &calls.tools,
-                    context,
-                    &tool,
-                    &input,
-                )
-                .await;
+                let checked =
+                    check_edited_input(&deps.policy, &rules, &calls.tools, context, &tool, &input)
+                        .await;
                 if let Err(refused) = checked {
                     let _ = reply.send(Err(refused));
                     return Ok(());
@@ -180,7 +178,7 @@ pub(super) async fn client_result(
 
 impl SessionActor {
     /// Checks an edited input of an answer to the parked run's approval against the policy
-    /// (see [`calls::check_edited_input`]). A session that cannot be had is left to
+    /// (see [`check_edited_input`]). A session that cannot be had is left to
     /// [`SessionActor::with_parked`] to report.
     async fn check_parked_edit(
         &mut self,
@@ -194,12 +192,12 @@ impl SessionActor {
         let Some(parked) = core.parked.as_ref() else {
             return Ok(());
         };
-        let Some((tool, input)) = calls::edit_to_check(parked, call_id, answer, &tools) else {
+        let Some((tool, input)) = edit_to_check(parked, call_id, answer, &tools) else {
             return Ok(());
         };
         let rules = Rules::compile(core.record.options.tool_policy.clone()).unwrap_or_default();
         let deps = &self.deps;
-        calls::check_edited_input(
+        check_edited_input(
             &deps.policy,
             &rules,
             &tools,
@@ -277,4 +275,56 @@ impl SessionActor {
             }
         }
     }
+}
+
+/// The waiting approval whose edited input is to be checked against the policy, and that
+/// input: a first answer that runs the call with an input that fits its tool. Anything else
+/// is left to the answer's own checks (an unknown call, a repeat, a conflict, a bad input).
+fn edit_to_check(
+    waiting: &Waiting,
+    call_id: &str,
+    answer: &ApprovalAnswer,
+    tools: &ToolRegistry,
+) -> Option<(String, Value)> {
+    let input = answer.input.as_ref().filter(|_| answer.decision.runs())?;
+    let item = waiting
+        .get(call_id)
+        .filter(|item| item.kind == Kind::Approval && item.is_pending())?;
+    tools.validate_input(&item.tool, input).ok()?;
+    Some((item.tool.clone(), input.clone()))
+}
+
+/// Checks an input a human edited in an approval against the policy, as the call was checked
+/// when it was admitted (the server's rules and the session's, the most restrictive winning):
+/// a rule that denies the edited call refuses the answer, and the approval goes on waiting.
+/// What the policy would ask about is what the human is answering, so an `ask` lets it run.
+async fn check_edited_input(
+    policy: &ToolPolicy,
+    session_rules: &Rules,
+    tools: &ToolRegistry,
+    context: &ToolContext,
+    tool: &str,
+    input: &Value,
+) -> Result<(), SessionError> {
+    let call = ToolCall {
+        id: String::new(),
+        name: tool.to_string(),
+        arguments: input.clone(),
+    };
+    let subject = tools.subject(context, &call).await;
+    let decision = policy::decide(&policy.rules, session_rules, policy.mode, tool, &subject);
+    if decision.action != Action::Deny || decision.by_approval_mode {
+        return Ok(());
+    }
+    let what = match subject.kind {
+        SubjectKind::Path => format!(" (path {:?})", subject.text),
+        SubjectKind::Command => format!(" (command {:?})", subject.text),
+        // An input's JSON is what the client just sent.
+        SubjectKind::Input => String::new(),
+    };
+    Err(SessionError::EditedInputDenied(format!(
+        "the edited input{what} is denied: {}; the call still waits for an answer (answer it \
+         with another input, or deny it)",
+        calls::denial_reason(&decision, tool)
+    )))
 }

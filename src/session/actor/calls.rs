@@ -169,60 +169,8 @@ fn lock_rules(rules: &Mutex<Rules>) -> MutexGuard<'_, Rules> {
     rules.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The waiting approval whose edited input is to be checked against the policy, and that
-/// input: a first answer that runs the call with an input that fits its tool. Anything else
-/// is left to the answer's own checks (an unknown call, a repeat, a conflict, a bad input).
-pub(super) fn edit_to_check(
-    waiting: &Waiting,
-    call_id: &str,
-    answer: &ApprovalAnswer,
-    tools: &ToolRegistry,
-) -> Option<(String, Value)> {
-    let input = answer.input.as_ref().filter(|_| answer.decision.runs())?;
-    let item = waiting
-        .get(call_id)
-        .filter(|item| item.kind == Kind::Approval && item.is_pending())?;
-    tools.validate_input(&item.tool, input).ok()?;
-    Some((item.tool.clone(), input.clone()))
-}
-
-/// Checks an input a human edited in an approval against the policy, as the call was checked
-/// when it was admitted (the server's rules and the session's, the most restrictive winning):
-/// a rule that denies the edited call refuses the answer, and the approval goes on waiting.
-/// What the policy would ask about is what the human is answering, so an `ask` lets it run.
-pub(super) async fn check_edited_input(
-    policy: &ToolPolicy,
-    session_rules: &Rules,
-    tools: &ToolRegistry,
-    context: &ToolContext,
-    tool: &str,
-    input: &Value,
-) -> Result<(), SessionError> {
-    let call = ToolCall {
-        id: String::new(),
-        name: tool.to_string(),
-        arguments: input.clone(),
-    };
-    let subject = tools.subject(context, &call).await;
-    let decision = policy::decide(&policy.rules, session_rules, policy.mode, tool, &subject);
-    if decision.action != Action::Deny || decision.by_approval_mode {
-        return Ok(());
-    }
-    let what = match subject.kind {
-        SubjectKind::Path => format!(" (path {:?})", subject.text),
-        SubjectKind::Command => format!(" (command {:?})", subject.text),
-        // An input's JSON is what the client just sent.
-        SubjectKind::Input => String::new(),
-    };
-    Err(SessionError::EditedInputDenied(format!(
-        "the edited input{what} is denied: {}; the call still waits for an answer (answer it \
-         with another input, or deny it)",
-        denial_reason(&decision, tool)
-    )))
-}
-
 /// Why the policy denies a call of `tool`, as the model and the client are told.
-fn denial_reason(decision: &policy::Decision, tool: &str) -> String {
+pub(super) fn denial_reason(decision: &policy::Decision, tool: &str) -> String {
     if decision.by_approval_mode {
         return "the call needs an approval, and this server's approval mode is deny: nobody \
                 can approve calls here"
