@@ -47,6 +47,15 @@ struct RunQuery {
     pending: Option<PendingParam>,
 }
 
+/// A resume continues the run there is: what to do about a new run's predecessor
+/// (`pending`) does not apply to it.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ResumeQuery {
+    #[serde(default, deserialize_with = "super::params::lenient_bool")]
+    wait: Option<bool>,
+}
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct EmptyBody {}
@@ -118,7 +127,7 @@ async fn start(
                 Some(PendingParam::Refuse) | None => Pending::Refuse,
             },
         },
-        query,
+        query.wait == Some(true),
         &headers,
     )
     .await
@@ -127,7 +136,7 @@ async fn start(
 async fn resume(
     State(state): State<AppState>,
     Path(id): Path<String>,
-    ApiQuery(query): ApiQuery<RunQuery>,
+    ApiQuery(query): ApiQuery<ResumeQuery>,
     headers: HeaderMap,
     OptionalJson(_): OptionalJson<EmptyBody>,
 ) -> Result<Response, Problem> {
@@ -140,7 +149,7 @@ async fn resume(
             input: None,
             pending: Pending::Refuse,
         },
-        query,
+        query.wait == Some(true),
         &headers,
     )
     .await
@@ -150,7 +159,7 @@ async fn begin(
     state: AppState,
     id: Uuid,
     request: RunRequest,
-    query: RunQuery,
+    wait: bool,
     headers: &HeaderMap,
 ) -> Result<Response, Problem> {
     if wants_event_stream(headers) {
@@ -169,7 +178,7 @@ async fn begin(
     match state.sessions.run(id, request).await? {
         RunStarted::AlreadyCompleted(result) => Ok(Json(result).into_response()),
         RunStarted::Started { run, result } => {
-            if query.wait == Some(true) {
+            if wait {
                 let result = match result.await {
                     Ok(Ok(result)) => result,
                     Ok(Err(RunStopped::Storage { error })) => {

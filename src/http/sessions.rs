@@ -79,7 +79,7 @@ async fn create(
         tool_policy: body.tool_policy,
         client_tools: body.client_tools,
     };
-    state.sessions.check_options(&options)?;
+    let options = state.sessions.check_options(options)?;
     let record = state
         .sessions
         .create(NewSession {
