@@ -179,6 +179,9 @@ class OpenSession {
       if (event.type === "session.state" && event.data?.to) this.setState(event.data.to);
       if (event.type === "artifact.created") loadArtifacts(this);
       if (event.type === "agent.context.compacted") toast("Compacted.", "info");
+      if (["agent.finished", "agent.failed", "agent.cancelled", "agent.context.compacted"].includes(event.type)) {
+        this.refreshRecord();
+      }
     }
   }
 
@@ -203,12 +206,21 @@ class OpenSession {
       toast("This session no longer exists.", "error");
       location.hash = "#/";
     }
-    if (status === "live") sessions.get(this.id).then((r) => this.setRecord(r)).catch(() => {});
+    if (status === "live") this.refreshRecord();
+  }
+
+  /** Reads the session again (its counts and usage), at most once per half second. */
+  refreshRecord() {
+    clearTimeout(this.recordTimer);
+    this.recordTimer = setTimeout(() => {
+      sessions.get(this.id).then((r) => open === this && this.setRecord(r)).catch(() => {});
+    }, 500);
   }
 
   setRecord(record) {
     this.record = record;
-    this.setState(record.state);
+    // A record read before the newest events arrived must not take the state back.
+    if (record.last_seq >= (this.feed?.lastSeq ?? 0)) this.setState(record.state);
     drawHeader(this);
   }
 
@@ -224,7 +236,8 @@ function drawHeader(session) {
   const r = session.record;
   ui.title.textContent = r.title || "Untitled session";
   document.title = `${r.title || "Session"} · tah`;
-  const parts = [`created ${clock(r.created_at)}`, `${count(r.message_count)} messages`];
+  const messages = `${count(r.message_count)} message${r.message_count === 1 ? "" : "s"}`;
+  const parts = [`created ${clock(r.created_at)}`, messages];
   if (r.usage) parts.push(`${count(r.usage.input_tokens)} in · ${count(r.usage.output_tokens)} out tokens`);
   ui.meta.textContent = parts.join(" · ");
   ui.state.textContent = session.state.replace("_", " ");
