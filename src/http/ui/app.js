@@ -482,6 +482,12 @@ $("sidebar-open").addEventListener("click", () => {
   $("new-session").focus();
 });
 $("sidebar-close").addEventListener("click", closeSidebar);
+// A click beside the open sidebar (on the dimmed page) closes it.
+document.addEventListener("click", (event) => {
+  if (ui.app.classList.contains("sidebar-open") && !ui.sidebar.contains(event.target) && !event.target.closest("#sidebar-open")) {
+    closeSidebar();
+  }
+});
 document.addEventListener("keydown", (event) => {
   if (event.key !== "Escape") return;
   if (ui.app.classList.contains("sidebar-open")) closeSidebar();
