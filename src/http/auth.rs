@@ -142,7 +142,7 @@ fn encode_hex(bytes: &[u8]) -> String {
 }
 
 fn decode_hex(text: &str) -> Option<Vec<u8>> {
-    if text.len() % 2 != 0 || text.is_empty() {
+    if !text.len().is_multiple_of(2) || text.is_empty() {
         return None;
     }
     (0..text.len())
@@ -155,16 +155,13 @@ fn decode_hex(text: &str) -> Option<Vec<u8>> {
 /// signs in, `DELETE` signs out.
 pub fn routes<S>(tokens: Tokens) -> Router<S> {
     Router::new()
-        .route(
-            COOKIE_ROUTE,
-            get(status).post(sign_in).delete(sign_out),
-        )
+        .route(COOKIE_ROUTE, get(status).post(sign_in).delete(sign_out))
         .with_state(tokens)
 }
 
 async fn status(State(tokens): State<Tokens>, headers: HeaderMap) -> Response {
-    let signed_in = tokens.enabled()
-        && cookie_token(&headers).is_some_and(|token| tokens.accepts(&token));
+    let signed_in =
+        tokens.enabled() && cookie_token(&headers).is_some_and(|token| tokens.accepts(&token));
     no_store(Json(json!({ "required": tokens.enabled(), "signed_in": signed_in })).into_response())
 }
 
@@ -319,7 +316,10 @@ mod tests {
     fn cookie_values_round_trip_through_hex() {
         let token = "a;b,c=d\"e\\f é";
         let mut headers = HeaderMap::new();
-        let value = format!("other=1; {COOKIE_NAME}={}; x=y", encode_hex(token.as_bytes()));
+        let value = format!(
+            "other=1; {COOKIE_NAME}={}; x=y",
+            encode_hex(token.as_bytes())
+        );
         headers.insert(header::COOKIE, HeaderValue::from_str(&value).unwrap());
         assert_eq!(cookie_token(&headers), Some(token.as_bytes().to_vec()));
         for bad in ["", "abc", "zz", "0g"] {
@@ -336,15 +336,30 @@ mod tests {
             }
             map
         };
-        let loopback = [("host", "127.0.0.1:8080"), ("origin", "http://127.0.0.1:8080")];
+        let loopback = [
+            ("host", "127.0.0.1:8080"),
+            ("origin", "http://127.0.0.1:8080"),
+        ];
         assert_eq!(transport(&headers(&loopback)), Transport::LoopbackHttp);
-        assert_eq!(transport(&headers(&[("host", "localhost")])), Transport::LoopbackHttp);
-        assert_eq!(transport(&headers(&[("host", "[::1]:9")])), Transport::LoopbackHttp);
-        assert_eq!(transport(&headers(&[("host", "tah.example")])), Transport::Http);
+        assert_eq!(
+            transport(&headers(&[("host", "localhost")])),
+            Transport::LoopbackHttp
+        );
+        assert_eq!(
+            transport(&headers(&[("host", "[::1]:9")])),
+            Transport::LoopbackHttp
+        );
+        assert_eq!(
+            transport(&headers(&[("host", "tah.example")])),
+            Transport::Http
+        );
         for https in [
             [("host", "tah.example"), ("origin", "https://tah.example")],
             [("host", "tah.example"), ("x-forwarded-proto", "https")],
-            [("host", "tah.example"), ("forwarded", "for=1.2.3.4;proto=https")],
+            [
+                ("host", "tah.example"),
+                ("forwarded", "for=1.2.3.4;proto=https"),
+            ],
             [("host", "localhost"), ("x-forwarded-proto", "HTTPS, http")],
         ] {
             assert_eq!(transport(&headers(&https)), Transport::Https, "{https:?}");

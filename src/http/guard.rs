@@ -252,7 +252,15 @@ mod tests {
 
     #[test]
     fn loopback_names_are_known() {
-        for host in ["localhost:8080", "LOCALHOST", "a.localhost", "127.0.0.1", "127.9.9.9:1", "[::1]:8080", "::1"] {
+        for host in [
+            "localhost:8080",
+            "LOCALHOST",
+            "a.localhost",
+            "127.0.0.1",
+            "127.9.9.9:1",
+            "[::1]:8080",
+            "::1",
+        ] {
             assert!(is_loopback_host(host), "{host}");
         }
         for host in ["10.0.0.5:8080", "tah.example", "localhost.evil", "[::2]:80"] {

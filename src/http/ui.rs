@@ -104,7 +104,10 @@ fn serve(index: usize, request: &HeaderMap) -> Response {
         StatusCode::NOT_MODIFIED.into_response()
     } else {
         (
-            [(header::CONTENT_TYPE, HeaderValue::from_static(asset.content_type))],
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(asset.content_type),
+            )],
             asset.body,
         )
             .into_response()
@@ -156,7 +159,10 @@ mod tests {
         paths.sort_unstable();
         paths.dedup();
         assert_eq!(paths.len(), ASSETS.len());
-        let mut tags: Vec<_> = ETAGS.iter().map(|t| t.to_str().unwrap().to_string()).collect();
+        let mut tags: Vec<_> = ETAGS
+            .iter()
+            .map(|t| t.to_str().unwrap().to_string())
+            .collect();
         tags.sort_unstable();
         tags.dedup();
         assert_eq!(tags.len(), ASSETS.len());
@@ -172,7 +178,11 @@ mod tests {
         for asset in ASSETS {
             let text = String::from_utf8_lossy(asset.body);
             assert!(!text.contains("innerHTML"), "{} sets innerHTML", asset.path);
-            assert!(!text.contains("http://") || asset.path.ends_with(".svg"), "{}", asset.path);
+            assert!(
+                !text.contains("http://") || asset.path.ends_with(".svg"),
+                "{}",
+                asset.path
+            );
         }
     }
 }

@@ -170,7 +170,7 @@ describe("figures", () => {
   it("a fast model end to end: the server streams, the page draws", async (t) => {
     const page = await openPage(chromium, server);
     const id = await newSession(page, "Fast model");
-    const words = 6000;
+    const words = 3000;
     const input = Array.from({ length: words }, (_, i) => `w${i}`).join(" ");
     const started = Date.now();
     await send(page, input);

@@ -96,9 +96,13 @@ export class Server {
     await exited;
   }
 
-  /** Starts it again on the same address and database (the page's origin stays the same). */
-  async restart() {
+  /**
+   * Kills it (SIGKILL) and starts it again on the same address and database, so the page's
+   * origin stays the same; `args` replace its extra flags if given.
+   */
+  async restart(args) {
     await this.stop("SIGKILL");
+    if (args) this.args = args;
     let lastError;
     for (let attempt = 0; attempt < 50; attempt++) {
       try {

@@ -197,6 +197,8 @@ describe("the page on the mock model", () => {
     assert.deepEqual(await inspectorSeqs(page), events.map((e) => e.seq));
     const row = page.locator("#inspector-list li").filter({ hasText: "agent.finished" });
     await row.locator("summary").click();
+    // The JSON is made when the row opens.
+    await row.locator(".event-data").filter({ hasText: "run_id" }).waitFor();
     const shown = JSON.parse(await row.locator(".event-data").textContent());
     assert.deepEqual(shown, events.find((e) => e.type === "agent.finished").data);
     await screenshot(page, "inspector");

@@ -37,10 +37,11 @@ describe("a server restart in the middle of a run", () => {
     assert.match(await page.locator("#banner").textContent(), /reconnecting/i);
     await screenshot(page, "reconnecting");
     // Down for a moment: the page keeps trying.
-    await sleep(1500);
+    await sleep(1000);
     assert.equal(await page.locator("#banner").isVisible(), true);
 
-    await server.restart();
+    // Back with quicker pieces, so that the resumed run does not take as long.
+    await server.restart(["--mock-delay-ms", "5"]);
     await page.waitForSelector("#banner[hidden]", { state: "attached", timeout: 15000 });
     // The restarted server recorded the run as interrupted; the page shows it and offers Resume.
     await page.waitForSelector(".run.failed", { timeout: 15000 });

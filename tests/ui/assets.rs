@@ -63,9 +63,17 @@ async fn the_page_and_everything_it_loads_are_served_with_their_type_and_policy(
             "{path}: {}",
             reply.content_type()
         );
-        assert_eq!(header(&reply, "content-security-policy"), PAGE_POLICY, "{path}");
+        assert_eq!(
+            header(&reply, "content-security-policy"),
+            PAGE_POLICY,
+            "{path}"
+        );
         assert_eq!(header(&reply, "x-frame-options"), "DENY", "{path}");
-        assert_eq!(header(&reply, "x-content-type-options"), "nosniff", "{path}");
+        assert_eq!(
+            header(&reply, "x-content-type-options"),
+            "nosniff",
+            "{path}"
+        );
         assert_eq!(header(&reply, "cache-control"), "no-cache", "{path}");
         assert!(header(&reply, "etag").starts_with("W/\""), "{path}");
         total += reply.bytes.len();
@@ -74,8 +82,17 @@ async fn the_page_and_everything_it_loads_are_served_with_their_type_and_policy(
         assert!(!text.contains("https://"), "{path} names another origin");
         queue.extend(references(&text));
     }
-    for must in ["/", "/ui/app.js", "/ui/app.css", "/ui/conversation.js", "/ui/stream.js"] {
-        assert!(seen.contains(must), "the page does not load {must}: {seen:?}");
+    for must in [
+        "/",
+        "/ui/app.js",
+        "/ui/app.css",
+        "/ui/conversation.js",
+        "/ui/stream.js",
+    ] {
+        assert!(
+            seen.contains(must),
+            "the page does not load {must}: {seen:?}"
+        );
     }
     println!("the page: {} files, {total} bytes uncompressed", seen.len());
 }
@@ -120,7 +137,10 @@ async fn assets_revalidate_with_their_etag_and_are_gzipped_when_asked() {
             )
             .await;
         assert_eq!(header(&packed, "content-encoding"), "gzip", "{path}");
-        assert!(header(&packed, "vary").contains("accept-encoding"), "{path}");
+        assert!(
+            header(&packed, "vary").contains("accept-encoding"),
+            "{path}"
+        );
         assert!(packed.bytes.len() < plain.bytes.len(), "{path}");
         assert_eq!(
             header(&packed, "content-security-policy"),
@@ -136,7 +156,12 @@ async fn assets_revalidate_with_their_etag_and_are_gzipped_when_asked() {
 #[tokio::test]
 async fn unknown_assets_are_problems_and_api_answers_let_nothing_run() {
     let server = TestServer::start(ServerOptions::new()).await;
-    for path in ["/ui/nope.js", "/ui/", "/index.html", "/ui/../openapi.yaml.js"] {
+    for path in [
+        "/ui/nope.js",
+        "/ui/",
+        "/index.html",
+        "/ui/../openapi.yaml.js",
+    ] {
         let reply = server.get(path).await;
         reply.expect_problem(StatusCode::NOT_FOUND, path);
     }
@@ -152,7 +177,11 @@ async fn unknown_assets_are_problems_and_api_answers_let_nothing_run() {
         let policy = header(&reply, "content-security-policy");
         assert!(policy.contains("default-src 'none'"), "{path}: {policy}");
         assert!(policy.contains("sandbox"), "{path}: {policy}");
-        assert_eq!(header(&reply, "x-content-type-options"), "nosniff", "{path}");
+        assert_eq!(
+            header(&reply, "x-content-type-options"),
+            "nosniff",
+            "{path}"
+        );
     }
 }
 

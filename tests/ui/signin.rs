@@ -6,7 +6,7 @@
 use reqwest::{Method, StatusCode};
 use serde_json::json;
 
-use crate::support::{Reply, SseStream, ServerOptions, TestServer};
+use crate::support::{Reply, ServerOptions, SseStream, TestServer};
 
 const TOKEN: &str = "ui-test-token-7f3a9c21e5";
 
@@ -25,7 +25,12 @@ fn set_cookie(reply: &Reply) -> String {
 
 /// The `name=value` part of a Set-Cookie header (what the browser sends back).
 fn cookie_pair(set_cookie: &str) -> String {
-    set_cookie.split(';').next().unwrap_or("").trim().to_string()
+    set_cookie
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_string()
 }
 
 fn attributes(set_cookie: &str) -> Vec<String> {
@@ -82,7 +87,10 @@ async fn a_token_becomes_an_http_only_strict_cookie_that_routes_accept() {
     assert!(!attrs.iter().any(|a| a == "secure"), "{header}");
     let cookie = cookie_pair(&header);
     assert!(cookie.starts_with("tah_token="), "{header}");
-    assert!(!cookie.contains(TOKEN), "the token is stored encoded: {header}");
+    assert!(
+        !cookie.contains(TOKEN),
+        "the token is stored encoded: {header}"
+    );
     assert_eq!(
         reply.headers.get("cache-control").map(|v| v.as_bytes()),
         Some(&b"no-store"[..])
@@ -199,7 +207,11 @@ async fn a_cookie_request_that_changes_state_must_come_from_the_page() {
     assert_eq!(read.status, StatusCode::OK);
     // Nothing was created by the refused requests (the bearer one made the only session).
     let all = server
-        .send(server.request(Method::GET, "/v1/sessions").bearer_auth(TOKEN))
+        .send(
+            server
+                .request(Method::GET, "/v1/sessions")
+                .bearer_auth(TOKEN),
+        )
         .await;
     assert_eq!(all.body["data"].as_array().map(Vec::len), Some(1));
     // A client with the bearer header needs no Origin.
@@ -277,7 +289,10 @@ async fn the_cookie_is_secure_over_https_and_refused_over_plain_http_elsewhere()
         let reply = sign_in(&server, TOKEN, &headers).await;
         assert_eq!(reply.status, StatusCode::NO_CONTENT, "{headers:?}");
         let attrs = attributes(&set_cookie(&reply));
-        assert!(attrs.iter().any(|a| a == "secure"), "{headers:?}: {attrs:?}");
+        assert!(
+            attrs.iter().any(|a| a == "secure"),
+            "{headers:?}: {attrs:?}"
+        );
     }
     // The page was loaded from https://tah.example (a proxy in front): the browser's Origin
     // says so.
@@ -291,7 +306,9 @@ async fn the_cookie_is_secure_over_https_and_refused_over_plain_http_elsewhere()
         )
         .await;
     assert_eq!(reply.status, StatusCode::NO_CONTENT, "{}", reply.body);
-    assert!(attributes(&set_cookie(&reply)).iter().any(|a| a == "secure"));
+    assert!(attributes(&set_cookie(&reply))
+        .iter()
+        .any(|a| a == "secure"));
     // Plain http to a name that is not loopback: refused, with the way out.
     let reply = server
         .send(
@@ -304,7 +321,10 @@ async fn the_cookie_is_secure_over_https_and_refused_over_plain_http_elsewhere()
         .await;
     let problem = reply.expect_problem(StatusCode::FORBIDDEN, "plain http");
     assert!(
-        problem["type"].as_str().unwrap_or("").ends_with("insecure-sign-in"),
+        problem["type"]
+            .as_str()
+            .unwrap_or("")
+            .ends_with("insecure-sign-in"),
         "{problem}"
     );
     assert!(set_cookie(&reply).is_empty());
@@ -323,7 +343,10 @@ async fn signing_out_clears_the_cookie_and_a_server_without_tokens_has_no_sign_i
     assert_eq!(reply.status, StatusCode::NO_CONTENT, "{}", reply.body);
     let header = set_cookie(&reply);
     assert!(header.starts_with("tah_token=;"), "{header}");
-    assert!(attributes(&header).iter().any(|a| a == "max-age=0"), "{header}");
+    assert!(
+        attributes(&header).iter().any(|a| a == "max-age=0"),
+        "{header}"
+    );
 
     let open = TestServer::start(ServerOptions::new()).await;
     assert_eq!(
