@@ -212,6 +212,59 @@ describe("the page on the mock model", () => {
     await page.context().close();
   });
 
+  it("draws thinking, artifacts and sub-agents from their events, and hides Files without the route", async () => {
+    const page = await openPage(chromium, server);
+    const id = await newSession(page, "Newer events");
+    await page.waitForSelector("#log[data-caught-up=true]");
+    // This server has no artifact routes yet: the Files button stays hidden.
+    assert.equal(await page.locator("#artifacts-toggle").isHidden(), true);
+    const artifactId = "01a00000-0000-7000-8000-000000000001";
+    const childId = "01a00000-0000-7000-8000-000000000002";
+    // Fed through the entry the event stream uses, with the names and fields of the contract.
+    await page.evaluate(
+      ({ artifactId, childId }) => {
+        let seq = window.tah.feed.lastSeq;
+        const at = new Date().toISOString();
+        const e = (type, data) => ({ session_id: "x", seq: ++seq, type, data, created_at: at });
+        window.tah.feed.onEvents([
+          e("agent.started", { run_id: "r1", kind: "run" }),
+          e("llm.started", { step_id: "s1" }),
+          e("agent.thinking-stream", { step_id: "s1", text: "Let me think <b>hard</b>." }),
+          e("agent.assistant-stream", { step_id: "s1", text: "Writing it." }),
+          e("llm.completed", {
+            step_id: "s1",
+            message: { role: "assistant", content: "Writing it.", thinking: "Let me think <b>hard</b>.", tool_calls: [{ id: "c1", name: "task", arguments: { description: "look around", prompt: "go" } }] },
+            finish_reason: "tool_calls",
+            usage: { input_tokens: 10, output_tokens: 5 },
+          }),
+          e("tool.started", { step_id: "s1", call: { id: "c1", name: "task", arguments: { description: "look around", prompt: "go" } } }),
+          e("subagent.started", { call_id: "c1", session_id: childId }),
+          e("artifact.created", { artifact: { id: artifactId, path: "out/<script>.md", version: 2, size: 1234, sha256: "00", media_type: "text/markdown" } }),
+          e("subagent.finished", { call_id: "c1", session_id: childId, status: "completed" }),
+          e("tool.finished", { step_id: "s1", call_id: "c1", output: "child said hi", is_error: false }),
+          e("agent.finished", { run_id: "r1", text: "Writing it.", finish_reason: "stop", usage: { input_tokens: 10, output_tokens: 5 } }),
+        ]);
+      },
+      { artifactId, childId },
+    );
+    await finishedRuns(page, 1);
+    const thinking = page.locator("details.thinking");
+    assert.equal(await thinking.count(), 1);
+    assert.equal(await thinking.evaluate((d) => d.open), false, "thinking is collapsed");
+    assert.equal(await thinking.locator(".thinking-text").textContent(), "Let me think <b>hard</b>.");
+    const link = page.getByRole("link", { name: "Download" });
+    assert.equal(await link.getAttribute("href"), `/v1/sessions/${id}/artifacts/${artifactId}/content`);
+    assert.equal(await link.getAttribute("download"), "<script>.md");
+    assert.equal(await page.locator(".artifact-path").textContent(), "out/<script>.md");
+    const card = page.locator(".tool-card").filter({ hasText: "task" });
+    assert.equal(await card.locator(".subagent a").getAttribute("href"), `#/s/${childId}`);
+    assert.match(await card.locator(".subagent").textContent(), /completed/);
+    assert.equal(await card.getAttribute("data-status"), "done");
+    assert.equal(await page.locator("#log b, #log script").count(), 0);
+    assert.deepEqual(page.pageErrors, []);
+    await page.context().close();
+  });
+
   it("works at phone width: the session list slides in, the conversation fits", async () => {
     const page = await openPage(chromium, server, { width: 390, height: 844 });
     const sessions = await server.api("GET", "/v1/sessions?limit=100");
