@@ -1,7 +1,7 @@
 //! Calls that wait for an answer: `GET …/approvals` lists what waits for a human,
-//! `POST …/approvals/{call_id}` answers one, `POST …/tool-results/{call_id}` gives a client
-//! tool's result. Answers are idempotent: the same one again is a `200`, another one a `409`
-//! with the stored answer.
+//! `POST …/approvals/{call_id}` answers one; `GET …/tool-results` lists the calls of client
+//! tools that wait for their results, `POST …/tool-results/{call_id}` gives one. Answers are
+//! idempotent: the same one again is a `200`, another one a `409` with the stored answer.
 
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
@@ -10,7 +10,8 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::problem::{parse_id, ApiJson, Problem};
+use super::params::NoQuery;
+use super::problem::{parse_id, ApiJson, ApiQuery, Problem};
 use super::AppState;
 use crate::model::Decision;
 use crate::session::ApprovalAnswer;
@@ -20,6 +21,7 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/tools", get(tools))
         .route("/v1/sessions/{id}/approvals", get(pending))
         .route("/v1/sessions/{id}/approvals/{call_id}", post(approve))
+        .route("/v1/sessions/{id}/tool-results", get(pending_results))
         .route(
             "/v1/sessions/{id}/tool-results/{call_id}",
             post(tool_result),
@@ -30,16 +32,29 @@ pub fn routes() -> Router<AppState> {
 const MAX_TEXT_CHARS: usize = 200_000;
 const MAX_CALL_ID_CHARS: usize = 256;
 
-async fn tools(State(state): State<AppState>) -> Json<Value> {
+async fn tools(State(state): State<AppState>, ApiQuery(_): ApiQuery<NoQuery>) -> Json<Value> {
     Json(json!({ "data": state.sessions.tools() }))
 }
 
 async fn pending(
     State(state): State<AppState>,
     Path(id): Path<String>,
+    ApiQuery(_): ApiQuery<NoQuery>,
 ) -> Result<Response, Problem> {
     let id = parse_id(&id, "session")?;
     let data = state.sessions.pending_approvals(id).await?;
+    Ok(Json(json!({ "data": data })).into_response())
+}
+
+/// The calls of the session's client tools that wait for their results (for a client that
+/// reconnects and missed their `tool.client-requested` events).
+async fn pending_results(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    ApiQuery(_): ApiQuery<NoQuery>,
+) -> Result<Response, Problem> {
+    let id = parse_id(&id, "session")?;
+    let data = state.sessions.pending_client_calls(id).await?;
     Ok(Json(json!({ "data": data })).into_response())
 }
 

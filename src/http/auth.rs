@@ -1,16 +1,38 @@
-//! Bearer-token authentication for `/v1` routes, compared in constant time. Browsers'
-//! EventSource cannot send headers, so the SSE route also accepts an `access_token` query
-//! parameter (which is never logged: request spans record the path only).
+//! Token authentication for `/v1` routes, compared in constant time, and the sign-in cookie
+//! of the built-in page.
+//!
+//! A request is authenticated by, in this order: an `Authorization: Bearer <token>` header;
+//! the `tah_token` cookie that `POST /v1/auth/cookie` sets; on the SSE route only, an
+//! `access_token` query parameter (browsers' EventSource cannot send headers; it is never
+//! logged: request spans record the path only).
+//!
+//! The cookie is `HttpOnly` (no script reads it, so an injected script could not steal it) and
+//! `SameSite=Strict` (another site's page cannot make the browser send it). `Secure` is set when
+//! the browser reached the page over https (its `Origin` says so, or a TLS-terminating proxy's
+//! `X-Forwarded-Proto` / `Forwarded`); over plain http, sign-in is accepted only on a loopback
+//! name, where browsers count the page as a secure context and nothing crosses a network.
+//! Elsewhere over plain http it is refused: a `Secure` cookie would be dropped by the browser,
+//! and a cookie without it would teach people to send a long-lived token in clear text.
+//!
+//! Same-site is not same-origin (`evil.example.com` is the same site as `tah.example.com`), so
+//! a state-changing request authenticated by the cookie must also carry the server's own
+//! `Origin`: the built-in page always sends it, a form or script on another origin cannot.
+//! Bearer-token requests are unaffected (a page cannot add that header without the token).
 
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::json;
 use subtle::ConstantTimeEq;
 
-use super::problem::Problem;
+use super::guard::{changes_state, is_loopback_host, request_host, sends_own_origin};
+use super::problem::{ApiJson, Problem};
 
 /// The accepted tokens; empty = authentication is off.
 #[derive(Clone, Default)]
@@ -51,8 +73,12 @@ fn bearer_token(value: &str) -> Option<&str> {
         .filter(|t| !t.is_empty())
 }
 
+/// The sign-in route, which takes no token itself.
+const COOKIE_ROUTE: &str = "/v1/auth/cookie";
+
 pub async fn require_token(State(tokens): State<Tokens>, request: Request, next: Next) -> Response {
-    if !tokens.enabled() || !request.uri().path().starts_with("/v1/") {
+    let path = request.uri().path();
+    if !tokens.enabled() || !path.starts_with("/v1/") || path == COOKIE_ROUTE {
         return next.run(request).await;
     }
     let bearer = request
@@ -61,13 +87,187 @@ pub async fn require_token(State(tokens): State<Tokens>, request: Request, next:
         .and_then(|v| v.to_str().ok())
         .and_then(bearer_token)
         .map(|t| t.as_bytes().to_vec());
-    let candidate = bearer.or_else(|| sse_query_token(&request));
-    match candidate {
+    if let Some(token) = bearer {
+        return match tokens.accepts(&token) {
+            true => next.run(request).await,
+            false => unauthorized("the API token is not valid"),
+        };
+    }
+    if let Some(token) = cookie_token(request.headers()) {
+        if !tokens.accepts(&token) {
+            return unauthorized("the sign-in cookie is not valid any more: sign in again");
+        }
+        if changes_state(request.method()) && !sends_own_origin(request.headers()) {
+            return Problem::new(
+                StatusCode::FORBIDDEN,
+                "origin-required",
+                "a request that changes state and is signed in by cookie must come from this \
+                 server's own page (its Origin header); other clients send \
+                 Authorization: Bearer <token>",
+            )
+            .into_response();
+        }
+        return next.run(request).await;
+    }
+    match sse_query_token(&request) {
         Some(token) if tokens.accepts(&token) => next.run(request).await,
         Some(_) => unauthorized("the API token is not valid"),
         None => {
             unauthorized("this server requires an API token: send Authorization: Bearer <token>")
         }
+    }
+}
+
+/// The name of the sign-in cookie.
+pub const COOKIE_NAME: &str = "tah_token";
+
+/// How long a sign-in lasts in the browser, in seconds (30 days).
+const COOKIE_MAX_AGE: u64 = 30 * 24 * 3600;
+
+/// The token in the `tah_token` cookie (hex-encoded there: tokens may hold characters a
+/// cookie value may not).
+fn cookie_token(headers: &HeaderMap) -> Option<Vec<u8>> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(name, _)| *name == COOKIE_NAME)
+        .and_then(|(_, value)| decode_hex(value.trim()))
+}
+
+fn encode_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn decode_hex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) || text.is_empty() {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// `/v1/auth/cookie`: `GET` says whether tokens are required and the cookie is valid, `POST`
+/// signs in, `DELETE` signs out.
+pub fn routes<S>(tokens: Tokens) -> Router<S> {
+    Router::new()
+        .route(COOKIE_ROUTE, get(status).post(sign_in).delete(sign_out))
+        .with_state(tokens)
+}
+
+async fn status(State(tokens): State<Tokens>, headers: HeaderMap) -> Response {
+    let signed_in =
+        tokens.enabled() && cookie_token(&headers).is_some_and(|token| tokens.accepts(&token));
+    no_store(Json(json!({ "required": tokens.enabled(), "signed_in": signed_in })).into_response())
+}
+
+/// The longest token accepted for sign-in, in bytes.
+const MAX_TOKEN_BYTES: usize = 4096;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SignIn {
+    token: String,
+}
+
+async fn sign_in(
+    State(tokens): State<Tokens>,
+    request_headers: HeaderMap,
+    ApiJson(body): ApiJson<SignIn>,
+) -> Result<Response, Problem> {
+    if !tokens.enabled() {
+        return Err(Problem::new(
+            StatusCode::CONFLICT,
+            "auth-disabled",
+            "this server has no API tokens: every route is open, there is nothing to sign in to",
+        ));
+    }
+    if body.token.len() > MAX_TOKEN_BYTES || !tokens.accepts(body.token.as_bytes()) {
+        return Err(unauthorized_problem("the API token is not valid"));
+    }
+    let secure = match transport(&request_headers) {
+        Transport::Https => "; Secure",
+        Transport::LoopbackHttp => "",
+        Transport::Http => {
+            return Err(Problem::new(
+                StatusCode::FORBIDDEN,
+                "insecure-sign-in",
+                "sign-in over plain http is accepted only on a loopback address (localhost, \
+                 127.0.0.1, ::1): serve tah behind an https proxy (which sends \
+                 X-Forwarded-Proto: https), or send Authorization: Bearer <token>",
+            ))
+        }
+    };
+    let cookie = format!(
+        "{COOKIE_NAME}={}; Path=/; Max-Age={COOKIE_MAX_AGE}; HttpOnly; SameSite=Strict{secure}",
+        encode_hex(body.token.as_bytes())
+    );
+    Ok(with_cookie(cookie))
+}
+
+async fn sign_out(request_headers: HeaderMap) -> Response {
+    let secure = match transport(&request_headers) {
+        Transport::Https => "; Secure",
+        Transport::LoopbackHttp | Transport::Http => "",
+    };
+    with_cookie(format!(
+        "{COOKIE_NAME}=; Path=/; Max-Age=0; HttpOnly; SameSite=Strict{secure}"
+    ))
+}
+
+/// `204` that sets `cookie`.
+fn with_cookie(cookie: String) -> Response {
+    let mut response = StatusCode::NO_CONTENT.into_response();
+    if let Ok(value) = HeaderValue::from_str(&cookie) {
+        response.headers_mut().insert(header::SET_COOKIE, value);
+    }
+    no_store(response)
+}
+
+fn no_store(mut response: Response) -> Response {
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+/// How the browser reached the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Transport {
+    Https,
+    LoopbackHttp,
+    Http,
+}
+
+/// https when the page's `Origin` is https, or a proxy says it terminated TLS (a client that
+/// forges the proxy's header only makes its own cookie stricter).
+fn transport(headers: &HeaderMap) -> Transport {
+    let text = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.trim().to_ascii_lowercase())
+    };
+    let origin_https = text("origin").is_some_and(|o| o.starts_with("https://"));
+    let proxy_https = text("x-forwarded-proto")
+        .is_some_and(|p| p.split(',').next().is_some_and(|p| p.trim() == "https"))
+        || text("forwarded").is_some_and(|f| {
+            f.split([';', ',']).any(|part| {
+                part.trim()
+                    .strip_prefix("proto=")
+                    .is_some_and(|p| p.trim_matches('"') == "https")
+            })
+        });
+    if origin_https || proxy_https {
+        Transport::Https
+    } else if request_host(headers).is_some_and(|h| is_loopback_host(&h)) {
+        Transport::LoopbackHttp
+    } else {
+        Transport::Http
     }
 }
 
@@ -82,13 +282,15 @@ fn sse_query_token(request: &Request) -> Option<Vec<u8>> {
         .map(|(_, v)| v.into_owned().into_bytes())
 }
 
+fn unauthorized_problem(detail: &str) -> Problem {
+    Problem::new(StatusCode::UNAUTHORIZED, "unauthorized", detail)
+}
+
 fn unauthorized(detail: &str) -> Response {
-    let mut response =
-        Problem::new(StatusCode::UNAUTHORIZED, "unauthorized", detail).into_response();
-    response.headers_mut().insert(
-        header::WWW_AUTHENTICATE,
-        header::HeaderValue::from_static("Bearer"),
-    );
+    let mut response = unauthorized_problem(detail).into_response();
+    response
+        .headers_mut()
+        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     response
 }
 
@@ -108,6 +310,60 @@ mod tests {
         assert!(!tokens.accepts(b"0123456789abcdeff"));
         assert!(!tokens.accepts(b""));
         assert!(!Tokens::new(&[]).enabled());
+    }
+
+    #[test]
+    fn cookie_values_round_trip_through_hex() {
+        let token = "a;b,c=d\"e\\f é";
+        let mut headers = HeaderMap::new();
+        let value = format!(
+            "other=1; {COOKIE_NAME}={}; x=y",
+            encode_hex(token.as_bytes())
+        );
+        headers.insert(header::COOKIE, HeaderValue::from_str(&value).unwrap());
+        assert_eq!(cookie_token(&headers), Some(token.as_bytes().to_vec()));
+        for bad in ["", "abc", "zz", "0g"] {
+            assert_eq!(decode_hex(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_transport_decides_the_secure_flag() {
+        let headers = |pairs: &[(&'static str, &'static str)]| {
+            let mut map = HeaderMap::new();
+            for (name, value) in pairs {
+                map.insert(*name, HeaderValue::from_static(value));
+            }
+            map
+        };
+        let loopback = [
+            ("host", "127.0.0.1:8080"),
+            ("origin", "http://127.0.0.1:8080"),
+        ];
+        assert_eq!(transport(&headers(&loopback)), Transport::LoopbackHttp);
+        assert_eq!(
+            transport(&headers(&[("host", "localhost")])),
+            Transport::LoopbackHttp
+        );
+        assert_eq!(
+            transport(&headers(&[("host", "[::1]:9")])),
+            Transport::LoopbackHttp
+        );
+        assert_eq!(
+            transport(&headers(&[("host", "tah.example")])),
+            Transport::Http
+        );
+        for https in [
+            [("host", "tah.example"), ("origin", "https://tah.example")],
+            [("host", "tah.example"), ("x-forwarded-proto", "https")],
+            [
+                ("host", "tah.example"),
+                ("forwarded", "for=1.2.3.4;proto=https"),
+            ],
+            [("host", "localhost"), ("x-forwarded-proto", "HTTPS, http")],
+        ] {
+            assert_eq!(transport(&headers(&https)), Transport::Https, "{https:?}");
+        }
     }
 
     #[test]

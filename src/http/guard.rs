@@ -13,7 +13,7 @@
 use std::net::SocketAddr;
 
 use axum::extract::{Request, State};
-use axum::http::{header, Method, StatusCode};
+use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
@@ -78,13 +78,44 @@ impl RequestGuard {
         if self.any_origin || self.origins.contains(&origin) {
             return true;
         }
-        // The server's own origin: the page it serves, over plain HTTP or behind a proxy
-        // that terminates TLS.
-        host.is_some_and(|host| {
-            let host = host.trim().to_ascii_lowercase();
-            origin == format!("http://{host}") || origin == format!("https://{host}")
-        })
+        host.is_some_and(|host| is_own_origin(&origin, host))
     }
+}
+
+/// True when `origin` is the server's own for a request to `host`: the page it serves, over
+/// plain HTTP or behind a proxy that terminates TLS.
+fn is_own_origin(origin: &str, host: &str) -> bool {
+    let origin = normalise_origin(origin);
+    let host = host.trim().to_ascii_lowercase();
+    origin == format!("http://{host}") || origin == format!("https://{host}")
+}
+
+/// The request's `Host`.
+pub fn request_host(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+}
+
+/// True when the request carries an `Origin` that is the server's own.
+pub fn sends_own_origin(headers: &HeaderMap) -> bool {
+    let origin = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok());
+    match (origin, request_host(headers)) {
+        (Some(origin), Some(host)) => is_own_origin(origin, &host),
+        _ => false,
+    }
+}
+
+/// True for a loopback name: `localhost` (and `*.localhost`), `127.0.0.0/8`, `::1`.
+pub fn is_loopback_host(host: &str) -> bool {
+    let host = host.trim().to_ascii_lowercase();
+    let (name, _port) = split_host(&host);
+    name == "localhost"
+        || name.ends_with(".localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// `name` and `port` of a `Host` value (`[::1]:8080` → `::1`).
@@ -106,7 +137,7 @@ pub fn normalise_origin(origin: &str) -> String {
     origin.trim().trim_end_matches('/').to_ascii_lowercase()
 }
 
-fn changes_state(method: &Method) -> bool {
+pub fn changes_state(method: &Method) -> bool {
     !matches!(
         *method,
         Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE
@@ -114,11 +145,7 @@ fn changes_state(method: &Method) -> bool {
 }
 
 pub async fn check(State(guard): State<RequestGuard>, request: Request, next: Next) -> Response {
-    let host = request
-        .headers()
-        .get(header::HOST)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string)
+    let host = request_host(request.headers())
         .or_else(|| request.uri().authority().map(|a| a.to_string()));
     let probe = matches!(request.uri().path(), "/healthz" | "/readyz");
     if let Some(host) = host.as_deref().filter(|_| !probe) {
@@ -221,5 +248,23 @@ mod tests {
         assert!(!g.origin_allowed("null", Some("127.0.0.1:8080")));
         assert!(!g.origin_allowed("http://127.0.0.1:8080", Some("localhost:8080")));
         assert!(guard(&[], &["*"], false).origin_allowed("https://evil.example", None));
+    }
+
+    #[test]
+    fn loopback_names_are_known() {
+        for host in [
+            "localhost:8080",
+            "LOCALHOST",
+            "a.localhost",
+            "127.0.0.1",
+            "127.9.9.9:1",
+            "[::1]:8080",
+            "::1",
+        ] {
+            assert!(is_loopback_host(host), "{host}");
+        }
+        for host in ["10.0.0.5:8080", "tah.example", "localhost.evil", "[::2]:80"] {
+            assert!(!is_loopback_host(host), "{host}");
+        }
     }
 }

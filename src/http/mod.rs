@@ -4,7 +4,9 @@
 //! answer. One module per resource; `router` merges them.
 //!
 //! - `sessions`, `runs`, `events`, `artifacts`: the resources.
-//! - `auth`: bearer tokens; `guard`: requests a web page could make without the user knowing.
+//! - `auth`: API tokens and the page's sign-in cookie; `guard`: requests a web page could make
+//!   without the user knowing.
+//! - `ui`: the built-in web page, embedded in the binary.
 //! - `problem`: problem+json errors and the extractors that produce them; `params`: lenient
 //!   query values; `paging`: limits, cursors and the page envelope.
 //! - [`server`]: the listener loop, with the connection limits a public server needs.
@@ -20,6 +22,7 @@ mod problem;
 mod runs;
 pub mod server;
 mod sessions;
+mod ui;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -102,10 +105,13 @@ pub fn router(state: AppState, options: &HttpOptions) -> Router {
         .merge(runs::routes())
         .merge(approvals::routes())
         .merge(events::routes())
+        .merge(auth::routes(tokens.clone()))
+        .merge(ui::routes())
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(tokens, auth::require_token))
         .layer(middleware::from_fn_with_state(guard, guard::check))
         .layer(middleware::from_fn(problem::problem_responses))
+        .layer(middleware::from_fn(ui::api_policy))
         .layer(cors(&options.cors_origins))
         .layer(DefaultBodyLimit::max(options.max_body_bytes))
         .layer(

@@ -1,7 +1,13 @@
 //! Query-string values as clients send them: a boolean may be spelled the way any HTTP client
-//! library spells it (`true`, `True` from Python's `requests`, `1`, `yes`…).
+//! library spells it (`true`, `True` from Python's `requests`, `1`, `yes`…). Query strings are
+//! strict: each route's query type refuses the parameters it does not take.
 
 use serde::{Deserialize, Deserializer};
+
+/// The query of a route that takes no parameters: any parameter is a `400`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NoQuery {}
 
 /// `true/false`, `1/0`, `yes/no`, `on/off`, in any case.
 pub fn parse_bool(text: &str) -> Option<bool> {
@@ -46,6 +52,13 @@ mod tests {
     struct Query {
         #[serde(default, deserialize_with = "lenient_bool")]
         wait: Option<bool>,
+    }
+
+    #[test]
+    fn a_route_without_parameters_refuses_any() {
+        assert!(serde_urlencoded::from_str::<NoQuery>("").is_ok());
+        let error = serde_urlencoded::from_str::<NoQuery>("limit=5").unwrap_err();
+        assert!(error.to_string().contains("limit"), "{error}");
     }
 
     #[test]

@@ -77,6 +77,9 @@ impl From<SessionError> for Problem {
             SessionError::Invalid(detail) => {
                 Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid-input", detail)
             }
+            SessionError::EditedInputDenied(detail) => {
+                Problem::new(StatusCode::FORBIDDEN, "edited-input-denied", detail)
+            }
             SessionError::NoSuchCall(detail) => {
                 Problem::new(StatusCode::NOT_FOUND, "no-such-call", detail)
             }

@@ -47,6 +47,15 @@ struct RunQuery {
     pending: Option<PendingParam>,
 }
 
+/// A resume continues the run there is: what to do about a new run's predecessor
+/// (`pending`) does not apply to it.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ResumeQuery {
+    #[serde(default, deserialize_with = "super::params::lenient_bool")]
+    wait: Option<bool>,
+}
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct EmptyBody {}
@@ -117,7 +126,7 @@ async fn start(
                 Some(PendingParam::Refuse) | None => Pending::Refuse,
             },
         ),
-        query,
+        query.wait == Some(true),
         &headers,
     )
     .await
@@ -126,19 +135,20 @@ async fn start(
 async fn resume(
     State(state): State<AppState>,
     Path(id): Path<String>,
-    ApiQuery(query): ApiQuery<RunQuery>,
+    ApiQuery(query): ApiQuery<ResumeQuery>,
     headers: HeaderMap,
     OptionalJson(_): OptionalJson<EmptyBody>,
 ) -> Result<Response, Problem> {
     let id = parse_id(&id, "session")?;
-    begin(state, id, RunRequest::resume(), query, &headers).await
+    let wait = query.wait == Some(true);
+    begin(state, id, RunRequest::resume(), wait, &headers).await
 }
 
 async fn begin(
     state: AppState,
     id: Uuid,
     request: RunRequest,
-    query: RunQuery,
+    wait: bool,
     headers: &HeaderMap,
 ) -> Result<Response, Problem> {
     if wants_event_stream(headers) {
@@ -157,7 +167,7 @@ async fn begin(
     match state.sessions.run(id, request).await? {
         RunStarted::AlreadyCompleted(result) => Ok(Json(result).into_response()),
         RunStarted::Started { run, result } => {
-            if query.wait == Some(true) {
+            if wait {
                 let result = match result.await {
                     Ok(Ok(result)) => result,
                     Ok(Err(RunStopped::Storage { error })) => {

@@ -77,13 +77,13 @@ async fn create(
     if body.metadata.as_ref().is_some_and(|m| !m.is_object()) {
         return Err(Problem::bad_request("metadata must be a JSON object"));
     }
-    let mut options = SessionOptions {
+    let options = SessionOptions {
         tools: body.tools,
         tool_policy: body.tool_policy,
         client_tools: body.client_tools,
         ..SessionOptions::default()
     };
-    state.sessions.check_options(&options)?;
+    let mut options = state.sessions.check_options(options)?;
     if let Some(workspace) = &body.workspace {
         options.workspace = state.sessions.resolve_workspace(workspace).await?;
     }

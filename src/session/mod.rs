@@ -32,7 +32,7 @@ pub use command::{
 };
 pub use sessions::{NewSession, Sessions, Subscription};
 pub use stream::EventStream;
-pub use waiting::{ClientResult, PendingApproval, Resolution};
+pub use waiting::{ClientResult, PendingApproval, PendingClientCall, Resolution};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -96,7 +96,10 @@ pub enum SessionError {
     /// An answer that does not fit (an edited input against the tool's schema).
     #[error("{0}")]
     Invalid(String),
-    /// No such waiting call in the session's current run.
+    /// An approval's edited input that the policy denies; the approval still waits.
+    #[error("{0}")]
+    EditedInputDenied(String),
+    /// No call of this id in the session.
     #[error("{0}")]
     NoSuchCall(String),
     /// The call was answered already, differently; `resolution` is the stored answer.

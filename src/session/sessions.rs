@@ -17,7 +17,7 @@ use super::command::{
 };
 use super::live::{LiveSessions, Slot};
 use super::stream::EventStream;
-use super::waiting::{self, PendingApproval};
+use super::waiting::{self, PendingApproval, PendingClientCall, Waiting};
 use super::{coordination, steps, subagents, SessionDeps, SessionError};
 use crate::model::{
     self, Event, EventKind, Message, Role, SessionOptions, SessionRecord, SessionState, Usage,
@@ -315,23 +315,29 @@ impl Sessions {
     }
 
     /// Checks what a new session chose: its tools exist, its rules compile, its client
-    /// tools are well formed and clash with nothing.
-    pub fn check_options(&self, options: &SessionOptions) -> Result<(), SessionError> {
+    /// tools are well formed and clash with nothing. Answers the options as the session keeps
+    /// them: a tool named twice in `tools` is kept once, where it came first.
+    pub fn check_options(
+        &self,
+        mut options: SessionOptions,
+    ) -> Result<SessionOptions, SessionError> {
         let server = &self.deps.agent.tools;
-        if let Some(tools) = &options.tools {
+        if let Some(tools) = &mut options.tools {
             // `task` is offered by the session layer, not the server's registry.
             let subagents = self.deps.max_subagent_depth > 0;
-            let tools: Vec<&String> = tools
+            let workspace_tools: Vec<&String> = tools
                 .iter()
                 .filter(|name| !(subagents && name.as_str() == subagents::TASK))
                 .collect();
-            if let Err(unknown) = server.select(&tools) {
+            if let Err(unknown) = server.select(&workspace_tools) {
                 return Err(SessionError::BadInput(format!(
                     "tools names tools this server does not offer: {} (it offers {})",
                     unknown.0.join(", "),
                     server.names().join(", ")
                 )));
             }
+            let mut seen = std::collections::HashSet::new();
+            tools.retain(|name| seen.insert(name.clone()));
         }
         Rules::compile(options.tool_policy.clone())
             .map_err(|e| SessionError::BadInput(format!("tool_policy: {e}")))?;
@@ -349,16 +355,32 @@ impl Sessions {
                     tool.name
                 )));
             }
-            let taken = server.get(&tool.name).is_some() || tool.name == subagents::TASK;
-            if taken || !names.insert(tool.name.as_str()) {
+            // A built-in's name stays its own even where `--tools` did not choose it: the
+            // policy's defaults and a deployment's rules name tools by name.
+            if server.get(&tool.name).is_some()
+                || crate::tools::builtin::NAMES.contains(&tool.name.as_str())
+                || tool.name == subagents::TASK
+            {
                 return Err(SessionError::BadInput(format!(
-                    "client tool name {:?} clashes with another tool",
+                    "client tool name {:?} clashes with a server tool of that name (the built-in tools' names are always taken)",
+                    tool.name
+                )));
+            }
+            if !names.insert(tool.name.as_str()) {
+                return Err(SessionError::BadInput(format!(
+                    "client tool name {:?} is given twice",
                     tool.name
                 )));
             }
             if !tool.input_schema.is_object() {
                 return Err(SessionError::BadInput(format!(
                     "client tool {:?}: input_schema must be a JSON schema object",
+                    tool.name
+                )));
+            }
+            if let Err(error) = crate::tools::schema::check_schema(&tool.input_schema) {
+                return Err(SessionError::BadInput(format!(
+                    "client tool {:?}: input_schema is not a valid JSON Schema: {error}",
                     tool.name
                 )));
             }
@@ -369,23 +391,45 @@ impl Sessions {
                 )));
             }
         }
-        Ok(())
+        Ok(options)
     }
 
     /// The approvals the session's run waits for, rebuilt from its events.
     pub async fn pending_approvals(&self, id: Uuid) -> Result<Vec<PendingApproval>, SessionError> {
+        Ok(self
+            .active_run_calls(id)
+            .await?
+            .map(|waiting| waiting.pending_approvals())
+            .unwrap_or_default())
+    }
+
+    /// The calls of the session's client tools that its run waits for the results of,
+    /// rebuilt from its events (for a client that reconnects).
+    pub async fn pending_client_calls(
+        &self,
+        id: Uuid,
+    ) -> Result<Vec<PendingClientCall>, SessionError> {
+        Ok(self
+            .active_run_calls(id)
+            .await?
+            .map(|waiting| waiting.pending_client_calls())
+            .unwrap_or_default())
+    }
+
+    /// The calls of the session's active run; `None` when no run is active.
+    async fn active_run_calls(&self, id: Uuid) -> Result<Option<Waiting>, SessionError> {
         let session = self.get(id).await?;
         if !session.state.is_active() {
-            return Ok(Vec::new());
+            return Ok(None);
         }
         let Some(run_id) = session.last_run_id else {
-            return Ok(Vec::new());
+            return Ok(None);
         };
         let Some(run) = self.deps.store.run(id, run_id).await? else {
-            return Ok(Vec::new());
+            return Ok(None);
         };
         let waiting = waiting::of_run(self.deps.store.as_ref(), id, run.start_seq).await?;
-        Ok(waiting.pending_approvals())
+        Ok(Some(waiting))
     }
 
     /// A human's answer to a call waiting for approval; answers the resolution once it is

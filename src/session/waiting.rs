@@ -83,6 +83,16 @@ pub struct PendingApproval {
     pub expires_at: Option<DateTime<Utc>>,
 }
 
+/// A call of a client tool waiting for its result, as `GET …/tool-results` lists it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PendingClientCall {
+    pub call_id: String,
+    pub step_id: Uuid,
+    pub tool: String,
+    pub input: Value,
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
 /// What an answer did.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Answered<T> {
@@ -90,6 +100,14 @@ pub enum Answered<T> {
     Fresh(T),
     /// The same answer again: nothing changes.
     Repeat(T),
+}
+
+impl<T> Answered<T> {
+    pub fn given(&self) -> &T {
+        match self {
+            Answered::Fresh(given) | Answered::Repeat(given) => given,
+        }
+    }
 }
 
 /// The waiting calls of one run, by call id.
@@ -145,16 +163,55 @@ pub(super) async fn of_run(
     session_id: Uuid,
     start_seq: i64,
 ) -> crate::store::StoreResult<Waiting> {
+    of_events(store, session_id, start_seq, i64::MAX).await
+}
+
+/// The calls of every run that began before the event `before` (all runs: `i64::MAX`), read
+/// from the store: where a late answer to a call of an ended run is looked up.
+pub(super) async fn of_earlier_runs(
+    store: &dyn crate::store::Store,
+    session_id: Uuid,
+    before: i64,
+) -> crate::store::StoreResult<Waiting> {
+    of_events(store, session_id, 1, before).await
+}
+
+/// The calls of the events `from <= seq < before`.
+async fn of_events(
+    store: &dyn crate::store::Store,
+    session_id: Uuid,
+    from: i64,
+    before: i64,
+) -> crate::store::StoreResult<Waiting> {
     const PAGE: i64 = 1000;
     let mut waiting = Waiting::default();
-    let mut after = start_seq - 1;
+    let mut after = from - 1;
     loop {
         let page = store.events(session_id, after, PAGE).await?;
-        waiting.extend(&page);
+        waiting.extend(page.iter().take_while(|e| e.seq < before));
         match page.last() {
-            Some(last) if page.len() as i64 == PAGE => after = last.seq,
+            Some(last) if page.len() as i64 == PAGE && last.seq < before - 1 => after = last.seq,
             _ => return Ok(waiting),
         }
+    }
+}
+
+/// What an answer to a call of an ended run gets, given what checking it against that run's
+/// calls said: the same answer again is a repeat and another one a conflict, as for any
+/// call; a call its run left unanswered cannot be answered any more (`409 run-ended`).
+pub fn answer_to_ended<T>(
+    call_id: &str,
+    checked: Result<Answered<T>, SessionError>,
+) -> Result<Answered<T>, SessionError> {
+    match checked {
+        Ok(Answered::Fresh(_)) => Err(SessionError::Conflict {
+            kind: "run-ended",
+            detail: format!(
+                "the run of call {call_id:?} ended before anybody answered it: it cannot be \
+                 answered any more"
+            ),
+        }),
+        other => other,
     }
 }
 
@@ -312,6 +369,21 @@ impl Waiting {
             .collect()
     }
 
+    /// The calls of client tools whose result has not come, in call-id order.
+    pub fn pending_client_calls(&self) -> Vec<PendingClientCall> {
+        self.items
+            .iter()
+            .filter(|(_, item)| item.kind == Kind::Client && item.is_pending())
+            .map(|(call_id, item)| PendingClientCall {
+                call_id: call_id.clone(),
+                step_id: item.step_id,
+                tool: item.tool.clone(),
+                input: item.input.clone(),
+                expires_at: item.expires_at,
+            })
+            .collect()
+    }
+
     /// The earliest time an unanswered call expires.
     pub fn next_expiry(&self) -> Option<(String, DateTime<Utc>)> {
         self.items
@@ -432,7 +504,7 @@ impl Waiting {
 
 fn no_such_call(what: &str, call_id: &str) -> SessionError {
     SessionError::NoSuchCall(format!(
-        "the session's current run has no {what} with call_id {call_id:?}"
+        "the session has no {what} with call_id {call_id:?}"
     ))
 }
 

@@ -2,6 +2,11 @@
 //! `properties`, `required`, `additionalProperties`, `items`, `minimum`/`maximum`,
 //! `minLength`/`maxLength` and `minItems`/`maxItems`. Other keywords are accepted and not
 //! checked, so a richer schema (from an MCP server) is checked as far as these go.
+//!
+//! [`check_schema`] checks a schema itself, as the JSON Schema meta-schema would: every
+//! standard keyword it uses has a value of the right shape (a schema where a schema goes, a
+//! type name where a type goes, a count where a count goes), so a schema a client declares
+//! is refused when it is made, not when the model's first call meets it.
 
 use serde_json::{Map, Value};
 
@@ -17,6 +22,144 @@ pub struct SchemaError {
 /// Checks `value` against `schema`.
 pub fn validate(schema: &Value, value: &Value) -> Result<(), SchemaError> {
     check(schema, value, "input")
+}
+
+/// The type names of JSON Schema.
+const TYPE_NAMES: [&str; 7] = [
+    "object", "array", "string", "number", "integer", "boolean", "null",
+];
+
+/// Checks that `schema` is a JSON Schema: an object or a boolean whose standard keywords
+/// have values of the shapes the meta-schema (draft 2020-12, and the older drafts' forms of
+/// `items`, `exclusiveMinimum` and `exclusiveMaximum`) gives them. Unknown keywords are
+/// allowed, as JSON Schema allows them.
+pub fn check_schema(schema: &Value) -> Result<(), SchemaError> {
+    meta_check(schema, "input_schema")
+}
+
+fn meta_check(schema: &Value, path: &str) -> Result<(), SchemaError> {
+    let map = match schema {
+        Value::Object(map) => map,
+        Value::Bool(_) => return Ok(()),
+        other => {
+            return fail(
+                path,
+                format!("a schema is an object or a boolean, not {}", type_of(other)),
+            )
+        }
+    };
+    for (key, value) in map {
+        let at = format!("{path}.{key}");
+        match key.as_str() {
+            "type" => check_type_keyword(value, &at)?,
+            "enum" | "examples" => expect(value.is_array(), &at, "must be an array")?,
+            "required" => check_names(value, &at)?,
+            "properties" | "patternProperties" | "$defs" | "definitions" | "dependentSchemas" => {
+                let Some(children) = value.as_object() else {
+                    return fail(&at, "must be an object of schemas");
+                };
+                for (name, child) in children {
+                    meta_check(child, &format!("{at}.{name}"))?;
+                }
+            }
+            "dependentRequired" => {
+                let Some(children) = value.as_object() else {
+                    return fail(&at, "must be an object of arrays of property names");
+                };
+                for (name, child) in children {
+                    check_names(child, &format!("{at}.{name}"))?;
+                }
+            }
+            "additionalProperties"
+            | "additionalItems"
+            | "unevaluatedProperties"
+            | "unevaluatedItems"
+            | "contains"
+            | "propertyNames"
+            | "not"
+            | "if"
+            | "then"
+            | "else" => meta_check(value, &at)?,
+            // A schema, or (before draft 2020-12) an array of schemas.
+            "items" => match value {
+                Value::Array(schemas) => check_schemas(schemas, &at)?,
+                other => meta_check(other, &at)?,
+            },
+            "allOf" | "anyOf" | "oneOf" | "prefixItems" => match value {
+                Value::Array(schemas) if !schemas.is_empty() => check_schemas(schemas, &at)?,
+                _ => return fail(&at, "must be a non-empty array of schemas"),
+            },
+            "minLength" | "maxLength" | "minItems" | "maxItems" | "minProperties"
+            | "maxProperties" | "minContains" | "maxContains" => expect(
+                value.as_f64().is_some_and(|n| n >= 0.0 && n.fract() == 0.0),
+                &at,
+                "must be a non-negative integer",
+            )?,
+            "minimum" | "maximum" => expect(value.is_number(), &at, "must be a number")?,
+            // A number, or (draft 4) a boolean.
+            "exclusiveMinimum" | "exclusiveMaximum" => expect(
+                value.is_number() || value.is_boolean(),
+                &at,
+                "must be a number",
+            )?,
+            "multipleOf" => expect(
+                value.as_f64().is_some_and(|n| n > 0.0),
+                &at,
+                "must be a number greater than 0",
+            )?,
+            "uniqueItems" => expect(value.is_boolean(), &at, "must be a boolean")?,
+            "pattern" | "format" | "title" | "description" | "$id" | "$schema" | "$ref"
+            | "$anchor" | "$comment" => expect(value.is_string(), &at, "must be a string")?,
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn check_type_keyword(value: &Value, path: &str) -> Result<(), SchemaError> {
+    let known = |v: &Value| v.as_str().is_some_and(|t| TYPE_NAMES.contains(&t));
+    let ok = match value {
+        Value::String(_) => known(value),
+        Value::Array(types) => {
+            !types.is_empty()
+                && types.iter().all(known)
+                && types
+                    .iter()
+                    .enumerate()
+                    .all(|(i, t)| !types[..i].contains(t))
+        }
+        _ => false,
+    };
+    expect(
+        ok,
+        path,
+        format!(
+            "must be a type name ({}) or a non-empty array of distinct ones, not {value}",
+            TYPE_NAMES.join(", ")
+        ),
+    )
+}
+
+fn check_names(value: &Value, path: &str) -> Result<(), SchemaError> {
+    let ok = value
+        .as_array()
+        .is_some_and(|names| names.iter().all(Value::is_string));
+    expect(ok, path, "must be an array of property names (strings)")
+}
+
+fn check_schemas(schemas: &[Value], path: &str) -> Result<(), SchemaError> {
+    for (i, schema) in schemas.iter().enumerate() {
+        meta_check(schema, &format!("{path}[{i}]"))?;
+    }
+    Ok(())
+}
+
+fn expect(ok: bool, path: &str, message: impl Into<String>) -> Result<(), SchemaError> {
+    if ok {
+        Ok(())
+    } else {
+        fail(path, message)
+    }
 }
 
 fn fail(path: &str, message: impl Into<String>) -> Result<(), SchemaError> {
@@ -270,5 +413,77 @@ mod tests {
             "input.deep.x: expected number or null, got string"
         );
         assert!(validate(&json!(false), &json!(1)).is_err());
+    }
+
+    fn meta_error(schema: Value) -> String {
+        check_schema(&schema).expect_err("not a schema").to_string()
+    }
+
+    #[test]
+    fn schemas_of_every_shape_the_meta_schema_allows_pass() {
+        for schema in [
+            schema(),
+            json!({}),
+            json!(true),
+            json!({"type": ["string", "null"], "x-vendor": 5, "format": "uri"}),
+            json!({"items": [{"type": "string"}], "additionalItems": false}),
+            json!({"anyOf": [{"type": "string"}, true], "$defs": {"a": {"type": "object"}}}),
+            json!({"type": "number", "exclusiveMinimum": 0, "multipleOf": 0.5}),
+            json!({"type": "number", "minimum": 0, "exclusiveMinimum": true}),
+            json!({"type": "string", "minLength": 2.0, "pattern": "^a"}),
+        ] {
+            assert_eq!(check_schema(&schema), Ok(()), "{schema}");
+        }
+    }
+
+    #[test]
+    fn a_schema_that_breaks_the_meta_schema_is_named_where_and_why() {
+        assert!(
+            meta_error(json!({"type": 5})).starts_with("input_schema.type: must be a type name")
+        );
+        assert!(meta_error(json!({"type": "strin"})).starts_with("input_schema.type:"));
+        assert!(meta_error(json!({"type": []})).starts_with("input_schema.type:"));
+        assert!(meta_error(json!({"type": ["string", "string"]})).starts_with("input_schema.type:"));
+        assert_eq!(
+            meta_error(json!({"properties": {"a": {"type": "object"}, "b": {"type": 1}}})),
+            "input_schema.properties.b.type: must be a type name (object, array, string, \
+             number, integer, boolean, null) or a non-empty array of distinct ones, not 1"
+        );
+        assert_eq!(
+            meta_error(json!({"properties": []})),
+            "input_schema.properties: must be an object of schemas"
+        );
+        assert_eq!(
+            meta_error(json!({"properties": {"a": 3}})),
+            "input_schema.properties.a: a schema is an object or a boolean, not number"
+        );
+        assert_eq!(
+            meta_error(json!({"required": "a"})),
+            "input_schema.required: must be an array of property names (strings)"
+        );
+        assert_eq!(
+            meta_error(json!({"items": {"minLength": -1}})),
+            "input_schema.items.minLength: must be a non-negative integer"
+        );
+        assert_eq!(
+            meta_error(json!({"anyOf": []})),
+            "input_schema.anyOf: must be a non-empty array of schemas"
+        );
+        assert_eq!(
+            meta_error(json!({"oneOf": [{}, {"enum": 1}]})),
+            "input_schema.oneOf[1].enum: must be an array"
+        );
+        assert_eq!(
+            meta_error(json!({"maximum": "5"})),
+            "input_schema.maximum: must be a number"
+        );
+        assert_eq!(
+            meta_error(json!({"multipleOf": 0})),
+            "input_schema.multipleOf: must be a number greater than 0"
+        );
+        assert_eq!(
+            meta_error(json!({"description": 1})),
+            "input_schema.description: must be a string"
+        );
     }
 }

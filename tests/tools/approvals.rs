@@ -9,7 +9,10 @@ use serde_json::{json, Value};
 
 use crate::support::fakes::{start_openai, FakeServer, FakeToolCall};
 use crate::support::{is_postgres, TestServer};
-use crate::{asks, call, ended, finished, model_calling, options, output_of, says, start};
+use crate::{
+    asks, call, ended, finished, kill9_and_restart, model_calling, options, output_of, policy_file,
+    says, start,
+};
 
 /// A run on a server with the default policy whose model asks for `call`, waiting for the
 /// call's approval: the fake model (it stops when dropped, so keep it bound), the server, the
@@ -25,9 +28,13 @@ async fn waiting_on(call: FakeToolCall) -> (FakeServer, TestServer, String, Valu
 /// the pending approval.
 async fn until_pending(server: &TestServer) -> (String, Value) {
     let id = server.create_session().await;
-    server.start_run(&id, "please do it").await;
-    let pending = wait_pending(server, &id, 1).await;
-    (id, pending[0].clone())
+    (id.clone(), run_until_pending(server, &id).await)
+}
+
+/// Starts a run of session `id` and waits until its first approval is requested.
+async fn run_until_pending(server: &TestServer, id: &str) -> Value {
+    server.start_run(id, "please do it").await;
+    wait_pending(server, id, 1).await[0].clone()
 }
 
 async fn wait_pending(server: &TestServer, id: &str, n: usize) -> Vec<Value> {
@@ -341,8 +348,7 @@ async fn a_waiting_run_survives_kill_9_and_the_answer_continues_it() {
     .await;
     let mut server = TestServer::start(options(&model, &[]).process()).await;
     let (id, _) = until_pending(&server).await;
-    server.kill9().await;
-    server.restart().await;
+    kill9_and_restart(&mut server, &id).await;
     let session = server.session(&id).await;
     assert_eq!(session["state"], "waiting_tool", "{session}");
     let pending = wait_pending(&server, &id, 1).await;
@@ -443,4 +449,218 @@ async fn the_server_policy_wins_over_the_session_and_approval_mode_deny_needs_no
     assert!(!events
         .iter()
         .any(|e| e["type"] == "tool.approval-requested"));
+}
+
+/// The `type` of a problem, without its `urn:tah:problem:` prefix.
+fn kind(problem: &Value) -> &str {
+    problem["type"]
+        .as_str()
+        .unwrap_or_default()
+        .trim_start_matches("urn:tah:problem:")
+}
+
+fn resolved_count(events: &[Value]) -> usize {
+    events
+        .iter()
+        .filter(|e| e["type"] == "tool.approval-resolved")
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edited_input_the_policy_denies_is_refused_and_always_remembers_what_ran() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = policy_file(
+        dir.path(),
+        json!([{"tool": "write_file", "match": "secret/**", "action": "deny"}]),
+    );
+    let model = model_calling(vec![call(
+        "e2",
+        "write_file",
+        json!({"path": "notes.md", "content": "model"}),
+    )])
+    .await;
+    let server = start(&model, &["--tool-policy", &policy]).await;
+    let session = server
+        .create_session_with(&json!({"tool_policy": [
+            {"tool": "write_file", "match": "private/*", "action": "deny"}
+        ]}))
+        .await;
+    let id = session["id"].as_str().unwrap().to_string();
+    let pending = run_until_pending(&server, &id).await;
+    assert_eq!(pending["subject"], "notes.md");
+
+    // What the server's rule denies, and what the session's rule denies, does not run
+    // whatever the human answers; the approval goes on waiting for another answer.
+    for (decision, path, origin) in [
+        ("always", "secret/x.md", "server"),
+        ("allow", "secret/deep/y.md", "server"),
+        ("allow", "private/z.md", "session"),
+    ] {
+        let body = json!({"decision": decision, "input": {"path": path, "content": "human"}});
+        let reply = answer(&server, &id, "e2", body).await;
+        let problem = reply.expect_problem(StatusCode::FORBIDDEN, path);
+        assert_eq!(kind(&problem), "edited-input-denied", "{problem}");
+        let detail = problem["detail"].as_str().unwrap();
+        assert!(detail.contains(path), "{detail}");
+        assert!(detail.contains(origin), "{detail}");
+        assert!(
+            !server.workspace().join(path).exists(),
+            "{path} was written"
+        );
+    }
+    let pending = wait_pending(&server, &id, 1).await;
+    assert_eq!(pending[0]["call_id"], "e2");
+    assert_eq!(server.session(&id).await["state"], "waiting_tool");
+    assert_eq!(resolved_count(&server.events(&id).await), 0);
+
+    // An input whose call would itself be asked about is what the human approves.
+    let edited = json!({"path": "public/ok.md", "content": "human"});
+    let reply = answer(
+        &server,
+        &id,
+        "e2",
+        json!({"decision": "always", "input": edited}),
+    )
+    .await;
+    assert_eq!(reply.expect_json(StatusCode::OK, "always")["input"], edited);
+    assert_eq!(ended(&server, &id).await["state"], "completed");
+    assert_eq!(
+        std::fs::read_to_string(server.workspace().join("public/ok.md")).unwrap(),
+        "human"
+    );
+    assert!(!server.workspace().join("notes.md").exists());
+    // `always` remembers the subject of the call that ran, not of the one asked about.
+    let events = server.events(&id).await;
+    let updated = events
+        .iter()
+        .find(|e| e["type"] == "tool.policy-updated")
+        .expect("a policy-updated event");
+    let rule = json!({"tool": "write_file", "match": "public/ok.md", "action": "allow"});
+    assert_eq!(updated["data"]["rule"], rule);
+    let session = server.session(&id).await;
+    assert_eq!(
+        session["tool_policy"].as_array().unwrap().last(),
+        Some(&rule),
+        "{session}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edited_input_is_checked_against_the_policy_after_a_restart_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = policy_file(
+        dir.path(),
+        json!([{"tool": "write_file", "match": "secret/**", "action": "deny"}]),
+    );
+    let model = model_calling(vec![call(
+        "e3",
+        "write_file",
+        json!({"path": "notes.md", "content": "model"}),
+    )])
+    .await;
+    let mut server =
+        TestServer::start(options(&model, &["--tool-policy", &policy]).process()).await;
+    let (id, _) = until_pending(&server).await;
+    kill9_and_restart(&mut server, &id).await;
+    assert_eq!(server.session(&id).await["state"], "waiting_tool");
+    let body = json!({"decision": "allow", "input": {"path": "secret/x.md", "content": "h"}});
+    let problem = answer(&server, &id, "e3", body)
+        .await
+        .expect_problem(StatusCode::FORBIDDEN, "denied after a restart");
+    assert_eq!(kind(&problem), "edited-input-denied", "{problem}");
+    assert_eq!(wait_pending(&server, &id, 1).await[0]["call_id"], "e3");
+    answer(&server, &id, "e3", json!({"decision": "deny"}))
+        .await
+        .expect_json(StatusCode::OK, "deny");
+    assert_eq!(ended(&server, &id).await["state"], "completed");
+    assert!(!server.workspace().join("secret/x.md").exists());
+    assert!(!server.workspace().join("notes.md").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_answer_to_a_call_of_an_older_run_is_a_repeat_or_a_conflict() {
+    let write = |id: &str, path: &str| call(id, "write_file", json!({"path": path, "content": id}));
+    let model = start_openai(vec![
+        asks(&[write("o1", "one.txt")]),
+        says("ok"),
+        asks(&[write("o2", "two.txt")]),
+        says("ok"),
+    ])
+    .await;
+    let mut server = TestServer::start(options(&model, &[]).process()).await;
+    let (id, _) = until_pending(&server).await;
+    let first = answer(&server, &id, "o1", json!({"decision": "allow"}))
+        .await
+        .expect_json(StatusCode::OK, "allow o1");
+    ended(&server, &id).await;
+
+    // While the next run waits for its own call, an answer to the older run's call is
+    // looked up in the log: the same answer is a repeat, another one a conflict.
+    assert_eq!(run_until_pending(&server, &id).await["call_id"], "o2");
+    let again = answer(&server, &id, "o1", json!({"decision": "allow"})).await;
+    assert_eq!(
+        again.expect_json(StatusCode::OK, "repeat while busy"),
+        first
+    );
+    let other = answer(&server, &id, "o1", json!({"decision": "deny"})).await;
+    let problem = other.expect_problem(StatusCode::CONFLICT, "conflict while busy");
+    assert_eq!(kind(&problem), "already-resolved", "{problem}");
+    assert_eq!(problem["resolution"], first);
+    let unknown = answer(&server, &id, "never-made", json!({"decision": "allow"})).await;
+    let problem = unknown.expect_problem(StatusCode::NOT_FOUND, "unknown while busy");
+    assert_eq!(kind(&problem), "no-such-call", "{problem}");
+    // The waiting call is not disturbed.
+    assert_eq!(wait_pending(&server, &id, 1).await[0]["call_id"], "o2");
+    // The same after a restart, with the run waiting and nobody driving it.
+    kill9_and_restart(&mut server, &id).await;
+    let again = answer(&server, &id, "o1", json!({"decision": "allow"})).await;
+    assert_eq!(
+        again.expect_json(StatusCode::OK, "repeat when parked"),
+        first
+    );
+    let other = answer(&server, &id, "o1", json!({"decision": "always"})).await;
+    let problem = other.expect_problem(StatusCode::CONFLICT, "conflict when parked");
+    assert_eq!(problem["resolution"], first);
+    answer(&server, &id, "never-made", json!({"decision": "allow"}))
+        .await
+        .expect_problem(StatusCode::NOT_FOUND, "unknown when parked");
+    assert_eq!(server.session(&id).await["state"], "waiting_tool");
+    let second = answer(&server, &id, "o2", json!({"decision": "deny"}))
+        .await
+        .expect_json(StatusCode::OK, "deny o2");
+    ended(&server, &id).await;
+
+    // Two runs later, with nothing running, both are still answered from the log.
+    let result = server.run_wait(&id, "anything else?").await;
+    assert_eq!(result["status"], "completed", "{result}");
+    let count = server.events(&id).await.len();
+    let repeat = answer(&server, &id, "o1", json!({"decision": "allow"})).await;
+    assert_eq!(
+        repeat.expect_json(StatusCode::OK, "repeat when idle"),
+        first
+    );
+    let repeat = answer(&server, &id, "o2", json!({"decision": "deny"})).await;
+    assert_eq!(
+        repeat.expect_json(StatusCode::OK, "repeat when idle"),
+        second
+    );
+    let other = answer(&server, &id, "o2", json!({"decision": "always"})).await;
+    let problem = other.expect_problem(StatusCode::CONFLICT, "conflict when idle");
+    assert_eq!(problem["resolution"], second);
+    let unknown = answer(&server, &id, "never-made", json!({"decision": "deny"})).await;
+    unknown.expect_problem(StatusCode::NOT_FOUND, "unknown when idle");
+    // An approval's call is no client tool's call.
+    let result = server
+        .post_json(
+            &format!("/v1/sessions/{id}/tool-results/o1"),
+            &json!({"output": "x"}),
+        )
+        .await;
+    result.expect_problem(StatusCode::NOT_FOUND, "an approval's call as a client call");
+    assert_eq!(
+        server.events(&id).await.len(),
+        count,
+        "an answer changed the log"
+    );
+    assert_eq!(server.session(&id).await["state"], "completed");
 }

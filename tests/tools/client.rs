@@ -7,7 +7,7 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 
 use crate::support::TestServer;
-use crate::{call, finished, model_calling, options, start};
+use crate::{call, finished, kill9_and_restart, model_calling, options, start};
 
 /// A session with the client tool `pick_color`, whose result is awaited `timeout_s` (by
 /// default the approval timeout); returns its id.
@@ -120,8 +120,7 @@ async fn a_client_call_waits_across_a_restart() {
     let id = session_with_client_tool(&server, None).await;
     server.start_run(&id, "choose").await;
     until_requested(&server, &id).await;
-    server.kill9().await;
-    server.restart().await;
+    kill9_and_restart(&mut server, &id).await;
     assert_eq!(server.session(&id).await["state"], "waiting_tool");
     let reply = server
         .post_json(
@@ -136,4 +135,67 @@ async fn a_client_call_waits_across_a_restart() {
         finished(&events, "k3")["data"]["output"],
         "{\"color\":\"blue\"}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconnecting_client_lists_what_waits_for_it_and_late_results_are_checked() {
+    let model = model_calling(vec![call(
+        "k4",
+        "pick_color",
+        json!({"question": "which?"}),
+    )])
+    .await;
+    let server = start(&model, &[]).await;
+    let id = session_with_client_tool(&server, None).await;
+    let waiting = format!("/v1/sessions/{id}/tool-results");
+    assert_eq!(server.get_ok(&waiting).await, json!({"data": []}));
+    server.start_run(&id, "choose").await;
+    let requested = until_requested(&server, &id).await;
+    // A client that missed the event finds the call it is to answer.
+    let listed = server.get_ok(&waiting).await;
+    assert_eq!(
+        listed,
+        json!({"data": [{
+            "call_id": "k4",
+            "step_id": requested["data"]["step_id"],
+            "tool": "pick_color",
+            "input": {"question": "which?"},
+            "expires_at": requested["data"]["expires_at"],
+        }]}),
+    );
+    assert!(listed["data"][0]["expires_at"].is_string(), "{listed}");
+    // It is no approval.
+    let approvals = server.get_ok(&format!("/v1/sessions/{id}/approvals")).await;
+    assert_eq!(approvals, json!({"data": []}));
+
+    let path = format!("{waiting}/k4");
+    let result = server
+        .post_json(&path, &json!({"output": "teal"}))
+        .await
+        .expect_json(StatusCode::OK, "the result");
+    server
+        .poll_session(&id, "completed", Duration::from_secs(10), |s| {
+            s["state"] == "completed"
+        })
+        .await;
+    assert_eq!(server.get_ok(&waiting).await, json!({"data": []}));
+
+    // A run later, the result of the older run's call is still checked against the log.
+    let next = server.run_wait(&id, "thanks").await;
+    assert_eq!(next["status"], "completed", "{next}");
+    let count = server.events(&id).await.len();
+    let again = server.post_json(&path, &json!({"output": "teal"})).await;
+    assert_eq!(again.expect_json(StatusCode::OK, "a late repeat"), result);
+    let other = server.post_json(&path, &json!({"output": "red"})).await;
+    let problem = other.expect_problem(StatusCode::CONFLICT, "a late other result");
+    assert_eq!(problem["resolution"], result);
+    // A client call is no approval.
+    server
+        .post_json(
+            &format!("/v1/sessions/{id}/approvals/k4"),
+            &json!({"decision": "allow"}),
+        )
+        .await
+        .expect_problem(StatusCode::NOT_FOUND, "a client call as an approval");
+    assert_eq!(server.events(&id).await.len(), count);
 }

@@ -86,6 +86,30 @@ async fn bad_answers_are_4xx_problems_and_change_nothing() {
             StatusCode::NOT_FOUND,
         ),
         (
+            Method::GET,
+            format!("/v1/sessions/{id}/tool-results"),
+            None,
+            StatusCode::OK,
+        ),
+        (
+            Method::GET,
+            "/v1/sessions/not-an-id/tool-results".into(),
+            None,
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            Method::GET,
+            format!("/v1/sessions/{}/tool-results", uuid::Uuid::now_v7()),
+            None,
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            Method::DELETE,
+            format!("/v1/sessions/{id}/tool-results"),
+            None,
+            StatusCode::METHOD_NOT_ALLOWED,
+        ),
+        (
             Method::POST,
             approvals.clone(),
             Some(json!({"decision": "allow"})),
@@ -166,4 +190,133 @@ async fn bad_answers_are_4xx_problems_and_change_nothing() {
     assert_eq!(reply.status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
     assert_eq!(server.events(&id).await.len(), events);
     assert_eq!(server.session(&id).await["state"], "idle");
+}
+
+#[tokio::test]
+async fn a_client_tool_schema_must_be_a_json_schema_and_tools_are_kept_once() {
+    let server = TestServer::start(ServerOptions::new()).await;
+    let before = server.sessions().await.len();
+    for (schema, problem) in [
+        (json!({"type": 5}), "input_schema.type"),
+        (json!({"type": "strin"}), "input_schema.type"),
+        (
+            json!({"type": "object", "properties": {"q": {"type": "string", "minLength": -1}}}),
+            "input_schema.properties.q.minLength",
+        ),
+        (json!({"required": "q"}), "input_schema.required"),
+        (json!({"anyOf": []}), "input_schema.anyOf"),
+    ] {
+        let body = json!({"client_tools": [{"name": "ask_user", "input_schema": schema}]});
+        let reply = server.post_json("/v1/sessions", &body).await;
+        let found = reply.expect_problem(StatusCode::BAD_REQUEST, &body.to_string());
+        let detail = found["detail"].as_str().unwrap();
+        assert!(detail.contains("ask_user"), "{detail}");
+        assert!(detail.contains(problem), "{detail}");
+    }
+    assert_eq!(server.sessions().await.len(), before);
+    // A tool named twice is kept once, where it came first; client tools may not repeat.
+    let session = server
+        .create_session_with(&json!({
+            "tools": ["read_file", "list_files", "read_file", "list_files"],
+            "client_tools": [{"name": "ask_user", "input_schema": {
+                "type": "object", "properties": {"q": {"type": ["string", "null"]}}
+            }}]
+        }))
+        .await;
+    assert_eq!(session["tools"], json!(["read_file", "list_files"]));
+    let id = session["id"].as_str().unwrap();
+    assert_eq!(server.session(id).await["tools"], session["tools"]);
+    let twice = json!({"client_tools": [
+        {"name": "ask_user", "input_schema": {"type": "object"}},
+        {"name": "ask_user", "input_schema": {"type": "object"}}
+    ]});
+    let problem = server
+        .post_json("/v1/sessions", &twice)
+        .await
+        .expect_problem(StatusCode::BAD_REQUEST, "a client tool twice");
+    assert!(problem["detail"].as_str().unwrap().contains("ask_user"));
+}
+
+#[tokio::test]
+async fn the_tool_routes_refuse_query_parameters_they_do_not_take() {
+    let server = TestServer::start(ServerOptions::new()).await;
+    let id = server.create_session().await;
+    let events = server.events(&id).await.len();
+    for path in [
+        "/v1/tools?limit=5".to_string(),
+        format!("/v1/sessions/{id}/approvals?after=3"),
+        format!("/v1/sessions/{id}/tool-results?cursor=x"),
+    ] {
+        let problem = server
+            .get(&path)
+            .await
+            .expect_problem(StatusCode::BAD_REQUEST, &path);
+        assert_eq!(problem["type"], "urn:tah:problem:bad-query", "{path}");
+    }
+    // `pending` is for a new run: a resume continues the run there is.
+    let path = format!("/v1/sessions/{id}/resume?pending=deny");
+    let problem = server
+        .post_empty(&path)
+        .await
+        .expect_problem(StatusCode::BAD_REQUEST, &path);
+    assert_eq!(problem["type"], "urn:tah:problem:bad-query");
+    assert!(
+        problem["detail"].as_str().unwrap().contains("pending"),
+        "{problem}"
+    );
+    // A value `pending` does not take is refused where it is taken too.
+    for path in [
+        format!("/v1/sessions/{id}/resume?pending=bogus"),
+        format!("/v1/sessions/{id}/resume?pending="),
+        format!("/v1/sessions/{id}/runs?pending=bogus"),
+        format!("/v1/sessions/{id}/runs?pending=DENY&wait=true"),
+    ] {
+        let reply = server.post_json(&path, &json!({"input": "hi"})).await;
+        let problem = reply.expect_problem(StatusCode::BAD_REQUEST, &path);
+        assert_eq!(problem["type"], "urn:tah:problem:bad-query", "{path}");
+    }
+    assert_eq!(server.events(&id).await.len(), events);
+    // What the routes do take still works.
+    let path = format!("/v1/sessions/{id}/resume?wait=true");
+    let reply = server.post_empty(&path).await;
+    crate::support::assert_conflict(&reply, "nothing to resume");
+    assert_eq!(server.session(&id).await["state"], "idle");
+}
+
+#[tokio::test]
+async fn a_client_tool_may_not_take_a_built_in_name_even_one_the_server_does_not_offer() {
+    let server =
+        TestServer::start(ServerOptions::new().args(&["--tools", "list_files,read_file"])).await;
+    let before = server.sessions().await.len();
+    for name in ["read_file", "shell", "write_file", "grep"] {
+        let body = json!({"client_tools": [{"name": name, "input_schema": {"type": "object"}}]});
+        let problem = server
+            .post_json("/v1/sessions", &body)
+            .await
+            .expect_problem(StatusCode::BAD_REQUEST, name);
+        let detail = problem["detail"].as_str().unwrap();
+        assert!(
+            detail.contains(name) && detail.contains("clashes"),
+            "{detail}"
+        );
+    }
+    // Nor may a session's narrowed set free one.
+    let body = json!({
+        "tools": ["list_files"],
+        "client_tools": [{"name": "read_file", "input_schema": {"type": "object"}}]
+    });
+    server
+        .post_json("/v1/sessions", &body)
+        .await
+        .expect_problem(StatusCode::BAD_REQUEST, "narrowed");
+    assert_eq!(server.sessions().await.len(), before);
+    let session = server
+        .create_session_with(&json!({"client_tools": [
+            {"name": "grep_notes", "input_schema": {"type": "object"}}
+        ]}))
+        .await;
+    assert_eq!(
+        session["client_tools"][0]["name"], "grep_notes",
+        "{session}"
+    );
 }

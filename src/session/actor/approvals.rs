@@ -1,17 +1,84 @@
 //! Answers to calls that wait: a human's answer to an approval request, and a client's result
 //! for a call of one of its tools. While the run is driven its handlers check the answer
 //! against what waits and hand it to the run; a run that waited with nobody driving it (after
-//! a restart or a takeover) is continued with the answer.
+//! a restart or a takeover) is continued with the answer. An answer to a call of an earlier
+//! run is looked up in that run's events: the same answer again is a repeat, another one a
+//! conflict with the stored answer, and only a call the session never made is unknown. A
+//! human's edited input is checked against the policy first, as the call was when it was
+//! admitted: one that a rule denies is refused, and the approval goes on waiting.
+
+use std::sync::Arc;
 
 use serde_json::Value;
+use uuid::Uuid;
 
-use super::calls::{AnswerMsg, Given};
+use super::calls::{self, AnswerMsg, Given};
 use super::run::Begin;
 use super::{Phase, SessionActor, Stop};
+use crate::model::{Action, ToolCall};
 use crate::session::command::{ApprovalAnswer, Reply};
 use crate::session::live::Inbox;
-use crate::session::waiting::Answered;
-use crate::session::SessionError;
+use crate::session::waiting::{self, Answered, Kind, Waiting};
+use crate::session::{SessionError, ToolPolicy};
+use crate::store::Store;
+use crate::tools::policy::{self, Rules};
+use crate::tools::{SubjectKind, ToolContext, ToolRegistry};
+
+/// How an answer is checked against a set of calls (the active run's, or earlier runs').
+type Check = Box<dyn FnMut(&mut Waiting) -> Result<Answered<Given>, SessionError> + Send>;
+
+/// Where an answer that is not for the active run's calls is looked up while a run or a
+/// compaction is active: the events of the session's runs before it.
+pub(super) struct EarlierCalls {
+    pub store: Arc<dyn Store>,
+    pub session_id: Uuid,
+    /// The first event of the active run (`i64::MAX` while a compaction is active: every
+    /// run has ended).
+    pub before: i64,
+}
+
+impl EarlierCalls {
+    /// Answers from the earlier runs' events, read in a task of its own so that the active
+    /// run is not held up meanwhile (those events no longer change).
+    fn answer(&self, call_id: String, mut check: Check, reply: Reply<Value>) {
+        let store = self.store.clone();
+        let (session_id, before) = (self.session_id, self.before);
+        tokio::spawn(async move {
+            let answered = match waiting::of_earlier_runs(store.as_ref(), session_id, before).await
+            {
+                Ok(mut earlier) => waiting::answer_to_ended(&call_id, check(&mut earlier))
+                    .map(|answered| calls::given_json(answered.given())),
+                Err(error) => Err(error.into()),
+            };
+            let _ = reply.send(answered);
+        });
+    }
+}
+
+fn approval_check(call_id: &str, answer: &ApprovalAnswer) -> Check {
+    let (call_id, answer) = (call_id.to_string(), answer.clone());
+    // An ended run's call is never run again: its input is not checked.
+    Box::new(move |waiting: &mut Waiting| {
+        waiting
+            .answer_approval(
+                &call_id,
+                answer.decision,
+                answer.reason.clone(),
+                answer.input.clone(),
+                |_, _| Ok(()),
+            )
+            .map(|a| calls::map(a, Given::Approval))
+    })
+}
+
+fn client_check(call_id: &str, output: &str, is_error: bool) -> Check {
+    let (call_id, output) = (call_id.to_string(), output.to_string());
+    Box::new(move |waiting: &mut Waiting| {
+        waiting
+            .answer_client(&call_id, output.clone(), is_error)
+            .map(|a| calls::map(a, Given::Client))
+    })
+}
 
 pub(super) async fn approve(
     phase: Phase<'_>,
@@ -21,32 +88,54 @@ pub(super) async fn approve(
 ) -> Result<(), Stop> {
     match phase {
         Phase::Busy(activity) => {
-            match &activity.calls {
-                Some(calls) => calls.approve(call_id, answer, reply),
-                None => drop(reply.send(Err(nothing_waits(&call_id)))),
+            let Some(calls) = &activity.calls else {
+                activity
+                    .earlier
+                    .answer(call_id.clone(), approval_check(&call_id, &answer), reply);
+                return Ok(());
+            };
+            let edit = edit_to_check(&calls.waiting(), &call_id, &answer, &calls.tools);
+            if let Some((tool, input)) = edit {
+                let rules = calls.session_rules();
+                let deps = &calls.deps;
+                let context = &deps.agent.tool_context;
+                let checked =
+                    check_edited_input(&deps.policy, &rules, &calls.tools, context, &tool, &input)
+                        .await;
+                if let Err(refused) = checked {
+                    let _ = reply.send(Err(refused));
+                    return Ok(());
+                }
+            }
+            match calls.check_approval(&call_id, &answer) {
+                Err(SessionError::NoSuchCall(_)) => {
+                    let check = approval_check(&call_id, &answer);
+                    activity.earlier.answer(call_id, check, reply);
+                }
+                checked => calls.pass_on(call_id, checked, reply),
             }
             Ok(())
         }
         Phase::Idle(actor, inbox) => {
+            if let Err(refused) = actor.check_parked_edit(&call_id, &answer).await {
+                let _ = reply.send(Err(refused));
+                return Ok(());
+            }
             let tools = actor.deps.agent.tools.clone();
-            let checked = actor
-                .with_parked(|waiting| {
-                    waiting
-                        .answer_approval(
-                            &call_id,
-                            answer.decision,
-                            answer.reason,
-                            answer.input,
-                            |tool, input| {
-                                tools.validate_input(tool, input).map_err(|e| e.to_string())
-                            },
-                        )
-                        .map(|a| match a {
-                            Answered::Fresh(r) => Answered::Fresh(Given::Approval(r)),
-                            Answered::Repeat(r) => Answered::Repeat(Given::Approval(r)),
-                        })
-                })
-                .await;
+            let (id, parked_answer) = (call_id.clone(), answer.clone());
+            let parked: Check = Box::new(move |waiting: &mut Waiting| {
+                waiting
+                    .answer_approval(
+                        &id,
+                        parked_answer.decision,
+                        parked_answer.reason.clone(),
+                        parked_answer.input.clone(),
+                        |tool, input| tools.validate_input(tool, input).map_err(|e| e.to_string()),
+                    )
+                    .map(|a| calls::map(a, Given::Approval))
+            });
+            let earlier = approval_check(&call_id, &answer);
+            let checked = actor.with_parked(&call_id, parked, earlier).await;
             actor.answer_parked(call_id, checked, reply, inbox).await
         }
     }
@@ -61,61 +150,87 @@ pub(super) async fn client_result(
 ) -> Result<(), Stop> {
     match phase {
         Phase::Busy(activity) => {
-            match &activity.calls {
-                Some(calls) => calls.client_result(call_id, output, is_error, reply),
-                None => drop(reply.send(Err(nothing_waits(&call_id)))),
+            let checked = activity.calls.as_ref().map(|calls| {
+                (
+                    calls,
+                    calls.check_client(&call_id, output.clone(), is_error),
+                )
+            });
+            match checked {
+                Some((calls, checked)) if !matches!(checked, Err(SessionError::NoSuchCall(_))) => {
+                    calls.pass_on(call_id, checked, reply)
+                }
+                _ => {
+                    let check = client_check(&call_id, &output, is_error);
+                    activity.earlier.answer(call_id, check, reply);
+                }
             }
             Ok(())
         }
         Phase::Idle(actor, inbox) => {
-            let checked = actor
-                .with_parked(|waiting| {
-                    waiting
-                        .answer_client(&call_id, output, is_error)
-                        .map(|a| match a {
-                            Answered::Fresh(r) => Answered::Fresh(Given::Client(r)),
-                            Answered::Repeat(r) => Answered::Repeat(Given::Client(r)),
-                        })
-                })
-                .await;
+            let parked = client_check(&call_id, &output, is_error);
+            let earlier = client_check(&call_id, &output, is_error);
+            let checked = actor.with_parked(&call_id, parked, earlier).await;
             actor.answer_parked(call_id, checked, reply, inbox).await
         }
     }
 }
 
-fn no_run_waits() -> SessionError {
-    SessionError::NoSuchCall("the session has no run that waits for answers".to_string())
-}
-
-fn nothing_waits(call_id: &str) -> SessionError {
-    SessionError::NoSuchCall(format!(
-        "nothing in the session waits for an answer to call_id {call_id:?}"
-    ))
-}
-
 impl SessionActor {
-    /// Checks an answer against what the session's parked run waits for. `Err` also when the
-    /// session cannot be had or no run waits.
-    async fn with_parked<T>(
+    /// Checks an edited input of an answer to the parked run's approval against the policy
+    /// (see [`check_edited_input`]). A session that cannot be had is left to
+    /// [`SessionActor::with_parked`] to report.
+    async fn check_parked_edit(
         &mut self,
-        check: impl FnOnce(&mut crate::session::waiting::Waiting) -> Result<Answered<T>, SessionError>,
-    ) -> Result<Result<Answered<T>, SessionError>, super::access::Refusal> {
-        let core = self.claim_with_history().await?;
-        if let Some(waiting) = core.parked.as_mut() {
-            return Ok(check(waiting));
-        }
-        // No run waits: the same answer to a call of the last run is a repeat, another one a
-        // conflict, and nothing else can be answered any more.
-        let Some(run) = core.last_run.clone() else {
-            return Ok(Err(no_run_waits()));
+        call_id: &str,
+        answer: &ApprovalAnswer,
+    ) -> Result<(), SessionError> {
+        let tools = self.deps.agent.tools.clone();
+        let Ok(core) = self.claim_with_history().await else {
+            return Ok(());
         };
-        let mut waiting =
-            crate::session::waiting::of_run(self.deps.store.as_ref(), self.id, run.start_seq)
-                .await?;
-        Ok(match check(&mut waiting) {
-            Ok(Answered::Fresh(_)) => Err(no_run_waits()),
-            other => other,
-        })
+        let Some(parked) = core.parked.as_ref() else {
+            return Ok(());
+        };
+        let Some((tool, input)) = edit_to_check(parked, call_id, answer, &tools) else {
+            return Ok(());
+        };
+        let rules = Rules::compile(core.record.options.tool_policy.clone()).unwrap_or_default();
+        let deps = &self.deps;
+        check_edited_input(
+            &deps.policy,
+            &rules,
+            &tools,
+            &deps.agent.tool_context,
+            &tool,
+            &input,
+        )
+        .await
+    }
+
+    /// Checks an answer against what the session's parked run waits for (`parked`), and an
+    /// answer to no call of it against the calls of the runs before (`earlier`). `Err` also
+    /// when the session cannot be had.
+    async fn with_parked(
+        &mut self,
+        call_id: &str,
+        mut parked: Check,
+        mut earlier: Check,
+    ) -> Result<Result<Answered<Given>, SessionError>, super::access::Refusal> {
+        let core = self.claim_with_history().await?;
+        let mut before = i64::MAX;
+        if let Some(waiting) = core.parked.as_mut() {
+            match parked(waiting) {
+                Err(SessionError::NoSuchCall(_)) => {}
+                checked => return Ok(checked),
+            }
+            // The parked run is the last one; its calls were looked at.
+            if let Some(run) = &core.last_run {
+                before = run.start_seq;
+            }
+        }
+        let mut calls = waiting::of_earlier_runs(self.deps.store.as_ref(), self.id, before).await?;
+        Ok(waiting::answer_to_ended(call_id, earlier(&mut calls)))
     }
 
     /// Acts on a checked answer to the parked run: a first answer continues the run (which
@@ -137,11 +252,7 @@ impl SessionActor {
                 Ok(())
             }
             Ok(Answered::Repeat(given)) => {
-                let _ = reply.send(Ok(match given {
-                    Given::Approval(r) => serde_json::to_value(r),
-                    Given::Client(r) => serde_json::to_value(r),
-                }
-                .unwrap_or(Value::Null)));
+                let _ = reply.send(Ok(calls::given_json(&given)));
                 Ok(())
             }
             Ok(Answered::Fresh(given)) => {
@@ -164,4 +275,56 @@ impl SessionActor {
             }
         }
     }
+}
+
+/// The waiting approval whose edited input is to be checked against the policy, and that
+/// input: a first answer that runs the call with an input that fits its tool. Anything else
+/// is left to the answer's own checks (an unknown call, a repeat, a conflict, a bad input).
+fn edit_to_check(
+    waiting: &Waiting,
+    call_id: &str,
+    answer: &ApprovalAnswer,
+    tools: &ToolRegistry,
+) -> Option<(String, Value)> {
+    let input = answer.input.as_ref().filter(|_| answer.decision.runs())?;
+    let item = waiting
+        .get(call_id)
+        .filter(|item| item.kind == Kind::Approval && item.is_pending())?;
+    tools.validate_input(&item.tool, input).ok()?;
+    Some((item.tool.clone(), input.clone()))
+}
+
+/// Checks an input a human edited in an approval against the policy, as the call was checked
+/// when it was admitted (the server's rules and the session's, the most restrictive winning):
+/// a rule that denies the edited call refuses the answer, and the approval goes on waiting.
+/// What the policy would ask about is what the human is answering, so an `ask` lets it run.
+async fn check_edited_input(
+    policy: &ToolPolicy,
+    session_rules: &Rules,
+    tools: &ToolRegistry,
+    context: &ToolContext,
+    tool: &str,
+    input: &Value,
+) -> Result<(), SessionError> {
+    let call = ToolCall {
+        id: String::new(),
+        name: tool.to_string(),
+        arguments: input.clone(),
+    };
+    let subject = tools.subject(context, &call).await;
+    let decision = policy::decide(&policy.rules, session_rules, policy.mode, tool, &subject);
+    if decision.action != Action::Deny || decision.by_approval_mode {
+        return Ok(());
+    }
+    let what = match subject.kind {
+        SubjectKind::Path => format!(" (path {:?})", subject.text),
+        SubjectKind::Command => format!(" (command {:?})", subject.text),
+        // An input's JSON is what the client just sent.
+        SubjectKind::Input => String::new(),
+    };
+    Err(SessionError::EditedInputDenied(format!(
+        "the edited input{what} is denied: {}; the call still waits for an answer (answer it \
+         with another input, or deny it)",
+        calls::denial_reason(&decision, tool)
+    )))
 }

@@ -24,10 +24,10 @@ use crate::session::waiting::{
     denied_output, refusal_output, unanswered_output, Answered, ClientResult, Kind, Resolution,
     Waiting,
 };
-use crate::session::{SessionError, ToolPolicy};
+use crate::session::{ApprovalAnswer, SessionDeps, SessionError, ToolPolicy};
 use crate::store::{SessionQuery, StoreError, WriteOp};
 use crate::tools::policy::{self, Rules};
-use crate::tools::{ToolContext, ToolOutput, ToolRegistry};
+use crate::tools::{Subject, SubjectKind, ToolContext, ToolOutput, ToolRegistry};
 
 /// An answer on its way from a command handler to the run.
 pub(super) struct AnswerMsg {
@@ -48,6 +48,11 @@ pub(super) struct RunCalls {
     pub answers: mpsc::UnboundedSender<AnswerMsg>,
     /// The run's tools, to check an edited input against its tool's schema.
     pub tools: ToolRegistry,
+    /// The session's rules as they are now (an "always" adds one), shared with the run: an
+    /// edited input is checked against them.
+    pub session_rules: Arc<Mutex<Rules>>,
+    /// The server's policy and the tools' context, to check an edited input.
+    pub deps: Arc<SessionDeps>,
     /// A new run that asked to supersede this one (`?pending=deny`): it starts when this one
     /// has ended.
     pub superseded_by: Mutex<Option<(RunRequest, Reply<RunStarted>)>>,
@@ -58,41 +63,46 @@ impl RunCalls {
         lock(&self.waiting)
     }
 
-    /// Checks a human's answer and hands a first one to the run (which replies once it is
-    /// recorded); a repeat is answered at once.
-    pub fn approve(
-        &self,
-        call_id: String,
-        answer: crate::session::ApprovalAnswer,
-        reply: Reply<Value>,
-    ) {
-        let checked = self.waiting().answer_approval(
-            &call_id,
-            answer.decision,
-            answer.reason,
-            answer.input,
-            |tool, input| {
-                self.tools
-                    .validate_input(tool, input)
-                    .map_err(|e| e.to_string())
-            },
-        );
-        self.pass_on(call_id, checked.map(|a| map(a, Given::Approval)), reply);
+    pub fn session_rules(&self) -> Rules {
+        lock_rules(&self.session_rules).clone()
     }
 
-    /// Checks a client's result, as [`RunCalls::approve`] does.
-    pub fn client_result(
+    /// Checks a human's answer against the run's calls, taking a first one as given.
+    pub fn check_approval(
         &self,
-        call_id: String,
+        call_id: &str,
+        answer: &ApprovalAnswer,
+    ) -> Result<Answered<Given>, SessionError> {
+        self.waiting()
+            .answer_approval(
+                call_id,
+                answer.decision,
+                answer.reason.clone(),
+                answer.input.clone(),
+                |tool, input| {
+                    self.tools
+                        .validate_input(tool, input)
+                        .map_err(|e| e.to_string())
+                },
+            )
+            .map(|a| map(a, Given::Approval))
+    }
+
+    /// Checks a client's result against the run's calls, as [`RunCalls::check_approval`] does.
+    pub fn check_client(
+        &self,
+        call_id: &str,
         output: String,
         is_error: bool,
-        reply: Reply<Value>,
-    ) {
-        let checked = self.waiting().answer_client(&call_id, output, is_error);
-        self.pass_on(call_id, checked.map(|a| map(a, Given::Client)), reply);
+    ) -> Result<Answered<Given>, SessionError> {
+        self.waiting()
+            .answer_client(call_id, output, is_error)
+            .map(|a| map(a, Given::Client))
     }
 
-    fn pass_on(
+    /// Hands a first answer to the run (which replies once it is recorded); a repeat or a
+    /// refusal is answered at once.
+    pub fn pass_on(
         &self,
         call_id: String,
         checked: Result<Answered<Given>, SessionError>,
@@ -125,14 +135,14 @@ impl RunCalls {
     }
 }
 
-fn map<T>(answered: Answered<T>, f: impl Fn(T) -> Given) -> Answered<Given> {
+pub(super) fn map<T>(answered: Answered<T>, f: impl Fn(T) -> Given) -> Answered<Given> {
     match answered {
         Answered::Fresh(t) => Answered::Fresh(f(t)),
         Answered::Repeat(t) => Answered::Repeat(f(t)),
     }
 }
 
-fn given_json(given: &Given) -> Value {
+pub(super) fn given_json(given: &Given) -> Value {
     match given {
         Given::Approval(resolution) => serde_json::to_value(resolution),
         Given::Client(result) => serde_json::to_value(result),
@@ -155,13 +165,40 @@ pub(super) fn lock(waiting: &Mutex<Waiting>) -> MutexGuard<'_, Waiting> {
     waiting.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+fn lock_rules(rules: &Mutex<Rules>) -> MutexGuard<'_, Rules> {
+    // Rules are only read or pushed to, never held across an await: a panic cannot leave
+    // them torn.
+    rules.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Why the policy denies a call of `tool`, as the model and the client are told.
+pub(super) fn denial_reason(decision: &policy::Decision, tool: &str) -> String {
+    if decision.by_approval_mode {
+        return "the call needs an approval, and this server's approval mode is deny: nobody \
+                can approve calls here"
+            .to_string();
+    }
+    let Some(rule) = &decision.rule else {
+        return format!("the policy denies {tool}");
+    };
+    format!(
+        "the {} policy denies {tool} (rule {}: {})",
+        serde_json::to_value(rule.origin)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default(),
+        rule.index,
+        serde_json::to_string(&rule.rule).unwrap_or_default()
+    )
+}
+
 /// What the journal of a run needs to admit its calls.
 pub(super) struct CallDesk {
     pub waiting: Arc<Mutex<Waiting>>,
     pub answers: mpsc::UnboundedReceiver<AnswerMsg>,
     pub tools: ToolRegistry,
     pub context: ToolContext,
-    pub session_rules: Rules,
+    pub session_rules: Arc<Mutex<Rules>>,
     /// Replies to clients whose result is told once the call's outcome is recorded.
     pub replies: HashMap<String, Reply<Value>>,
     /// Calls started and not finished.
@@ -251,7 +288,7 @@ impl RunJournal<'_> {
         let policy = self.policy();
         let decision = policy::decide(
             &policy.rules,
-            &self.calls.session_rules,
+            &lock_rules(&self.calls.session_rules),
             policy.mode,
             &call.name,
             &subject,
@@ -262,25 +299,7 @@ impl RunJournal<'_> {
                 call: call.clone(),
             }),
             Action::Deny => {
-                let reason = if decision.by_approval_mode {
-                    "the call needs an approval, and this server's approval mode is deny: \
-                     nobody can approve calls here"
-                        .to_string()
-                } else {
-                    match &decision.rule {
-                        Some(rule) => format!(
-                            "the {} policy denies {} (rule {}: {})",
-                            serde_json::to_value(rule.origin)
-                                .ok()
-                                .and_then(|v| v.as_str().map(str::to_string))
-                                .unwrap_or_default(),
-                            call.name,
-                            rule.index,
-                            serde_json::to_string(&rule.rule).unwrap_or_default()
-                        ),
-                        None => format!("the policy denies {}", call.name),
-                    }
-                };
+                let reason = denial_reason(&decision, &call.name);
                 let resolution = Resolution {
                     call_id: call.id.clone(),
                     decision: Decision::Deny,
@@ -383,13 +402,25 @@ impl RunJournal<'_> {
             Given::Approval(resolution) => {
                 self.record_resolution(&resolution);
                 if resolution.decision == Decision::Always {
-                    // The rule matches exactly this subject, whatever its kind.
-                    let subject = crate::tools::Subject {
-                        kind: crate::tools::SubjectKind::Input,
-                        text: item.subject.clone(),
+                    // The rule matches exactly the subject of the call that runs: the one
+                    // asked about, or the one the human's input makes.
+                    let subject = match &resolution.input {
+                        Some(input) => {
+                            let call = ToolCall {
+                                id: msg.call_id.clone(),
+                                name: item.tool.clone(),
+                                arguments: input.clone(),
+                            };
+                            self.calls.tools.subject(&self.calls.context, &call).await
+                        }
+                        None => Subject {
+                            kind: SubjectKind::Input,
+                            text: item.subject.clone(),
+                        },
                     };
                     let rule = policy::always_allow(&item.tool, &subject);
-                    if self.calls.session_rules.push(rule.clone()).is_ok() {
+                    let added = lock_rules(&self.calls.session_rules).push(rule.clone());
+                    if added.is_ok() {
                         self.core.record.options.tool_policy.push(rule.clone());
                         self.core.record.updated_at = model::now();
                         self.batch

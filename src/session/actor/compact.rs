@@ -42,6 +42,11 @@ impl SessionActor {
             cancel: self.deps.shutdown.child_token(),
             what: Active::Compaction(core.record.state),
             calls: None,
+            earlier: super::approvals::EarlierCalls {
+                store: self.deps.store.clone(),
+                session_id: id,
+                before: i64::MAX,
+            },
         };
         let sink = super::journal::Sink {
             deps: &self.deps,

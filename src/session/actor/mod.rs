@@ -95,6 +95,8 @@ pub(super) struct Activity {
     pub what: Active,
     /// For a run: its calls that wait for answers.
     calls: Option<calls::RunCalls>,
+    /// Where an answer to a call of an earlier run is looked up.
+    earlier: approvals::EarlierCalls,
 }
 
 #[derive(Debug, Clone, Copy)]

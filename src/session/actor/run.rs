@@ -319,8 +319,9 @@ impl SessionActor {
             Err(error) => (self.deps.agent.tool_context.clone(), Some(error)),
         };
         let core = self.core.as_ref().ok_or(Stop::Gone)?;
-        let session_rules =
-            Rules::compile(core.record.options.tool_policy.clone()).unwrap_or_default();
+        let session_rules = Arc::new(Mutex::new(
+            Rules::compile(core.record.options.tool_policy.clone()).unwrap_or_default(),
+        ));
         let (answers, answers_rx) = mpsc::unbounded_channel();
         let waiting = Arc::new(Mutex::new(begin.waiting));
         if let Some(answer) = begin.answer {
@@ -333,8 +334,15 @@ impl SessionActor {
                 waiting: waiting.clone(),
                 answers,
                 tools: tools.clone(),
+                session_rules: session_rules.clone(),
+                deps: self.deps.clone(),
                 superseded_by: Mutex::new(begin.superseded_by),
             }),
+            earlier: super::approvals::EarlierCalls {
+                store: self.deps.store.clone(),
+                session_id: self.id,
+                before: run.start_seq,
+            },
         };
         if begin.cancelled {
             activity.cancel.cancel();

@@ -35,7 +35,13 @@ from tah_client.api.sessions import (
     get_session,
     list_sessions,
 )
-from tah_client.api.tools import answer_approval, list_approvals, list_tools, send_tool_result
+from tah_client.api.tools import (
+    answer_approval,
+    list_approvals,
+    list_client_calls,
+    list_tools,
+    send_tool_result,
+)
 from tah_client.models import (
     AgentCancelledData,
     AgentCancelledEvent,
@@ -52,6 +58,7 @@ from tah_client.models import (
     AssistantStreamEvent,
     CancelOutcome,
     CheckpointEvent,
+    ClientCallList,
     ClientResult,
     ClientTool,
     ClientToolInputSchema,
@@ -451,6 +458,13 @@ def main() -> None:
         time.sleep(0.05)
     check(len(asked) == 1 and asked[0].data.tool == "ask_human", "tool.client-requested")
     call_id = asked[0].data.call_id
+    # a client that reconnects finds the call it is to answer
+    calls = expect(list_client_calls.sync(aid, client=client), ClientCallList, "tool-results")
+    check(
+        [(c.call_id, c.tool, c.step_id) for c in calls.data]
+        == [(call_id, "ask_human", asked[0].data.step_id)],
+        "GET .../tool-results lists the waiting call",
+    )
     given = send_tool_result.sync(
         aid, call_id, client=client, body=ToolResultInput(output={"answer": 42})
     )

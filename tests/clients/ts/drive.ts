@@ -344,6 +344,16 @@ async function main(): Promise<void> {
     "its subject and expiry",
   );
   const call_id = pending[0].call_id;
+  const edited = await client.POST("/v1/sessions/{id}/approvals/{call_id}", {
+    params: { path: { id: aid, call_id } },
+    body: { decision: "always", input: { path: "secret/x.md", content: "no" } },
+  });
+  check(
+    edited.response.status === 403 &&
+      edited.error !== undefined &&
+      problemKind(edited.error) === "edited-input-denied",
+    "an edited input the policy denies is 403 edited-input-denied",
+  );
   const blocked = await client.POST("/v1/sessions/{id}/runs", {
     params: { path: { id: aid } },
     body: { input: "another run meanwhile" },
