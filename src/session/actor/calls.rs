@@ -51,6 +51,10 @@ pub(super) struct RunCalls {
     /// A new run that asked to supersede this one (`?pending=deny`): it starts when this one
     /// has ended.
     pub superseded_by: Mutex<Option<(RunRequest, Reply<RunStarted>)>>,
+    /// The run, as a queued input is answered with it.
+    pub run: crate::model::RunRecord,
+    /// Inputs queued for the run's next step boundary.
+    pub queued: Queued,
 }
 
 impl RunCalls {
@@ -150,10 +154,13 @@ pub(super) fn lock_superseded(
         .unwrap_or_else(|e| e.into_inner())
 }
 
-pub(super) fn lock(waiting: &Mutex<Waiting>) -> MutexGuard<'_, Waiting> {
+pub(super) fn lock<T>(data: &Mutex<T>) -> MutexGuard<'_, T> {
     // Plain data behind the lock, never held across an await: a panic cannot leave it torn.
-    waiting.lock().unwrap_or_else(|e| e.into_inner())
+    data.lock().unwrap_or_else(|e| e.into_inner())
 }
+
+/// Inputs sent while a run is active (`?if_busy=queue`), for its next step boundary.
+pub(super) type Queued = Arc<Mutex<Vec<String>>>;
 
 /// What the journal of a run needs to admit its calls.
 pub(super) struct CallDesk {
@@ -168,6 +175,8 @@ pub(super) struct CallDesk {
     pub running: usize,
     /// The sub-agents of the run's `task` calls.
     pub children: Arc<Children>,
+    /// Inputs queued for the run's next step boundary.
+    pub queued: Queued,
 }
 
 impl CallDesk {

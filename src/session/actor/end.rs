@@ -147,6 +147,7 @@ fn finished(run: RunRecord, outcome: TurnOutcome, at: DateTime<Utc>) -> Ending {
     let TurnOutcome {
         text,
         finish_reason,
+        limit,
         usage,
         steps,
     } = outcome;
@@ -161,7 +162,7 @@ fn finished(run: RunRecord, outcome: TurnOutcome, at: DateTime<Utc>) -> Ending {
         FinishReason::Budget => (
             RunStatus::Failed,
             SessionState::Failed,
-            Some("token budget exhausted".to_string()),
+            Some(limit.unwrap_or_else(|| "token budget exhausted".to_string())),
         ),
         FinishReason::Model(_) => (RunStatus::Completed, SessionState::Completed, None),
     };
@@ -257,6 +258,7 @@ mod tests {
         RunOutcome::Finished(TurnOutcome {
             text: "done".into(),
             finish_reason: reason,
+            limit: None,
             usage: usage(),
             steps: 2,
         })

@@ -355,8 +355,31 @@ impl Journal for RunJournal<'_> {
         let message = self
             .batch
             .message(self.core, Message::new(Role::User, input));
-        self.batch
-            .event(self.core, EventKind::UserMessage { message });
+        self.batch.event(
+            self.core,
+            EventKind::UserMessage {
+                message,
+                queued: false,
+            },
+        );
+        self.flush_now().await
+    }
+
+    fn take_queued(&mut self) -> Vec<String> {
+        std::mem::take(&mut *super::calls::lock(&self.calls.queued))
+    }
+
+    async fn queued_message(&mut self, input: String) -> Result<(), StoreError> {
+        let message = self
+            .batch
+            .message(self.core, Message::new(Role::User, input));
+        self.batch.event(
+            self.core,
+            EventKind::UserMessage {
+                message,
+                queued: true,
+            },
+        );
         self.flush_now().await
     }
 

@@ -15,7 +15,7 @@ use crate::model::{
     self, EventKind, Message, ResolvedBy, Role, RunKind, RunRecord, RunResult, RunStatus,
     SessionRecord, SessionState, Usage,
 };
-use crate::session::command::{Pending, Reply, RunRequest, RunStarted, RunStopped};
+use crate::session::command::{IfBusy, Pending, Reply, RunRequest, RunStarted, RunStopped};
 use crate::session::live::Inbox;
 use crate::session::subagents::{Children, TaskTool, TASK};
 use crate::session::waiting::Waiting;
@@ -39,6 +39,29 @@ pub(super) async fn handle(
     match phase {
         Phase::Busy(activity) => {
             let calls = activity.calls.as_ref();
+            if let (Some(calls), Some(input)) = (calls, &request.input) {
+                match request.if_busy {
+                    IfBusy::Queue => {
+                        super::calls::lock(&calls.queued).push(input.clone());
+                        let _ = reply.send(Ok(RunStarted::Queued(calls.run.clone())));
+                        return Ok(());
+                    }
+                    IfBusy::Interrupt => {
+                        let mut next = super::calls::lock_superseded(calls);
+                        if next.is_some() {
+                            drop(next);
+                            let _ = reply.send(Err(activity.conflict("interrupt it again")));
+                        } else {
+                            // Starts once the active run has ended as cancelled.
+                            *next = Some((request, reply));
+                            drop(next);
+                            activity.cancel.cancel();
+                        }
+                        return Ok(());
+                    }
+                    IfBusy::Reject => {}
+                }
+            }
             let waits = calls.is_some_and(|c| c.waiting().has_pending());
             match (waits, request.pending, calls) {
                 (true, Pending::Deny, Some(calls)) => {
@@ -129,7 +152,7 @@ impl SessionActor {
         };
         if let Some(waiting) = core.parked.take() {
             // A run waits for answers: a new message supersedes it, or is refused.
-            if request.pending == Pending::Refuse {
+            if request.pending == Pending::Refuse && request.if_busy != IfBusy::Interrupt {
                 core.parked = Some(waiting);
                 let _ = reply.send(Err(approvals_pending()));
                 return Ok(None);
@@ -299,6 +322,7 @@ impl SessionActor {
         let session_rules =
             Rules::compile(core.record.options.tool_policy.clone()).unwrap_or_default();
         let (answers, answers_rx) = mpsc::unbounded_channel();
+        let queued = super::calls::Queued::default();
         let waiting = Arc::new(Mutex::new(begin.waiting));
         if let Some(answer) = begin.answer {
             let _ = answers.send(answer);
@@ -311,6 +335,8 @@ impl SessionActor {
                 answers,
                 tools: tools.clone(),
                 superseded_by: Mutex::new(begin.superseded_by),
+                run: run.clone(),
+                queued: queued.clone(),
             }),
         };
         if begin.cancelled {
@@ -329,6 +355,7 @@ impl SessionActor {
             replies: Default::default(),
             running: 0,
             children,
+            queued,
         };
         let sink = super::journal::Sink {
             deps: &self.deps,
@@ -341,6 +368,12 @@ impl SessionActor {
         if let Some(prompt) = &core.record.system_prompt {
             settings.system_prompt = prompt.clone();
         }
+        let options = &core.record.options;
+        settings.budget = settings.budget.for_session(
+            options.max_tokens,
+            options.max_run_tokens,
+            core.record.usage,
+        );
         let mut journal = RunJournal::new(self.id, run.id, core, sink, desk);
         let mut lease_lost = false;
         let result = {

@@ -1,0 +1,9 @@
+//! Operating the server: token budgets, steering a running turn, idempotent requests.
+//!
+//! - `budgets`: `max_tokens` and `max_run_tokens` per session, `--max-session-tokens` and
+//!   `--max-run-tokens` by default; a step that would start over budget ends the run `failed`
+//!   with `finish_reason: budget` and an error naming the limit.
+//! - `steering`: `POST /runs?if_busy=reject|queue|interrupt` while a run is active.
+
+mod budgets;
+mod steering;
