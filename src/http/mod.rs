@@ -4,6 +4,7 @@
 //! answer. One module per resource; `router` merges them.
 //!
 //! - `sessions`, `runs`, `events`: the resources.
+//! - `idempotency`: `Idempotency-Key` on the POST routes that make something.
 //! - `auth`: bearer tokens; `guard`: requests a web page could make without the user knowing.
 //! - `problem`: problem+json errors and the extractors that produce them; `params`: lenient
 //!   query values; `paging`: limits, cursors and the page envelope.
@@ -13,6 +14,7 @@ mod approvals;
 mod auth;
 mod events;
 mod guard;
+pub mod idempotency;
 mod paging;
 mod params;
 mod problem;
@@ -99,6 +101,11 @@ pub fn router(state: AppState, options: &HttpOptions) -> Router {
         .merge(approvals::routes())
         .merge(events::routes())
         .fallback(not_found)
+        // Inside authentication: a kept response is only answered to a client with a token.
+        .layer(middleware::from_fn_with_state(
+            idempotency::Keys::new(state.sessions.store().clone(), options.max_body_bytes),
+            idempotency::check,
+        ))
         .layer(middleware::from_fn_with_state(tokens, auth::require_token))
         .layer(middleware::from_fn_with_state(guard, guard::check))
         .layer(middleware::from_fn(problem::problem_responses))
@@ -131,6 +138,7 @@ fn cors(origins: &[String]) -> CorsLayer {
             header::CONTENT_TYPE,
             header::ACCEPT,
             HeaderName::from_static("last-event-id"),
+            HeaderName::from_static(idempotency::IDEMPOTENCY_KEY),
         ])
         .expose_headers([header::LOCATION])
         .max_age(Duration::from_secs(600))

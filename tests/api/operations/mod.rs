@@ -4,6 +4,8 @@
 //!   `--max-run-tokens` by default; a step that would start over budget ends the run `failed`
 //!   with `finish_reason: budget` and an error naming the limit.
 //! - `steering`: `POST /runs?if_busy=reject|queue|interrupt` while a run is active.
+//! - `idempotency`: `Idempotency-Key`: replays, conflicts, concurrency, restarts, replicas.
 
 mod budgets;
+mod idempotency;
 mod steering;
