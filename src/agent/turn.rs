@@ -222,6 +222,7 @@ pub async fn run_turn<J: Journal>(
             journal.context_trimmed(step_id, &stats).await?;
         }
         steps += 1;
+        let mut timer = crate::metrics::LlmRequestTimer::start(deps.model.name());
         let mut stream = deps.model.stream(ModelRequest {
             messages,
             tools,
@@ -232,18 +233,26 @@ pub async fn run_turn<J: Journal>(
                 item = stream.next() => item,
                 _ = cancel.cancelled() => {
                     drop(stream);
+                    timer.finish("cancelled", None);
                     journal.llm_failed(step_id, "cancelled".to_string()).await?;
                     return Err(AgentError::Cancelled { usage, steps });
                 }
             };
+            if let Some(Ok(StreamItem::Delta(_) | StreamItem::Thinking(_))) = &item {
+                timer.piece();
+            }
             match item {
                 Some(Ok(StreamItem::Delta(text))) => journal.llm_delta(step_id, text).await?,
                 Some(Ok(StreamItem::Thinking(text))) => journal.llm_thinking(step_id, text).await?,
                 Some(Ok(StreamItem::Retry { attempt, error })) => {
                     journal.llm_retry(step_id, attempt, error).await?
                 }
-                Some(Ok(StreamItem::Done(reply))) => break reply,
+                Some(Ok(StreamItem::Done(reply))) => {
+                    timer.finish("ok", Some(reply.usage));
+                    break reply;
+                }
                 Some(Err(error)) => {
+                    timer.finish("error", None);
                     journal.llm_failed(step_id, error.to_string()).await?;
                     return Err(AgentError::Model {
                         error,
@@ -252,6 +261,7 @@ pub async fn run_turn<J: Journal>(
                     });
                 }
                 None => {
+                    timer.finish("error", None);
                     let error = LlmError::new(
                         deps.model.name(),
                         crate::llm::LlmErrorKind::Protocol,

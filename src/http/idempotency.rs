@@ -80,14 +80,14 @@ fn bad_key(detail: impl Into<String>) -> Response {
     Problem::new(StatusCode::BAD_REQUEST, "bad-idempotency-key", detail).into_response()
 }
 
-/// The key of a request, checked: `None` when it has none.
-fn key_of(headers: &HeaderMap) -> Result<Option<String>, Response> {
+/// The key of a request, checked: `None` when it has none; `Err` says what is wrong.
+fn key_of(headers: &HeaderMap) -> Result<Option<String>, String> {
     let mut values = headers.get_all(IDEMPOTENCY_KEY).iter();
     let Some(value) = values.next() else {
         return Ok(None);
     };
     if values.next().is_some() {
-        return Err(bad_key("send one Idempotency-Key header, not several"));
+        return Err("send one Idempotency-Key header, not several".to_string());
     }
     let key = value
         .to_str()
@@ -95,10 +95,10 @@ fn key_of(headers: &HeaderMap) -> Result<Option<String>, Response> {
         .filter(|k| !k.is_empty() && k.len() <= MAX_KEY_CHARS)
         .filter(|k| k.bytes().all(|b| (0x21..=0x7e).contains(&b)))
         .ok_or_else(|| {
-            bad_key(format!(
+            format!(
                 "Idempotency-Key must be 1 to {MAX_KEY_CHARS} visible ASCII characters \
                  (a UUID is a good choice)"
-            ))
+            )
         })?;
     Ok(Some(key.to_string()))
 }
@@ -141,7 +141,7 @@ pub async fn check(State(keys): State<Keys>, request: Request, next: Next) -> Re
     let key = match key_of(request.headers()) {
         Ok(Some(key)) => key,
         Ok(None) => return next.run(request).await,
-        Err(refusal) => return refusal,
+        Err(why) => return bad_key(why),
     };
     let Some(table) = keys.store.idempotency() else {
         return next.run(request).await;

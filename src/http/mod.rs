@@ -96,6 +96,7 @@ pub fn router(state: AppState, options: &HttpOptions) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/openapi.yaml", get(openapi))
+        .route("/metrics", get(metrics))
         .merge(quick)
         .merge(runs::routes())
         .merge(approvals::routes())
@@ -187,6 +188,14 @@ async fn readyz(State(state): State<AppState>) -> axum::response::Response {
             .into_response()
         }
     }
+}
+
+/// The Prometheus metrics (open like `/healthz`).
+async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
+        crate::metrics::render(state.sessions.live_count()),
+    )
 }
 
 async fn openapi() -> impl IntoResponse {

@@ -45,6 +45,11 @@ impl Batch {
 
     /// Appends the next event of the session.
     pub fn event(&mut self, core: &mut Core, kind: EventKind) {
+        match &kind {
+            EventKind::ToolApprovalRequested { .. } => crate::metrics::approvals_pending(1),
+            EventKind::ToolApprovalResolved { .. } => crate::metrics::approvals_pending(-1),
+            _ => {}
+        }
         let event = Event::new(self.session_id, core.next_seq, kind, model::now());
         core.next_seq += 1;
         core.record.last_seq = event.seq;

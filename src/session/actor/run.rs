@@ -457,10 +457,12 @@ impl SessionActor {
         batch.event(core, ending.terminal);
         batch.ops.push(WriteOp::UpsertRun(ending.run.clone()));
         let result = RunResult::from(&ending.run);
+        let (status, took) = (ending.run.status, run_took(&ending.run));
         core.last_result = Some(result.clone());
         core.last_run = Some(ending.run);
         match sink.commit(batch).await {
             Ok(()) => {
+                crate::metrics::run_ended(status.as_str(), took);
                 let _ = result_tx.send(Ok(result));
                 Ok(next)
             }
@@ -477,4 +479,10 @@ impl SessionActor {
             }
         }
     }
+}
+
+/// How long a run took, from its start to its end.
+fn run_took(run: &RunRecord) -> std::time::Duration {
+    let end = run.finished_at.unwrap_or_else(model::now);
+    (end - run.created_at).to_std().unwrap_or_default()
 }

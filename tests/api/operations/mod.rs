@@ -5,7 +5,9 @@
 //!   with `finish_reason: budget` and an error naming the limit.
 //! - `steering`: `POST /runs?if_busy=reject|queue|interrupt` while a run is active.
 //! - `idempotency`: `Idempotency-Key`: replays, conflicts, concurrency, restarts, replicas.
+//! - `metrics`: `GET /metrics` parsed after known work.
 
 mod budgets;
 mod idempotency;
+mod metrics;
 mod steering;
