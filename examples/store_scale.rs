@@ -89,6 +89,7 @@ fn turn_events(turn: usize) -> Vec<EventKind> {
                     "please look at the module and explain it ".repeat(4)
                 ),
             ),
+            queued: false,
         },
         EventKind::LlmStarted { step_id: step1 },
         EventKind::LlmCompleted {

@@ -136,6 +136,18 @@ pub struct ServeArgs {
     #[arg(long, env = "TAH_MAX_STEPS", default_value_t = 20)]
     pub max_steps: u32,
 
+    /// Tokens (input + output) a session may use over all its runs, N ≥ 1, unless it was
+    /// created with its own max_tokens; a step that would start over it ends the run failed
+    /// with finish_reason budget. Unset: no limit.
+    #[arg(long, env = "TAH_MAX_SESSION_TOKENS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_session_tokens: Option<u64>,
+
+    /// Tokens (input + output) one run may use, N ≥ 1, unless its session was created with its
+    /// own max_run_tokens; a step that would start over it ends the run failed with
+    /// finish_reason budget. Unset: no limit.
+    #[arg(long, env = "TAH_MAX_RUN_TOKENS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_run_tokens: Option<u64>,
+
     /// Character budget of each model request, N ≥ 1; unset = send the full history.
     #[arg(long, env = "TAH_CONTEXT_CHARS", value_parser = clap::value_parser!(u64).range(1..))]
     pub context_chars: Option<u64>,

@@ -89,6 +89,8 @@ pub struct Settings {
     model: ModelSettings,
     system_prompt: String,
     max_steps: Option<u32>,
+    max_session_tokens: Option<u64>,
+    max_run_tokens: Option<u64>,
     context_chars: Option<usize>,
     max_body_bytes: usize,
     api_tokens: Vec<Secret>,
@@ -185,6 +187,8 @@ impl Settings {
             model,
             system_prompt: args.system_prompt,
             max_steps: (args.max_steps > 0).then_some(args.max_steps),
+            max_session_tokens: args.max_session_tokens,
+            max_run_tokens: args.max_run_tokens,
             context_chars: args.context_chars.map(|c| c as usize),
             max_body_bytes: args.max_body_bytes,
             api_tokens: tokens.into_iter().map(Secret).collect(),
@@ -321,6 +325,16 @@ impl Settings {
     /// LLM calls per run at most (`None` = unlimited).
     pub fn max_steps(&self) -> Option<u32> {
         self.max_steps
+    }
+
+    /// The default token budget of a session (`--max-session-tokens`).
+    pub fn max_session_tokens(&self) -> Option<u64> {
+        self.max_session_tokens
+    }
+
+    /// The default token budget of a run (`--max-run-tokens`).
+    pub fn max_run_tokens(&self) -> Option<u64> {
+        self.max_run_tokens
     }
 
     /// Character budget of each model request (`None` = the full history).

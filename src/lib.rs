@@ -24,6 +24,7 @@
 //!   layer uses), `live` (the live sessions of this process), `lease`, `stream`
 //!   (replay-then-live), `steps` (rebuilding a step's request) and `coordination` (scale-out
 //!   background tasks).
+//! - [`metrics`]: the process's Prometheus metrics, counted where things happen.
 //! - [`runtime`]: ties store, model, tools and settings together; usable without HTTP.
 //! - [`http`]: the axum router, one module per resource (`sessions`, `runs`, `events`,
 //!   `artifacts`), with
@@ -46,6 +47,7 @@ pub mod cli;
 pub mod config;
 pub mod http;
 pub mod llm;
+pub mod metrics;
 pub mod model;
 pub mod runtime;
 pub mod session;

@@ -81,6 +81,11 @@ impl Runtime {
             max_steps: config.max_steps(),
             context_chars: config.context_chars(),
             tool_concurrency: config.tool_concurrency(),
+            budget: crate::agent::budget::TokenBudget {
+                run: config.max_run_tokens(),
+                session: config.max_session_tokens(),
+                session_used: 0,
+            },
         };
         // Checked when the settings were parsed.
         let rules = Rules::compile(config.tool_policy().to_vec()).unwrap_or_default();

@@ -89,7 +89,9 @@ pub(super) async fn run_calls<J: Journal>(
             let tools = &deps.tools;
             let context = deps.tool_context.for_call(&call.id);
             running.push(Box::pin(async move {
+                let started = std::time::Instant::now();
                 let output = tools.execute(&context, &call).await;
+                crate::metrics::tool_call(&call.name, output.is_error, started.elapsed());
                 (index, step_id, call, output)
             }));
         }

@@ -8,6 +8,7 @@
 //! the one that ships.
 
 mod agent_loop;
+pub mod budget;
 mod calls;
 pub mod compaction;
 pub mod context;

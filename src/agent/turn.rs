@@ -7,6 +7,7 @@ use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use super::budget::TokenBudget;
 #[cfg(test)]
 use super::calls::Verdict;
 use super::calls::{run_calls, Admission, Answer};
@@ -27,6 +28,8 @@ pub struct AgentSettings {
     pub context_chars: Option<usize>,
     /// Calls of one reply that run at once at most.
     pub tool_concurrency: usize,
+    /// Token budgets: the server's defaults here, the run's own once its session is known.
+    pub budget: TokenBudget,
 }
 
 /// What the loop needs besides the session.
@@ -76,6 +79,15 @@ pub trait Journal: Send {
     ) -> Result<(), Self::Error>;
     /// Appends the user's input for this turn (after any auto-compaction).
     async fn user_message(&mut self, input: String) -> Result<(), Self::Error>;
+    /// Inputs sent for this run while it was active (`?if_busy=queue`), taken out of their
+    /// queue at a step boundary.
+    fn take_queued(&mut self) -> Vec<String> {
+        Vec::new()
+    }
+    /// Appends an input that was queued for the running turn, as a user message.
+    async fn queued_message(&mut self, input: String) -> Result<(), Self::Error> {
+        self.user_message(input).await
+    }
     /// Appends a compaction summary and announces it.
     async fn summary_appended(&mut self, summary: Summary, auto: bool) -> Result<(), Self::Error>;
     /// A compaction failed; the turn goes on with trimming.
@@ -108,8 +120,10 @@ pub trait Journal: Send {
 #[derive(Debug, Clone, PartialEq)]
 pub struct TurnOutcome {
     pub text: String,
-    /// The model's last finish reason, or `max_steps`.
+    /// The model's last finish reason, or `max_steps` or `budget`.
     pub finish_reason: FinishReason,
+    /// For a run a budget stopped: the limit it reached, in words.
+    pub limit: Option<String>,
     pub usage: Usage,
     pub steps: i64,
 }
@@ -167,6 +181,10 @@ pub async fn run_turn<J: Journal>(
         if cancel.is_cancelled() {
             return Err(AgentError::Cancelled { usage, steps });
         }
+        // A step boundary: what the user sent meanwhile joins the turn.
+        for input in journal.take_queued() {
+            journal.queued_message(input).await?;
+        }
         if settings
             .max_steps
             .is_some_and(|max| steps >= i64::from(max))
@@ -174,6 +192,16 @@ pub async fn run_turn<J: Journal>(
             return Ok(TurnOutcome {
                 text: last_text,
                 finish_reason: FinishReason::MaxSteps,
+                limit: None,
+                usage,
+                steps,
+            });
+        }
+        if let Some(limit) = settings.budget.exceeded(usage) {
+            return Ok(TurnOutcome {
+                text: last_text,
+                finish_reason: FinishReason::Budget,
+                limit: Some(limit),
                 usage,
                 steps,
             });
@@ -197,6 +225,7 @@ pub async fn run_turn<J: Journal>(
             journal.context_trimmed(step_id, &stats).await?;
         }
         steps += 1;
+        let mut timer = crate::metrics::LlmRequestTimer::start(deps.model.name());
         let mut stream = deps.model.stream(ModelRequest {
             messages,
             tools,
@@ -207,18 +236,26 @@ pub async fn run_turn<J: Journal>(
                 item = stream.next() => item,
                 _ = cancel.cancelled() => {
                     drop(stream);
+                    timer.finish("cancelled", None);
                     journal.llm_failed(step_id, "cancelled".to_string()).await?;
                     return Err(AgentError::Cancelled { usage, steps });
                 }
             };
+            if let Some(Ok(StreamItem::Delta(_) | StreamItem::Thinking(_))) = &item {
+                timer.piece();
+            }
             match item {
                 Some(Ok(StreamItem::Delta(text))) => journal.llm_delta(step_id, text).await?,
                 Some(Ok(StreamItem::Thinking(text))) => journal.llm_thinking(step_id, text).await?,
                 Some(Ok(StreamItem::Retry { attempt, error })) => {
                     journal.llm_retry(step_id, attempt, error).await?
                 }
-                Some(Ok(StreamItem::Done(reply))) => break reply,
+                Some(Ok(StreamItem::Done(reply))) => {
+                    timer.finish("ok", Some(reply.usage));
+                    break reply;
+                }
                 Some(Err(error)) => {
+                    timer.finish("error", None);
                     journal.llm_failed(step_id, error.to_string()).await?;
                     return Err(AgentError::Model {
                         error,
@@ -227,6 +264,7 @@ pub async fn run_turn<J: Journal>(
                     });
                 }
                 None => {
+                    timer.finish("error", None);
                     let error = LlmError::new(
                         deps.model.name(),
                         crate::llm::LlmErrorKind::Protocol,
@@ -250,10 +288,20 @@ pub async fn run_turn<J: Journal>(
         journal
             .llm_completed(step_id, message, finish_reason.clone(), reply.usage)
             .await?;
-        if done {
+        // The model is done, unless the user sent more meanwhile: then it answers that too.
+        let queued = if done {
+            journal.take_queued()
+        } else {
+            Vec::new()
+        };
+        for input in &queued {
+            journal.queued_message(input.clone()).await?;
+        }
+        if done && queued.is_empty() {
             return Ok(TurnOutcome {
                 text: last_text,
                 finish_reason,
+                limit: None,
                 usage,
                 steps,
             });
@@ -505,6 +553,7 @@ mod tests {
                 max_steps,
                 context_chars: None,
                 tool_concurrency: 4,
+                budget: TokenBudget::default(),
             },
         }
     }

@@ -110,9 +110,15 @@ pub fn sse_response(stream: EventStream, shutdown: CancellationToken) -> Respons
         .filter_map(|item| std::future::ready(item.ok().map(|e| Ok::<_, Infallible>(frame(&e)))));
     // Once per stream: browsers would otherwise wait 3 s before they reconnect.
     let retry = SseEvent::default().retry(RECONNECT_AFTER);
+    let subscriber = crate::metrics::SseSubscriber::open();
     let frames = futures::stream::once(std::future::ready(Ok(retry)))
         .chain(frames)
-        .take_until(shutdown.cancelled_owned());
+        .take_until(shutdown.cancelled_owned())
+        // Counted as open until the stream is dropped.
+        .map(move |frame| {
+            let _ = &subscriber;
+            frame
+        });
     let mut response = Sse::new(frames)
         .keep_alive(KeepAlive::new().interval(HEARTBEAT).text("heartbeat"))
         .into_response();

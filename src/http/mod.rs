@@ -4,6 +4,7 @@
 //! answer. One module per resource; `router` merges them.
 //!
 //! - `sessions`, `runs`, `events`, `artifacts`: the resources.
+//! - `idempotency`: `Idempotency-Key` on the POST routes that make something.
 //! - `auth`: API tokens and the page's sign-in cookie; `guard`: requests a web page could make
 //!   without the user knowing.
 //! - `ui`: the built-in web page, embedded in the binary.
@@ -16,6 +17,7 @@ mod artifacts;
 mod auth;
 mod events;
 mod guard;
+pub mod idempotency;
 mod paging;
 mod params;
 mod problem;
@@ -101,6 +103,7 @@ pub fn router(state: AppState, options: &HttpOptions) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/openapi.yaml", get(openapi))
+        .route("/metrics", get(metrics))
         .merge(quick)
         .merge(runs::routes())
         .merge(approvals::routes())
@@ -108,6 +111,11 @@ pub fn router(state: AppState, options: &HttpOptions) -> Router {
         .merge(auth::routes(tokens.clone()))
         .merge(ui::routes())
         .fallback(not_found)
+        // Inside authentication: a kept response is only answered to a client with a token.
+        .layer(middleware::from_fn_with_state(
+            idempotency::Keys::new(state.sessions.store().clone(), options.max_body_bytes),
+            idempotency::check,
+        ))
         .layer(middleware::from_fn_with_state(tokens, auth::require_token))
         .layer(middleware::from_fn_with_state(guard, guard::check))
         .layer(middleware::from_fn(problem::problem_responses))
@@ -142,6 +150,7 @@ fn cors(origins: &[String]) -> CorsLayer {
             header::ACCEPT,
             HeaderName::from_static("last-event-id"),
             header::IF_NONE_MATCH,
+            HeaderName::from_static(idempotency::IDEMPOTENCY_KEY),
         ])
         // What a page needs to read from an answer: where a new resource is, and an
         // artifact's version tag and file name.
@@ -192,6 +201,14 @@ async fn readyz(State(state): State<AppState>) -> axum::response::Response {
             .into_response()
         }
     }
+}
+
+/// The Prometheus metrics (open like `/healthz`).
+async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
+        crate::metrics::render(state.sessions.live_count()),
+    )
 }
 
 async fn openapi() -> impl IntoResponse {

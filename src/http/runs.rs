@@ -17,7 +17,7 @@ use super::paging::{page_by_id, CursorQuery, Page};
 use super::problem::{parse_id, ApiJson, ApiQuery, OptionalJson, Problem};
 use super::AppState;
 use crate::model::{RunRecord, RunResult, RunStatus};
-use crate::session::{Pending, RunRequest, RunStarted, RunStopped};
+use crate::session::{IfBusy, Pending, RunRequest, RunStarted, RunStopped};
 use crate::store::Store;
 
 pub fn routes() -> Router<AppState> {
@@ -45,6 +45,29 @@ struct RunQuery {
     wait: Option<bool>,
     /// What to do about calls of the active run that wait for an answer.
     pending: Option<PendingParam>,
+    /// What to do while another run is active (`POST /runs` only).
+    if_busy: Option<IfBusyParam>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum IfBusyParam {
+    /// Refuse the new run (409, the default).
+    Reject,
+    /// Append the input to the active run at its next step boundary.
+    Queue,
+    /// Cancel the active run, then start the new one.
+    Interrupt,
+}
+
+impl From<IfBusyParam> for IfBusy {
+    fn from(param: IfBusyParam) -> IfBusy {
+        match param {
+            IfBusyParam::Reject => IfBusy::Reject,
+            IfBusyParam::Queue => IfBusy::Queue,
+            IfBusyParam::Interrupt => IfBusy::Interrupt,
+        }
+    }
 }
 
 /// A resume continues the run there is: what to do about a new run's predecessor
@@ -125,7 +148,8 @@ async fn start(
                 Some(PendingParam::Deny) => Pending::Deny,
                 Some(PendingParam::Refuse) | None => Pending::Refuse,
             },
-        ),
+        )
+        .if_busy(query.if_busy.map(IfBusy::from).unwrap_or_default()),
         query.wait == Some(true),
         &headers,
     )
@@ -162,10 +186,48 @@ async fn begin(
                 Ok(sse_response(stream, state.shutdown.clone()))
             }
             RunStarted::AlreadyCompleted(result) => Ok(Json(result).into_response()),
+            // The input joins the active run: its events, from its start.
+            RunStarted::Queued(run) => {
+                let stream = state
+                    .sessions
+                    .stream_from(id, run.start_seq - 1, live, Some(run.id));
+                Ok(sse_response(stream, state.shutdown.clone()))
+            }
         };
     }
+    // A queued input's client that waits is answered with the active run's result.
+    let live = match (request.if_busy, wait) {
+        (IfBusy::Queue, true) => Some(state.sessions.subscribe(id)?),
+        _ => None,
+    };
     match state.sessions.run(id, request).await? {
         RunStarted::AlreadyCompleted(result) => Ok(Json(result).into_response()),
+        RunStarted::Queued(run) => match live {
+            Some(live) => {
+                let mut stream =
+                    state
+                        .sessions
+                        .stream_from(id, run.start_seq - 1, live, Some(run.id));
+                while let Some(event) = stream.next().await {
+                    event.map_err(crate::session::SessionError::Store)?;
+                }
+                match state.sessions.store().run(id, run.id).await? {
+                    Some(stored) if stored.status != RunStatus::Running => {
+                        Ok(Json(RunResult::from(&stored)).into_response())
+                    }
+                    _ => Err(Problem::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "unavailable",
+                        format!(
+                            "run {} did not end on this server; follow the session's events \
+                             (GET /v1/sessions/{id}/events)",
+                            run.id
+                        ),
+                    )),
+                }
+            }
+            None => Ok(accepted(id, &run)),
+        },
         RunStarted::Started { run, result } => {
             if wait {
                 let result = match result.await {
@@ -207,16 +269,21 @@ async fn begin(
                 };
                 Ok(Json(result).into_response())
             } else {
-                let location = format!("/v1/sessions/{id}/runs/{}", run.id);
-                Ok((
-                    StatusCode::ACCEPTED,
-                    [(header::LOCATION, location)],
-                    Json(run),
-                )
-                    .into_response())
+                Ok(accepted(id, &run))
             }
         }
     }
+}
+
+/// `202 Accepted` with the run and where it lives.
+fn accepted(id: Uuid, run: &RunRecord) -> Response {
+    let location = format!("/v1/sessions/{id}/runs/{}", run.id);
+    (
+        StatusCode::ACCEPTED,
+        [(header::LOCATION, location)],
+        Json(run),
+    )
+        .into_response()
 }
 
 async fn cancel(

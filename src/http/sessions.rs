@@ -50,6 +50,10 @@ struct CreateBody {
     client_tools: Vec<ClientTool>,
     /// The directory under the server's workspace its tools see (default: the root).
     workspace: Option<String>,
+    /// Token budget of the whole session (input + output), N ≥ 1.
+    max_tokens: Option<u64>,
+    /// Token budget of each of its runs, N ≥ 1.
+    max_run_tokens: Option<u64>,
 }
 
 async fn create(
@@ -77,10 +81,22 @@ async fn create(
     if body.metadata.as_ref().is_some_and(|m| !m.is_object()) {
         return Err(Problem::bad_request("metadata must be a JSON object"));
     }
+    for (name, value) in [
+        ("max_tokens", body.max_tokens),
+        ("max_run_tokens", body.max_run_tokens),
+    ] {
+        if value == Some(0) {
+            return Err(Problem::bad_request(format!(
+                "{name} must be at least 1 (leave it out for the server's default)"
+            )));
+        }
+    }
     let options = SessionOptions {
         tools: body.tools,
         tool_policy: body.tool_policy,
         client_tools: body.client_tools,
+        max_tokens: body.max_tokens,
+        max_run_tokens: body.max_run_tokens,
         ..SessionOptions::default()
     };
     let mut options = state.sessions.check_options(options)?;

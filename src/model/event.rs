@@ -110,7 +110,13 @@ pub enum EventKind {
     #[serde(rename = "agent.started")]
     AgentStarted { run_id: Uuid, kind: RunKind },
     #[serde(rename = "user.message")]
-    UserMessage { message: Message },
+    UserMessage {
+        message: Message,
+        /// Sent while a run was active and appended at its next step boundary
+        /// (`?if_busy=queue`).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        queued: bool,
+    },
     #[serde(rename = "llm.started")]
     LlmStarted { step_id: Uuid },
     #[serde(rename = "agent.assistant-stream")]

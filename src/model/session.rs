@@ -119,6 +119,13 @@ pub struct SessionOptions {
     /// For a sub-agent: the parent's `task` call it works for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task_call_id: Option<String>,
+    /// Tokens (input + output) the session may use over all its runs; `None`: the server's
+    /// default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
+    /// Tokens one of its runs may use; `None`: the server's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_run_tokens: Option<u64>,
 }
 
 fn is_zero(n: &u32) -> bool {

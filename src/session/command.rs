@@ -79,12 +79,25 @@ pub enum Pending {
     Deny,
 }
 
+/// What a new run does while another run of the session is active (`?if_busy=`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum IfBusy {
+    /// Refuse it (409).
+    #[default]
+    Reject,
+    /// Append its input as a user message at the next step boundary of the active run.
+    Queue,
+    /// Cancel the active run (as `/cancel` does), then start this one.
+    Interrupt,
+}
+
 #[derive(Debug, Clone)]
 pub struct RunRequest {
     pub kind: RunKind,
     /// The user's input; `None` for a resume.
     pub input: Option<String>,
     pub pending: Pending,
+    pub if_busy: IfBusy,
     /// A sub-agent's run: it runs under its parent's run permit and never takes one (so a
     /// parent waiting for its children cannot starve them at `--max-concurrent-runs`).
     pub under_parent: bool,
@@ -97,6 +110,7 @@ impl RunRequest {
             kind: RunKind::Run,
             input: Some(input),
             pending,
+            if_busy: IfBusy::Reject,
             under_parent: false,
         }
     }
@@ -107,8 +121,14 @@ impl RunRequest {
             kind: RunKind::Resume,
             input: None,
             pending: Pending::Refuse,
+            if_busy: IfBusy::Reject,
             under_parent: false,
         }
+    }
+
+    /// What it does while another run is active.
+    pub fn if_busy(self, if_busy: IfBusy) -> RunRequest {
+        RunRequest { if_busy, ..self }
     }
 
     /// A sub-agent's resume of its interrupted run, under its parent's permit.
@@ -136,6 +156,8 @@ pub enum RunStarted {
         result: oneshot::Receiver<Result<RunResult, RunStopped>>,
     },
     AlreadyCompleted(RunResult),
+    /// The input was queued for the active run (`?if_busy=queue`), which is answered.
+    Queued(RunRecord),
 }
 
 /// Why a run ended without a result from this process.

@@ -123,6 +123,11 @@ impl LiveSessions {
     }
 
     /// The session's slot if its actor is running.
+    /// How many sessions are held in memory.
+    pub fn count(&self) -> usize {
+        self.lock().len()
+    }
+
     pub fn running(&self, id: Uuid) -> Option<Arc<Slot>> {
         self.lock()
             .get(&id)

@@ -28,7 +28,7 @@ mod subagents;
 mod waiting;
 
 pub use command::{
-    ApprovalAnswer, CancelOutcome, Compacted, Pending, RunRequest, RunStarted, RunStopped,
+    ApprovalAnswer, CancelOutcome, Compacted, IfBusy, Pending, RunRequest, RunStarted, RunStopped,
 };
 pub use sessions::{NewSession, Sessions, Subscription};
 pub use stream::EventStream;

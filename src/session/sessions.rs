@@ -70,6 +70,11 @@ impl Sessions {
         Sessions { deps, live }
     }
 
+    /// How many sessions this process holds in memory.
+    pub fn live_count(&self) -> usize {
+        self.live.count()
+    }
+
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.deps.store
     }

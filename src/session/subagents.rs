@@ -192,6 +192,8 @@ impl Tool for TaskTool {
         let result = match started {
             RunStarted::Started { result, .. } => result.await,
             RunStarted::AlreadyCompleted(result) => Ok(Ok(result)),
+            // A sub-agent's run never asks to be queued.
+            RunStarted::Queued(_) => Ok(Err(RunStopped::Elsewhere)),
         };
         let result = match result {
             Ok(Ok(result)) => result,

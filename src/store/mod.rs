@@ -12,7 +12,9 @@
 //!   coordination).
 //! - `rows`: what both backends share: the column lists and the decoding of rows.
 //! - `writer`: the group-commit task.
+//! - `keys`: the idempotency keys of POST requests, on both backends.
 
+pub mod keys;
 pub mod postgres;
 mod rows;
 pub mod sqlite;
@@ -201,6 +203,11 @@ pub trait Store: Send + Sync + 'static {
 
     /// Whether the database can be used now (for readiness): it answers a read, and whatever
     /// else the backend can check cheaply.
+    /// The idempotency keys of the HTTP layer; `None` for a store without them.
+    fn idempotency(&self) -> Option<&dyn keys::IdempotencyKeys> {
+        None
+    }
+
     async fn health(&self) -> StoreResult<()> {
         self.last_seq(Uuid::nil()).await.map(|_| ())
     }

@@ -140,7 +140,10 @@ async fn run(store: Arc<dyn Store>, mut rx: mpsc::Receiver<Commit>, shared: Arc<
             continue;
         }
         let groups: Vec<&[WriteOp]> = accepted.iter().map(|c| c.ops.as_slice()).collect();
-        match store.commit(&groups).await {
+        let started = std::time::Instant::now();
+        let committed = store.commit(&groups).await;
+        crate::metrics::store_commit(groups.len(), started.elapsed());
+        match committed {
             Ok(()) => {
                 *shared.failing() = None;
                 accepted.into_iter().for_each(|c| finish(c, Ok(())));

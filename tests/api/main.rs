@@ -17,6 +17,7 @@
 //! - `bad_input`: every kind of bad request is a 4xx problem and changes nothing.
 //! - `lifecycle`: cancel, resume after a crash, fork, conflicts, max_steps, configuration
 //!   changes, graceful shutdown, and the storage of a long session's steps.
+//! - `operations`: token budgets, steering a running turn (`?if_busy=`), idempotent requests.
 //! - `compaction`: `--context-chars`: automatic and manual compaction, trimming, every
 //!   rebuilt request within the budget, forks before a summary.
 //! - `subagents`: the `task` tool's child sessions: their logs, concurrency, cancellation,
@@ -31,6 +32,7 @@ mod bad_input;
 mod compaction;
 mod durability;
 mod lifecycle;
+mod operations;
 mod streaming;
 mod subagents;
 mod thinking;

@@ -56,6 +56,10 @@ pub(super) struct RunCalls {
     /// A new run that asked to supersede this one (`?pending=deny`): it starts when this one
     /// has ended.
     pub superseded_by: Mutex<Option<(RunRequest, Reply<RunStarted>)>>,
+    /// The run, as a queued input is answered with it.
+    pub run: crate::model::RunRecord,
+    /// Inputs queued for the run's next step boundary.
+    pub queued: Queued,
 }
 
 impl RunCalls {
@@ -160,9 +164,9 @@ pub(super) fn lock_superseded(
         .unwrap_or_else(|e| e.into_inner())
 }
 
-pub(super) fn lock(waiting: &Mutex<Waiting>) -> MutexGuard<'_, Waiting> {
+pub(super) fn lock<T>(data: &Mutex<T>) -> MutexGuard<'_, T> {
     // Plain data behind the lock, never held across an await: a panic cannot leave it torn.
-    waiting.lock().unwrap_or_else(|e| e.into_inner())
+    data.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn lock_rules(rules: &Mutex<Rules>) -> MutexGuard<'_, Rules> {
@@ -192,6 +196,9 @@ pub(super) fn denial_reason(decision: &policy::Decision, tool: &str) -> String {
     )
 }
 
+/// Inputs sent while a run is active (`?if_busy=queue`), for its next step boundary.
+pub(super) type Queued = Arc<Mutex<Vec<String>>>;
+
 /// What the journal of a run needs to admit its calls.
 pub(super) struct CallDesk {
     pub waiting: Arc<Mutex<Waiting>>,
@@ -208,6 +215,8 @@ pub(super) struct CallDesk {
     /// What the result of a call says beyond the tool's output (artifacts not kept), by call
     /// id: from its `tool.finished` until its result joins the history.
     pub notes: HashMap<String, String>,
+    /// Inputs queued for the run's next step boundary.
+    pub queued: Queued,
 }
 
 impl CallDesk {

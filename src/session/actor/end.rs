@@ -152,6 +152,7 @@ fn finished(run: RunRecord, outcome: TurnOutcome, at: DateTime<Utc>) -> Ending {
     let TurnOutcome {
         text,
         finish_reason,
+        limit,
         usage,
         steps,
     } = outcome;
@@ -166,7 +167,7 @@ fn finished(run: RunRecord, outcome: TurnOutcome, at: DateTime<Utc>) -> Ending {
         FinishReason::Budget => (
             RunStatus::Failed,
             SessionState::Failed,
-            Some("token budget exhausted".to_string()),
+            Some(limit.unwrap_or_else(|| "token budget exhausted".to_string())),
         ),
         FinishReason::Model(_) => (RunStatus::Completed, SessionState::Completed, None),
     };
@@ -262,6 +263,7 @@ mod tests {
         RunOutcome::Finished(TurnOutcome {
             text: "done".into(),
             finish_reason: reason,
+            limit: None,
             usage: usage(),
             steps: 2,
         })

@@ -45,6 +45,11 @@ impl Batch {
 
     /// Appends the next event of the session.
     pub fn event(&mut self, core: &mut Core, kind: EventKind) {
+        match &kind {
+            EventKind::ToolApprovalRequested { .. } => crate::metrics::approvals_pending(1),
+            EventKind::ToolApprovalResolved { .. } => crate::metrics::approvals_pending(-1),
+            _ => {}
+        }
         let event = Event::new(self.session_id, core.next_seq, kind, model::now());
         core.next_seq += 1;
         core.record.last_seq = event.seq;
@@ -355,8 +360,31 @@ impl Journal for RunJournal<'_> {
         let message = self
             .batch
             .message(self.core, Message::new(Role::User, input));
-        self.batch
-            .event(self.core, EventKind::UserMessage { message });
+        self.batch.event(
+            self.core,
+            EventKind::UserMessage {
+                message,
+                queued: false,
+            },
+        );
+        self.flush_now().await
+    }
+
+    fn take_queued(&mut self) -> Vec<String> {
+        std::mem::take(&mut *super::calls::lock(&self.calls.queued))
+    }
+
+    async fn queued_message(&mut self, input: String) -> Result<(), StoreError> {
+        let message = self
+            .batch
+            .message(self.core, Message::new(Role::User, input));
+        self.batch.event(
+            self.core,
+            EventKind::UserMessage {
+                message,
+                queued: true,
+            },
+        );
         self.flush_now().await
     }
 

@@ -15,7 +15,7 @@ use crate::model::{
     self, EventKind, Message, ResolvedBy, Role, RunKind, RunRecord, RunResult, RunStatus,
     SessionRecord, SessionState, Usage,
 };
-use crate::session::command::{Pending, Reply, RunRequest, RunStarted, RunStopped};
+use crate::session::command::{IfBusy, Pending, Reply, RunRequest, RunStarted, RunStopped};
 use crate::session::live::Inbox;
 use crate::session::subagents::{Children, TaskTool, TASK};
 use crate::session::waiting::Waiting;
@@ -39,6 +39,29 @@ pub(super) async fn handle(
     match phase {
         Phase::Busy(activity) => {
             let calls = activity.calls.as_ref();
+            if let (Some(calls), Some(input)) = (calls, &request.input) {
+                match request.if_busy {
+                    IfBusy::Queue => {
+                        super::calls::lock(&calls.queued).push(input.clone());
+                        let _ = reply.send(Ok(RunStarted::Queued(calls.run.clone())));
+                        return Ok(());
+                    }
+                    IfBusy::Interrupt => {
+                        let mut next = super::calls::lock_superseded(calls);
+                        if next.is_some() {
+                            drop(next);
+                            let _ = reply.send(Err(activity.conflict("interrupt it again")));
+                        } else {
+                            // Starts once the active run has ended as cancelled.
+                            *next = Some((request, reply));
+                            drop(next);
+                            activity.cancel.cancel();
+                        }
+                        return Ok(());
+                    }
+                    IfBusy::Reject => {}
+                }
+            }
             let waits = calls.is_some_and(|c| c.waiting().has_pending());
             match (waits, request.pending, calls) {
                 (true, Pending::Deny, Some(calls)) => {
@@ -129,7 +152,7 @@ impl SessionActor {
         };
         if let Some(waiting) = core.parked.take() {
             // A run waits for answers: a new message supersedes it, or is refused.
-            if request.pending == Pending::Refuse {
+            if request.pending == Pending::Refuse && request.if_busy != IfBusy::Interrupt {
                 core.parked = Some(waiting);
                 let _ = reply.send(Err(approvals_pending()));
                 return Ok(None);
@@ -323,6 +346,7 @@ impl SessionActor {
             Rules::compile(core.record.options.tool_policy.clone()).unwrap_or_default(),
         ));
         let (answers, answers_rx) = mpsc::unbounded_channel();
+        let queued = super::calls::Queued::default();
         let waiting = Arc::new(Mutex::new(begin.waiting));
         if let Some(answer) = begin.answer {
             let _ = answers.send(answer);
@@ -337,6 +361,8 @@ impl SessionActor {
                 session_rules: session_rules.clone(),
                 deps: self.deps.clone(),
                 superseded_by: Mutex::new(begin.superseded_by),
+                run: run.clone(),
+                queued: queued.clone(),
             }),
             earlier: super::approvals::EarlierCalls {
                 store: self.deps.store.clone(),
@@ -362,6 +388,7 @@ impl SessionActor {
             running: 0,
             children,
             notes: Default::default(),
+            queued,
         };
         let sink = super::journal::Sink {
             deps: &self.deps,
@@ -374,6 +401,12 @@ impl SessionActor {
         if let Some(prompt) = &core.record.system_prompt {
             settings.system_prompt = prompt.clone();
         }
+        let options = &core.record.options;
+        settings.budget = settings.budget.for_session(
+            options.max_tokens,
+            options.max_run_tokens,
+            core.record.usage,
+        );
         let mut journal = RunJournal::new(self.id, run.id, core, sink, desk);
         let mut lease_lost = false;
         let result = if let Some(error) = unusable {
@@ -459,10 +492,12 @@ impl SessionActor {
         batch.event(core, ending.terminal);
         batch.ops.push(WriteOp::UpsertRun(ending.run.clone()));
         let result = RunResult::from(&ending.run);
+        let (status, took) = (ending.run.status, run_took(&ending.run));
         core.last_result = Some(result.clone());
         core.last_run = Some(ending.run);
         match sink.commit(batch).await {
             Ok(()) => {
+                crate::metrics::run_ended(status.as_str(), took);
                 let _ = result_tx.send(Ok(result));
                 Ok(next)
             }
@@ -479,4 +514,10 @@ impl SessionActor {
             }
         }
     }
+}
+
+/// How long a run took, from its start to its end.
+fn run_took(run: &RunRecord) -> std::time::Duration {
+    let end = run.finished_at.unwrap_or_else(model::now);
+    (end - run.created_at).to_std().unwrap_or_default()
 }

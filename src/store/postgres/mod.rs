@@ -91,3 +91,6 @@ async fn connect(url: &str) -> Result<PgPool, sqlx::Error> {
 
 /// A writer's transaction never waits on anything but the database between its statements.
 const IDLE_IN_TRANSACTION_MS: &str = "2000";
+
+// The idempotency keys, in the pool (they are not part of a session's batches).
+crate::store::keys::idempotency_keys_over_pool!(PostgresStore, |s: &str| s.to_string());

@@ -116,6 +116,10 @@ impl PostgresStore {
 
 #[async_trait]
 impl Store for PostgresStore {
+    fn idempotency(&self) -> Option<&dyn crate::store::keys::IdempotencyKeys> {
+        Some(self)
+    }
+
     async fn commit(&self, batch: &[&[WriteOp]]) -> StoreResult<()> {
         write::commit(self, batch).await
     }

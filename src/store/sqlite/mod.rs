@@ -94,3 +94,8 @@ impl SqliteStore {
         })
     }
 }
+
+// The idempotency keys, in the pool (they are not part of a session's batches).
+crate::store::keys::idempotency_keys_over_pool!(SqliteStore, |s: &str| {
+    crate::store::keys::sql::sqlite(s)
+});

@@ -143,6 +143,10 @@ impl SqliteStore {
 
 #[async_trait]
 impl Store for SqliteStore {
+    fn idempotency(&self) -> Option<&dyn crate::store::keys::IdempotencyKeys> {
+        Some(self)
+    }
+
     async fn health(&self) -> StoreResult<()> {
         self.writer.check_file()?;
         self.last_seq(Uuid::nil()).await.map(|_| ())
