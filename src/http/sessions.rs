@@ -47,6 +47,8 @@ struct CreateBody {
     /// Tools its client runs.
     #[serde(default)]
     client_tools: Vec<ClientTool>,
+    /// The MCP servers whose tools it is offered (default: all of them).
+    mcp_servers: Option<Vec<String>>,
 }
 
 async fn create(
@@ -76,6 +78,7 @@ async fn create(
     }
     let options = SessionOptions {
         tools: body.tools,
+        mcp_servers: body.mcp_servers,
         tool_policy: body.tool_policy,
         client_tools: body.client_tools,
     };

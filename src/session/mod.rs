@@ -40,6 +40,7 @@ use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
 use crate::agent::{AgentDeps, AgentSettings};
+use crate::mcp::McpServers;
 use crate::store::writer::Writer;
 use crate::store::{Cluster, Store, StoreError};
 use crate::tools::policy::{ApprovalMode, Rules};
@@ -57,8 +58,10 @@ pub struct ToolPolicy {
 pub struct SessionDeps {
     pub store: Arc<dyn Store>,
     pub writer: Writer,
-    /// The model and the tools the agent loop uses.
+    /// The model and the (built-in) tools the agent loop uses.
     pub agent: AgentDeps,
+    /// The MCP servers, whose tools a run adds to the built-in ones.
+    pub mcp: McpServers,
     pub settings: AgentSettings,
     /// Cancelled at shutdown; every run's token is a child of it.
     pub shutdown: CancellationToken,

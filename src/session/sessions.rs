@@ -234,9 +234,13 @@ impl Sessions {
             .ok_or(SessionError::NotFound)
     }
 
-    /// The tools a new session is offered, available or not.
+    /// The tools a new session is offered, available or not: the built-in ones, then those
+    /// of the MCP servers.
     pub fn tools(&self) -> Vec<ToolInfo> {
-        self.deps.agent.tools.list()
+        let mut tools = self.deps.agent.tools.list();
+        let mcp = self.deps.mcp.tools(None);
+        tools.extend(mcp.iter().map(|tool| ToolInfo::of(tool.as_ref())));
+        tools
     }
 
     /// Checks what a new session chose: its tools exist, its rules compile, its client
@@ -245,10 +249,35 @@ impl Sessions {
         let server = &self.deps.agent.tools;
         if let Some(tools) = &options.tools {
             if let Err(unknown) = server.select(tools) {
+                let mcp = if unknown.0.iter().any(|t| t.starts_with(crate::mcp::PREFIX)) {
+                    "; MCP tools are chosen by server, with mcp_servers"
+                } else {
+                    ""
+                };
                 return Err(SessionError::BadInput(format!(
-                    "tools names tools this server does not offer: {} (it offers {})",
+                    "tools names tools this server does not offer: {} (it offers {}{mcp})",
                     unknown.0.join(", "),
                     server.names().join(", ")
+                )));
+            }
+        }
+        if let Some(chosen) = &options.mcp_servers {
+            let known = self.deps.mcp.names();
+            let mut unknown: Vec<&str> = chosen
+                .iter()
+                .map(String::as_str)
+                .filter(|name| !known.contains(name))
+                .collect();
+            if !unknown.is_empty() {
+                unknown.sort_unstable();
+                unknown.dedup();
+                let has = match known.is_empty() {
+                    true => "it has none".to_string(),
+                    false => format!("it has {}", known.join(", ")),
+                };
+                return Err(SessionError::BadInput(format!(
+                    "mcp_servers names MCP servers this server does not have: {} ({has})",
+                    unknown.join(", ")
                 )));
             }
         }
@@ -268,7 +297,10 @@ impl Sessions {
                     tool.name
                 )));
             }
-            if server.get(&tool.name).is_some() || !names.insert(tool.name.as_str()) {
+            let taken = server.get(&tool.name).is_some()
+                || tool.name.starts_with(crate::mcp::PREFIX)
+                || !names.insert(tool.name.as_str());
+            if taken {
                 return Err(SessionError::BadInput(format!(
                     "client tool name {:?} clashes with another tool",
                     tool.name

@@ -13,6 +13,8 @@
 //!   binary's own (started on first use, stopped when the process exits).
 //! - [`fakes`]: fake OpenAI and Anthropic servers that answer byte for byte and check, on every
 //!   request they receive, that each tool call is answered by a tool result.
+//! - [`scripted`]: a server on a fake model that scripts tool calls, and helpers to read what
+//!   the calls answered.
 //! - [`checks`]: what the suites assert about logs and histories (seq contiguity, terminal
 //!   events, tool-call pairing, percentiles), and [`fixtures`]: the workspace the mock reads.
 //!
@@ -26,6 +28,7 @@ pub mod client;
 pub mod fakes;
 pub mod fixtures;
 pub mod postgres;
+pub mod scripted;
 pub mod server;
 pub mod sse;
 

@@ -244,22 +244,26 @@ impl SessionActor {
         self.drive(run, begin, inbox).await
     }
 
-    /// The tools a run of this session is offered: the server's (narrowed to the session's
-    /// choice) and the session's client tools.
+    /// The tools a run of this session is offered: the server's built-in tools and the tools
+    /// of its MCP servers as they are now (each narrowed to the session's choice), and the
+    /// session's client tools.
     fn run_tools(&self, record: &SessionRecord) -> ToolRegistry {
         let server = &self.deps.agent.tools;
         let chosen = match &record.options.tools {
             Some(names) => server.keep(names),
             None => server.clone(),
         };
-        let client: Vec<Arc<dyn Tool>> = record
-            .options
-            .client_tools
-            .iter()
-            .map(|t| Arc::new(ClientSide(t.clone())) as Arc<dyn Tool>)
-            .collect();
-        // Names were checked against the server's tools when the session was created.
-        chosen.with(client.clone()).unwrap_or(chosen)
+        let mut more = self.deps.mcp.tools(record.options.mcp_servers.as_deref());
+        more.extend(
+            record
+                .options
+                .client_tools
+                .iter()
+                .map(|t| Arc::new(ClientSide(t.clone())) as Arc<dyn Tool>),
+        );
+        // Names were checked against the server's tools when the session was created, and MCP
+        // tools have a prefix that no other tool may use.
+        chosen.with(more).unwrap_or(chosen)
     }
 
     /// Runs the loop while still answering the mailbox, then records how the run ended.
