@@ -3,6 +3,10 @@
 //! endpoint; the `initialize` handshake; and how the connection ends, by itself or when tah
 //! closes it.
 //!
+//! An HTTP server has no process to watch and rmcp's transport outlives failed requests, so a
+//! connection to one is pinged every [`PING_EVERY`]: one that fails to answer (refused, or not
+//! within the handshake timeout) has ended.
+//!
 //! A child gets a small environment (the variables below and its configured `env`), never
 //! tah's own: tah's environment holds provider keys and API tokens that are no server's
 //! business. Its stderr is logged line by line under the server's name.
@@ -12,7 +16,7 @@ use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
 use reqwest::header::{HeaderName, HeaderValue};
-use rmcp::model::{ClientCapabilities, ClientConfig, Implementation};
+use rmcp::model::{ClientCapabilities, ClientConfig, ClientRequest, Implementation, PingRequest};
 use rmcp::service::{Peer, QuitReason, RoleClient, RunningService, ServiceExt};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::StreamableHttpClientTransport;
@@ -30,6 +34,8 @@ pub const INHERITED_ENV: &[&str] = &[
 
 /// How long a child has to exit once its stdin is closed, and again after SIGTERM.
 const EXIT_GRACE: Duration = Duration::from_millis(1500);
+/// How often an HTTP server is pinged to see that it is still there.
+const PING_EVERY: Duration = Duration::from_secs(5);
 /// Longest stderr line logged; the rest is cut.
 const MAX_LOG_LINE: usize = 2048;
 
@@ -37,6 +43,8 @@ const MAX_LOG_LINE: usize = 2048;
 pub struct Connection {
     service: RunningService<RoleClient, ClientConfig>,
     child: Option<ChildProcess>,
+    /// How long a ping may take (the handshake's timeout).
+    answer_within: Duration,
 }
 
 /// How a connection ended.
@@ -95,6 +103,7 @@ impl Connection {
                     Ok(Ok(service)) => Ok(Connection {
                         service,
                         child: Some(child),
+                        answer_within: handshake_timeout,
                     }),
                     Ok(Err(error)) => {
                         // The reason is clearer from how the process ended, when it did.
@@ -129,6 +138,7 @@ impl Connection {
                     Ok(Ok(service)) => Ok(Connection {
                         service,
                         child: None,
+                        answer_within: handshake_timeout,
                     }),
                     Ok(Err(error)) => Err(format!("the handshake with {url} failed: {error}")),
                     Err(_) => Err(no_answer(handshake_timeout)),
@@ -152,10 +162,16 @@ impl Connection {
     /// Runs until the connection ends by itself or `stop` resolves, then ends the child (and
     /// its group) and says how it ended.
     pub async fn run_until(self, stop: impl std::future::Future<Output = ()>) -> Ended {
-        let Connection { service, child } = self;
+        let Connection {
+            service,
+            child,
+            answer_within,
+        } = self;
         let Some(mut child) = child else {
+            let peer = service.peer().clone();
             let ended = tokio::select! {
                 quit = service.waiting() => Ended::Lost(closed(quit)),
+                why = unanswered_ping(&peer, answer_within) => Ended::Lost(why),
                 _ = stop => Ended::Stopped,
             };
             return ended;
@@ -179,6 +195,19 @@ impl Connection {
         // a well-behaved server exits on that.
         child.end().await;
         ended
+    }
+}
+
+/// Pings the server every [`PING_EVERY`] until a ping fails; answers why it failed.
+async fn unanswered_ping(peer: &Peer<RoleClient>, within: Duration) -> String {
+    loop {
+        tokio::time::sleep(PING_EVERY).await;
+        let ping = peer.send_request(ClientRequest::PingRequest(PingRequest::default()));
+        match tokio::time::timeout(within, ping).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => return format!("it did not answer a ping: {error}"),
+            Err(_) => return format!("it did not answer a ping within {} s", within.as_secs_f64()),
+        }
     }
 }
 

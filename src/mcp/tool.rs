@@ -1,8 +1,9 @@
 //! A server's tools as [`Tool`]s: `mcp__<server>__<tool>` with the server's description and
 //! input schema, called through the server's [`Link`]; and what a call's result becomes. Text
-//! is the output; `isError` makes it a tool error; images, audio and embedded resources become
-//! [`Artifact`]s, which the output names (with a text resource's text, which the model can
-//! read).
+//! is the output; `isError` makes it a tool error; images, audio and embedded resources are
+//! described in the output in a line each (a text resource's text follows its line, so the
+//! model can read it), and each is made into an [`Artifact`] of the result in one place,
+//! [`media`], for the session layer to keep once it records artifacts (§11.3).
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -174,21 +175,13 @@ pub fn convert(
     let mut artifacts = Vec::new();
     for block in result.content {
         let mut keep = |media_type: &str, content: Bytes, what: &str| {
-            let path = format!(
-                "mcp/{server}/{tool}/{tag}-{}.{}",
-                artifacts.len() + 1,
-                extension(media_type)
-            );
-            let note = format!(
-                "[{what} ({media_type}, {} bytes), kept as artifact {path}]",
-                content.len()
-            );
-            artifacts.push(Artifact {
-                path,
-                media_type: media_type.to_string(),
+            media(
+                &mut artifacts,
+                (server, tool, tag),
+                media_type,
                 content,
-            });
-            note
+                what,
+            )
         };
         match block {
             ContentBlock::Text(text) => parts.push(text.text),
@@ -250,6 +243,33 @@ pub fn convert(
         }));
     }
     Ok(ToolResult { output, artifacts })
+}
+
+/// The one place where what an MCP tool returned beside text (an image, audio, an embedded
+/// resource) becomes an artifact: it is added to the call's `artifacts` under
+/// `mcp/<server>/<tool>/<tag>-<n>.<ext>`, and the line answered describes it for the output.
+/// Until the session layer records artifacts (§11.3) they go no further than the result, so
+/// the line says what it was and not where it is kept; once they are recorded, this line is
+/// where the output names the artifact.
+fn media(
+    artifacts: &mut Vec<Artifact>,
+    (server, tool, tag): (&str, &str, &str),
+    media_type: &str,
+    content: Bytes,
+    what: &str,
+) -> String {
+    let path = format!(
+        "mcp/{server}/{tool}/{tag}-{}.{}",
+        artifacts.len() + 1,
+        extension(media_type)
+    );
+    let line = format!("[{what} ({media_type}, {} bytes)]", content.len());
+    artifacts.push(Artifact {
+        path,
+        media_type: media_type.to_string(),
+        content,
+    });
+    line
 }
 
 /// A note for content of a kind newer than this version of tah.
@@ -340,7 +360,7 @@ mod tests {
     }
 
     #[test]
-    fn images_and_resources_become_artifacts_the_output_names() {
+    fn images_and_resources_are_described_and_made_artifacts() {
         let png = base64::engine::general_purpose::STANDARD.encode(b"\x89PNG fake");
         let out = convert(
             "pics",
@@ -368,9 +388,8 @@ mod tests {
             lines,
             [
                 "here it is",
-                "[image (image/png, 9 bytes), kept as artifact mcp/pics/draw/c1-1.png]",
-                "[resource file:///notes.txt (text/plain, 11 bytes), kept as artifact \
-                 mcp/pics/draw/c1-2.txt]",
+                "[image (image/png, 9 bytes)]",
+                "[resource file:///notes.txt (text/plain, 11 bytes)]",
                 "hello notes",
                 "[image (image/gif) whose data is not base64]",
             ]

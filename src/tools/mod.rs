@@ -92,7 +92,8 @@ pub enum SubjectKind {
 /// A file a call produced, for the session layer to keep as an artifact.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Artifact {
-    /// Workspace-relative, `/`-separated, symlinks resolved.
+    /// Workspace-relative, `/`-separated, symlinks resolved (file tools), or
+    /// `mcp/<server>/<tool>/…` for what an MCP tool returned.
     pub path: String,
     pub media_type: String,
     pub content: Bytes,

@@ -31,7 +31,7 @@ fn calls_of(server: &str) -> Vec<crate::support::fakes::FakeToolCall> {
 }
 
 /// Checks what the calls of [`calls_of`] answered, as events and as the model saw them.
-fn check_outcomes(server: &str, events: &[Value], model_saw: &Value) {
+fn check_outcomes(events: &[Value], model_saw: &Value) {
     assert_eq!(
         outcome(events, "echo"),
         ("hello over MCP".to_string(), false)
@@ -41,19 +41,20 @@ fn check_outcomes(server: &str, events: &[Value], model_saw: &Value) {
     assert!(failed.contains("the disk is on fire"), "{failed}");
     let (image, is_error) = outcome(events, "image");
     assert!(!is_error, "{image}");
-    assert!(
-        image.starts_with("a transparent pixel\n[image (image/png, "),
-        "{image}"
+    assert_eq!(
+        image,
+        format!(
+            "a transparent pixel\n[image (image/png, {} bytes)]",
+            crate::fixture::PNG.len()
+        ),
+        "the image is described after the text"
     );
-    assert!(
-        image.contains(&format!("kept as artifact mcp/{server}/image/")),
-        "the output names the artifact: {image}"
-    );
-    let (resource, _) = outcome(events, "resource");
-    assert!(
-        resource.contains("[resource memo://fixture/notes (text/plain, 24 bytes)")
-            && resource.ends_with("\nthe notes of the fixture"),
-        "{resource}"
+    let (resource, is_error) = outcome(events, "resource");
+    assert!(!is_error, "{resource}");
+    assert_eq!(
+        resource,
+        "[resource memo://fixture/notes (text/plain, 24 bytes)]\nthe notes of the fixture",
+        "a text resource is described, and its text given"
     );
     // The model is given what the events recorded.
     let results: Vec<&Value> = model_saw["messages"]
@@ -68,6 +69,11 @@ fn check_outcomes(server: &str, events: &[Value], model_saw: &Value) {
         .find(|m| m["tool_call_id"] == "echo")
         .expect("the echo result");
     assert_eq!(echoed["content"], "hello over MCP");
+    let pictured = results
+        .iter()
+        .find(|m| m["tool_call_id"] == "image")
+        .expect("the image result");
+    assert_eq!(pictured["content"], image);
 }
 
 pub async fn text_errors_images_and_resources_over_stdio() {
@@ -81,7 +87,7 @@ pub async fn text_errors_images_and_resources_over_stdio() {
     let id = server.create_session().await;
     let result = server.run_wait(&id, "use the tools").await;
     assert_eq!(result["status"], "completed", "{result}");
-    check_outcomes("local", &server.events(&id).await, &model.body(1));
+    check_outcomes(&server.events(&id).await, &model.body(1));
 }
 
 pub async fn calls_over_streamable_http() {
@@ -96,7 +102,7 @@ pub async fn calls_over_streamable_http() {
     let id = server.create_session().await;
     let result = server.run_wait(&id, "use the tools").await;
     assert_eq!(result["status"], "completed", "{result}");
-    check_outcomes("web", &server.events(&id).await, &model.body(1));
+    check_outcomes(&server.events(&id).await, &model.body(1));
 }
 
 pub async fn an_mcp_tool_asks_for_approval_by_default() {

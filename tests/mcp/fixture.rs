@@ -12,9 +12,10 @@
 //! `sleep` of its own, which stays in its process group, to show that a group is ended whole.
 
 use std::io::Write;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rmcp::model::{
@@ -78,10 +79,12 @@ pub fn serve_if_asked() -> Option<ExitCode> {
     Some(ExitCode::SUCCESS)
 }
 
-/// A streamable HTTP fixture on 127.0.0.1 that runs until `stop` is cancelled.
+/// A streamable HTTP fixture on 127.0.0.1 that runs until it is dropped (or `stop` is
+/// cancelled); `authorizations` are the `Authorization` headers its requests carried.
 pub struct HttpFixture {
     pub url: String,
     pub stop: CancellationToken,
+    pub authorizations: Arc<Mutex<Vec<String>>>,
 }
 
 impl Drop for HttpFixture {
@@ -91,6 +94,11 @@ impl Drop for HttpFixture {
 }
 
 pub async fn serve_http(record: Option<PathBuf>) -> HttpFixture {
+    serve_http_on("127.0.0.1:0".parse().expect("an address"), record).await
+}
+
+/// The fixture on `addr` (a port that a test reserved, so that it can come and go).
+pub async fn serve_http_on(addr: SocketAddr, record: Option<PathBuf>) -> HttpFixture {
     let stop = CancellationToken::new();
     let config = StreamableHttpServerConfig::default().with_cancellation_token(stop.child_token());
     let fixture = Fixture { record };
@@ -99,8 +107,25 @@ pub async fn serve_http(record: Option<PathBuf>) -> HttpFixture {
         Arc::new(LocalSessionManager::default()),
         config,
     );
-    let router = axum::Router::new().nest_service("/mcp", service);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+    let authorizations = Arc::new(Mutex::new(Vec::new()));
+    let seen = authorizations.clone();
+    let router =
+        axum::Router::new()
+            .nest_service("/mcp", service)
+            .layer(axum::middleware::from_fn(
+                move |request: axum::extract::Request, next: axum::middleware::Next| {
+                    let header = request
+                        .headers()
+                        .get("authorization")
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_string);
+                    if let Some(header) = header {
+                        seen.lock().expect("the headers").push(header);
+                    }
+                    next.run(request)
+                },
+            ));
+    let listener = tokio::net::TcpListener::bind(addr)
         .await
         .expect("bind the HTTP fixture");
     let addr = listener.local_addr().expect("its address");
@@ -113,6 +138,7 @@ pub async fn serve_http(record: Option<PathBuf>) -> HttpFixture {
     HttpFixture {
         url: format!("http://{addr}/mcp"),
         stop,
+        authorizations,
     }
 }
 

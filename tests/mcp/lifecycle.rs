@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use tokio::process::Command;
 
-use crate::fixture::{FAMILY, RECORD};
+use crate::fixture::{serve_http_on, FAMILY, RECORD};
 use crate::support::fakes::openai::{text_reply, tool_calls_reply};
 use crate::support::fakes::{start_openai, Reply};
 use crate::support::TestServer;
@@ -192,6 +192,100 @@ pub async fn a_server_that_never_answers_is_listed_unavailable() {
     assert!(!outcome(&events, "l1").1, "the built-in tools work");
     let offered = model.body(0)["tools"].to_string();
     assert!(!offered.contains("mcp__mute"), "never offered: {offered}");
+}
+
+/// Waits until the tools of `server` are listed unavailable for a reason that contains
+/// `because`; answers the reason.
+async fn wait_unavailable(server: &TestServer, name: &str, because: &str) -> String {
+    let deadline = Instant::now() + READY;
+    loop {
+        let tools = mcp_tools(server).await;
+        let theirs: Vec<_> = tools.iter().filter(|t| t["server"] == name).collect();
+        let reasons: Vec<&str> = theirs
+            .iter()
+            .filter(|t| t["available"] == false)
+            .filter_map(|t| t["reason"].as_str())
+            .collect();
+        if !theirs.is_empty() && reasons.len() == theirs.len() {
+            if let Some(reason) = reasons.iter().find(|r| r.contains(because)) {
+                return reason.to_string();
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name} not unavailable because of {because:?}: {theirs:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// An HTTP server that is not up when tah starts is connected once it is (with its header,
+/// `${VAR}` expanded); when it goes away its tools become unavailable, and when it is back
+/// they work again. Each failure is logged.
+pub async fn an_http_server_is_connected_when_it_comes_up_and_after_it_comes_back() {
+    let (dir, _) = scratch();
+    let policy = allow_all(dir.path());
+    let addr = {
+        let reserved = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+        reserved.local_addr().expect("its address")
+    };
+    let model = start_openai(vec![
+        Reply::sse(tool_calls_reply(
+            "",
+            &[call("e1", "mcp__web__echo", json!({"text": "up"}))],
+        )),
+        Reply::sse(text_reply(&["done"])),
+        Reply::sse(tool_calls_reply(
+            "",
+            &[call("e2", "mcp__web__echo", json!({"text": "back"}))],
+        )),
+        Reply::sse(text_reply(&["done"])),
+    ])
+    .await;
+    let web = json!({"type": "http", "url": format!("http://{addr}/mcp"),
+                     "headers": {"Authorization": "Bearer ${TAH_TEST_MCP_TOKEN}"}});
+    let mut args = config_args(dir.path(), json!({ "web": web }));
+    args.extend(["--tool-policy".into(), policy]);
+    let launch = options(&model, &strs(&args))
+        .process()
+        .env("TAH_TEST_MCP_TOKEN", "s3cret-token");
+    let server = TestServer::start(launch).await;
+    let reason = wait_unavailable(&server, "web", "the handshake with http://").await;
+    assert!(reason.starts_with("MCP server web is "), "{reason}");
+    assert!(
+        !server.log_lines("MCP server failed to start").is_empty(),
+        "{}",
+        server.log_tail(20)
+    );
+
+    let fixture = serve_http_on(addr, None).await;
+    wait_tool(&server, "mcp__web__echo", true, READY).await;
+    let seen = fixture.authorizations.lock().expect("headers").clone();
+    assert!(
+        !seen.is_empty() && seen.iter().all(|h| h == "Bearer s3cret-token"),
+        "{seen:?}"
+    );
+    let id = server.create_session().await;
+    assert_eq!(server.run_wait(&id, "echo").await["status"], "completed");
+    assert_eq!(
+        outcome(&server.events(&id).await, "e1"),
+        ("up".to_string(), false)
+    );
+
+    drop(fixture);
+    wait_unavailable(&server, "web", "MCP server web").await;
+    let stopped = server.log_lines("MCP server stopped");
+    assert!(
+        stopped.iter().any(|l| l.contains("did not answer a ping")),
+        "{stopped:?}"
+    );
+    let _back = serve_http_on(addr, None).await;
+    wait_tool(&server, "mcp__web__echo", true, READY).await;
+    assert_eq!(server.run_wait(&id, "again").await["status"], "completed");
+    assert_eq!(
+        outcome(&server.events(&id).await, "e2"),
+        ("back".to_string(), false)
+    );
 }
 
 /// The pids of the processes whose environment has `TAH_MCP_FIXTURE_MARK=mark`.

@@ -16,6 +16,7 @@ mod calls;
 mod fixture;
 mod lifecycle;
 mod listing;
+mod npm;
 mod overhead;
 
 use std::future::Future;
@@ -52,9 +53,15 @@ fn main() -> ExitCode {
         lifecycle::cancelling_the_run_cancels_the_call,
         lifecycle::a_server_that_crashes_mid_call_is_restarted,
         lifecycle::a_server_that_never_answers_is_listed_unavailable,
+        lifecycle::an_http_server_is_connected_when_it_comes_up_and_after_it_comes_back,
         lifecycle::shutdown_leaves_no_server_process,
         lifecycle::a_missing_variable_stops_the_start,
     ]);
+    // The README's example on the real server from npm, where it is installed (always in CI).
+    let npm_missing = !npm::installed() && std::env::var_os("CI").is_none();
+    trials.extend(
+        tests![npm::the_filesystem_server_from_npm].map(|t| t.with_ignored_flag(npm_missing)),
+    );
     // A measurement, not a check: `cargo test --test mcp -- --ignored --nocapture overhead`.
     trials.extend(tests![overhead::call_overhead_through_tah].map(|t| t.with_ignored_flag(true)));
     libtest_mimic::run(&Arguments::from_args(), trials).exit_code()
