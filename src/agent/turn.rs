@@ -497,19 +497,70 @@ mod tests {
         }
     }
 
+    impl Fixture {
+        /// One turn over `journal` with `input` (`None`: a resume), cancelled only by `cancel`.
+        async fn turn_until(
+            &self,
+            journal: &mut MemoryJournal,
+            input: Option<&str>,
+            cancel: &CancellationToken,
+        ) -> Result<TurnOutcome, AgentError<Refused>> {
+            let input = input.map(str::to_owned);
+            run_turn(journal, &self.deps, &self.settings, input, cancel).await
+        }
+
+        /// One turn over `journal` with `input` (`None`: a resume), never cancelled.
+        async fn turn(
+            &self,
+            journal: &mut MemoryJournal,
+            input: Option<&str>,
+        ) -> Result<TurnOutcome, AgentError<Refused>> {
+            self.turn_until(journal, input, &CancellationToken::new())
+                .await
+        }
+    }
+
+    /// What a turn with input records first: the user's message, then a step in which the mock
+    /// model lists the files.
+    const OPENING: [&str; 6] = [
+        "user_message",
+        "llm_started upto=2",
+        "llm_completed tool_calls",
+        "tool_started list_files",
+        "tool_finished list_files error=false",
+        "tool_results call_2_0 done=true",
+    ];
+
+    /// A history of the system prompt alone.
     fn journal() -> MemoryJournal {
         let mut journal = MemoryJournal::default();
         journal.push(Message::new(Role::System, "be brief"));
         journal
     }
 
+    /// A history that ends with the user's "look" and a reply asking for `calls`, none of them
+    /// answered yet (as a resume finds it).
+    fn journal_asking(calls: Vec<ToolCall>) -> MemoryJournal {
+        let mut journal = journal();
+        journal.push(Message::new(Role::User, "look"));
+        journal.push(Message::assistant("", calls));
+        journal
+    }
+
+    fn tool_call(id: &str, name: &str, arguments: serde_json::Value) -> ToolCall {
+        ToolCall {
+            id: id.into(),
+            name: name.into(),
+            arguments,
+        }
+    }
+
     #[tokio::test]
     async fn a_turn_runs_the_tools_the_model_asks_for_and_ends_with_its_answer() {
         let f = fixture(Some(20));
         let mut journal = journal();
-        let input = Some("what is here?".to_string());
-        let cancel = CancellationToken::new();
-        let outcome = run_turn(&mut journal, &f.deps, &f.settings, input, &cancel)
+        let outcome = f
+            .turn(&mut journal, Some("what is here?"))
             .await
             .expect("the turn ends");
         assert_eq!(outcome.finish_reason, FinishReason::Model("stop".into()));
@@ -519,20 +570,18 @@ mod tests {
         assert_eq!(
             journal.facts(),
             [
-                "user_message",
-                "llm_started upto=2",
-                "llm_completed tool_calls",
-                "tool_started list_files",
-                "tool_finished list_files error=false",
-                "tool_results call_2_0 done=true",
-                "llm_started upto=4",
-                "llm_completed tool_calls",
-                "tool_started read_file",
-                "tool_finished read_file error=false",
-                "tool_results call_4_1 done=true",
-                "llm_started upto=6",
-                "llm_completed stop",
+                &OPENING[..],
+                &[
+                    "llm_started upto=4",
+                    "llm_completed tool_calls",
+                    "tool_started read_file",
+                    "tool_finished read_file error=false",
+                    "tool_results call_4_1 done=true",
+                    "llm_started upto=6",
+                    "llm_completed stop",
+                ],
             ]
+            .concat()
         );
         let streamed: String = journal
             .log
@@ -547,46 +596,21 @@ mod tests {
     async fn max_steps_ends_the_run_after_the_tools_of_its_last_step() {
         let f = fixture(Some(1));
         let mut journal = journal();
-        let cancel = CancellationToken::new();
-        let outcome = run_turn(
-            &mut journal,
-            &f.deps,
-            &f.settings,
-            Some("hi".into()),
-            &cancel,
-        )
-        .await
-        .expect("the turn ends");
+        let outcome = f
+            .turn(&mut journal, Some("hi"))
+            .await
+            .expect("the turn ends");
         assert_eq!(outcome.finish_reason, FinishReason::MaxSteps);
         assert_eq!(outcome.steps, 1);
-        assert_eq!(
-            journal.facts(),
-            [
-                "user_message",
-                "llm_started upto=2",
-                "llm_completed tool_calls",
-                "tool_started list_files",
-                "tool_finished list_files error=false",
-                "tool_results call_2_0 done=true",
-            ]
-        );
+        assert_eq!(journal.facts(), OPENING);
     }
 
     #[tokio::test]
     async fn a_resume_runs_the_calls_left_without_a_result_first() {
         let f = fixture(Some(20));
-        let mut journal = journal();
-        journal.push(Message::new(Role::User, "look"));
-        let call = ToolCall {
-            id: "call_2_0".into(),
-            name: "list_files".into(),
-            arguments: serde_json::json!({"path": "."}),
-        };
-        journal.push(Message::assistant("", vec![call]));
-        let cancel = CancellationToken::new();
-        let outcome = run_turn(&mut journal, &f.deps, &f.settings, None, &cancel)
-            .await
-            .expect("the turn ends");
+        let call = tool_call("call_2_0", "list_files", serde_json::json!({"path": "."}));
+        let mut journal = journal_asking(vec![call]);
+        let outcome = f.turn(&mut journal, None).await.expect("the turn ends");
         assert_eq!(outcome.steps, 2);
         assert_eq!(
             &journal.facts()[..2],
@@ -604,14 +628,7 @@ mod tests {
         let mut journal = journal();
         let cancel = CancellationToken::new();
         cancel.cancel();
-        let result = run_turn(
-            &mut journal,
-            &f.deps,
-            &f.settings,
-            Some("hi".into()),
-            &cancel,
-        )
-        .await;
+        let result = f.turn_until(&mut journal, Some("hi"), &cancel).await;
         assert!(matches!(
             result,
             Err(AgentError::Cancelled { steps: 0, .. })
@@ -624,15 +641,7 @@ mod tests {
         let f = fixture(Some(20));
         let mut journal = journal();
         journal.refuse = Some("tool_results");
-        let cancel = CancellationToken::new();
-        let result = run_turn(
-            &mut journal,
-            &f.deps,
-            &f.settings,
-            Some("hi".into()),
-            &cancel,
-        )
-        .await;
+        let result = f.turn(&mut journal, Some("hi")).await;
         match result {
             Err(AgentError::Journal(Refused(what))) => assert_eq!(what, "tool_results"),
             other => panic!("expected the journal's error, got {other:?}"),
@@ -642,21 +651,12 @@ mod tests {
     #[tokio::test]
     async fn calls_run_as_admitted_and_their_results_join_in_call_order() {
         let f = fixture(Some(1));
-        let mut journal = journal();
-        journal.push(Message::new(Role::User, "look"));
-        let call = |id: &str, name: &str| ToolCall {
-            id: id.into(),
-            name: name.into(),
-            arguments: serde_json::json!({"path": "."}),
-        };
-        journal.push(Message::assistant(
-            "",
-            vec![
-                call("a", "list_files"),
-                call("b", "list_files"),
-                call("c", "read_file"),
-            ],
-        ));
+        let call = |id: &str, name: &str| tool_call(id, name, serde_json::json!({"path": "."}));
+        let mut journal = journal_asking(vec![
+            call("a", "list_files"),
+            call("b", "list_files"),
+            call("c", "read_file"),
+        ]);
         journal.admissions.insert("b".into(), Scripted::Wait);
         journal
             .admissions
@@ -665,10 +665,7 @@ mod tests {
             call_id: "b".into(),
             verdict: Verdict::Run(call("b", "list_files")),
         });
-        let cancel = CancellationToken::new();
-        run_turn(&mut journal, &f.deps, &f.settings, None, &cancel)
-            .await
-            .expect("the turn ends");
+        f.turn(&mut journal, None).await.expect("the turn ends");
         let facts = journal.facts();
         // The refused call is done at once; the approved one starts beside the allowed one.
         assert_eq!(
@@ -708,16 +705,8 @@ mod tests {
     #[tokio::test]
     async fn a_call_that_waits_is_cancelled_with_the_run() {
         let f = fixture(Some(5));
-        let mut journal = journal();
-        journal.push(Message::new(Role::User, "look"));
-        journal.push(Message::assistant(
-            "",
-            vec![ToolCall {
-                id: "w".into(),
-                name: "shell".into(),
-                arguments: serde_json::json!({"command": "ls"}),
-            }],
-        ));
+        let call = tool_call("w", "shell", serde_json::json!({"command": "ls"}));
+        let mut journal = journal_asking(vec![call]);
         journal.admissions.insert("w".into(), Scripted::Wait);
         let cancel = CancellationToken::new();
         let canceller = {
@@ -727,7 +716,7 @@ mod tests {
                 cancel.cancel();
             })
         };
-        let result = run_turn(&mut journal, &f.deps, &f.settings, None, &cancel).await;
+        let result = f.turn_until(&mut journal, None, &cancel).await;
         canceller.await.unwrap();
         assert!(
             matches!(result, Err(AgentError::Cancelled { .. })),

@@ -17,7 +17,7 @@ use futures::{stream, StreamExt};
 use serde_json::json;
 
 use super::{ModelClient, ModelReply, ModelRequest, ModelStream, Purpose, StreamItem};
-use crate::model::{Message, Role, ToolCall, Usage, TRANSCRIPT_USER_MARKER};
+use crate::model::{Message, Role, ToolCall, Usage, BUILTIN_TOOLS, TRANSCRIPT_USER_MARKER};
 
 pub struct MockModel {
     delay: Duration,
@@ -194,18 +194,6 @@ fn next_move(request: &ModelRequest) -> (String, Vec<ToolCall>) {
     )
 }
 
-/// The built-in tools' names: a tool offered that is not one of them is a client's (or an MCP
-/// server's).
-const BUILTIN: [&str; 7] = [
-    "list_files",
-    "read_file",
-    "glob",
-    "grep",
-    "write_file",
-    "edit_file",
-    "shell",
-];
-
 /// The call an input asks for by name ("write a note", "run `…`", "ask the client"), then the
 /// answer once its result is in; `None` for any other input.
 fn chosen_tool_move(
@@ -227,7 +215,7 @@ fn chosen_tool_move(
         let tool = request
             .tools
             .iter()
-            .find(|t| !BUILTIN.contains(&t.name.as_str()))?;
+            .find(|t| !BUILTIN_TOOLS.contains(&t.name.as_str()))?;
         (tool.name.clone(), json!({"question": input}))
     } else {
         return None;

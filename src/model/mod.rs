@@ -7,6 +7,8 @@
 //! - `event`: [`Event`] and its typed [`EventKind`], rendered to the wire form once.
 //! - `session`: sessions, runs, steps and checkpoints as stored and served, and their states.
 //! - `step`: the typed LLM step descriptor and [`FinishReason`].
+//! - `tool`: policy rules, client tools, how a waiting call was resolved, and the built-in
+//!   tools' names.
 
 mod event;
 mod message;
@@ -21,7 +23,7 @@ pub use session::{
     SessionState, StepKind, StepRecord, StepStatus, Usage, INTERRUPTED, STORAGE_FAILED,
 };
 pub use step::{FinishReason, LlmRequestDescriptor, TrimStats};
-pub use tool::{Action, ClientTool, Decision, ResolvedBy, Rule};
+pub use tool::{Action, ClientTool, Decision, ResolvedBy, Rule, BUILTIN_TOOLS};
 
 use chrono::{DateTime, SubsecRound, Utc};
 use uuid::Uuid;

@@ -4,6 +4,18 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+/// Every built-in tool's name, in the order they are offered; a tool offered that is not one of
+/// them is a client's (or an MCP server's).
+pub const BUILTIN_TOOLS: [&str; 7] = [
+    "list_files",
+    "read_file",
+    "glob",
+    "grep",
+    "write_file",
+    "edit_file",
+    "shell",
+];
+
 /// What to do with a call, from the least restrictive to the most.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -131,7 +131,6 @@ impl ToolRegistry {
 
     /// The tools named in `names` (in this registry's order); every unknown name is an error.
     pub fn select<S: AsRef<str>>(&self, names: &[S]) -> Result<ToolRegistry, UnknownTools> {
-        let wanted: HashSet<&str> = names.iter().map(AsRef::as_ref).collect();
         let mut unknown: Vec<String> = names
             .iter()
             .map(AsRef::as_ref)
@@ -143,15 +142,7 @@ impl ToolRegistry {
             unknown.dedup();
             return Err(UnknownTools(unknown));
         }
-        Ok(ToolRegistry {
-            tools: self
-                .tools
-                .iter()
-                .filter(|t| wanted.contains(t.name()))
-                .cloned()
-                .collect(),
-            max_output_bytes: self.max_output_bytes,
-        })
+        Ok(self.keep(names))
     }
 
     /// The tools of these names that are here, without complaint about the others.

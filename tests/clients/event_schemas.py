@@ -18,7 +18,8 @@ from ruamel.yaml import YAML
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# Rust type -> what its JSON schema says: ("type", JSON type) or ("ref", schema name).
+# Rust type -> what its JSON schema says: ("type", JSON type), ("ref", schema name), or
+# ("any", None) for a JSON value (`serde_json::Value`: the schema may leave it open or narrow it).
 RUST_TYPES = {
     "Uuid": ("type", "string"),
     "String": ("type", "string"),
@@ -33,18 +34,28 @@ RUST_TYPES = {
     "SessionState": ("ref", "SessionState"),
     "RunKind": ("ref", "RunKind"),
     "CharsBeforeAfter": ("ref", "CharsBeforeAfter"),
+    "DateTime<Utc>": ("type", "string"),
+    "Value": ("any", None),
+    "Decision": ("ref", "Decision"),
+    "ResolvedBy": ("ref", "ResolvedBy"),
+    "Rule": ("ref", "Rule"),
 }
 
 
-# One field of a variant: its attributes, its name and its type (`Option<T>` included).
+# One field of a variant: its attributes, its name and its type (`Option<T>` included, with
+# one level of generics inside: `Option<DateTime<Utc>>`).
 FIELD = re.compile(
-    r"(?P<attrs>(?:#\[[^\]]*\]\s*)*)(?P<name>\w+)\s*:\s*(?P<type>[\w:]+(?:<[^>]+>)?)"
+    r"(?P<attrs>(?:#\[[^\]]*\]\s*)*)(?P<name>\w+)\s*:\s*"
+    r"(?P<type>[\w:]+(?:<(?:[^<>]|<[^<>]*>)+>)?)"
 )
+# Comments (doc comments included), left out before fields are read: their text may hold
+# `word: word`.
+COMMENT = re.compile(r"//[^\n]*")
 
 
 def rust_events() -> dict[str, dict[str, tuple[str, bool, bool]]]:
     """wire type -> field -> (Rust type, is Option, skipped when None)."""
-    source = (ROOT / "src/model/event.rs").read_text()
+    source = COMMENT.sub("", (ROOT / "src/model/event.rs").read_text())
     body = re.search(r"pub enum EventKind \{(.*?)\n\}", source, re.DOTALL)
     if body is None:
         raise SystemExit("event_schemas: no `pub enum EventKind` in src/model/event.rs")
@@ -120,6 +131,8 @@ def main() -> int:
                 problems.append(f"{wire}.{name}: should be a $ref to {what}")
             if how == "?":
                 problems.append(f"{wire}.{name}: no JSON type known for Rust {rust_type}")
+            if rust_type.startswith("DateTime") and prop.get("format") != "date-time":
+                problems.append(f"{wire}.{name}: a timestamp needs format: date-time")
             if rust_type.startswith("u") and how == "type" and prop.get("minimum") != 0:
                 problems.append(f"{wire}.{name}: an unsigned field needs minimum: 0")
 

@@ -4,7 +4,20 @@
 use reqwest::{Method, StatusCode};
 use serde_json::json;
 
-use crate::support::{ServerOptions, TestServer};
+use crate::support::{Reply, ServerOptions, TestServer};
+
+/// `method path` with the header `name: value` and no body.
+async fn send_with(
+    server: &TestServer,
+    method: Method,
+    path: &str,
+    name: &str,
+    value: &str,
+) -> Reply {
+    server
+        .send(server.request(method, path).header(name, value))
+        .await
+}
 
 #[tokio::test]
 async fn a_foreign_host_name_is_refused_unless_allowed() {
@@ -27,46 +40,29 @@ async fn a_foreign_host_name_is_refused_unless_allowed() {
                 .ends_with("host-not-allowed"),
             "{problem}"
         );
-        let reply = server
-            .send(
-                server
-                    .request(Method::GET, "/v1/sessions")
-                    .header("host", host),
-            )
-            .await;
+        let reply = send_with(&server, Method::GET, "/v1/sessions", "host", host).await;
         reply.expect_problem(StatusCode::FORBIDDEN, host);
     }
     // Nothing was created by the refused requests.
     assert!(server.sessions().await.is_empty());
     // Probes answer any name (a pod's address).
-    let reply = server
-        .send(
-            server
-                .request(Method::GET, "/healthz")
-                .header("host", "10.1.2.3:8080"),
-        )
-        .await;
+    let reply = send_with(&server, Method::GET, "/healthz", "host", "10.1.2.3:8080").await;
     assert_eq!(reply.status, StatusCode::OK);
     for host in ["localhost", "127.0.0.1", "[::1]:9"] {
-        let reply = server
-            .send(
-                server
-                    .request(Method::GET, "/v1/sessions")
-                    .header("host", host),
-            )
-            .await;
+        let reply = send_with(&server, Method::GET, "/v1/sessions", "host", host).await;
         assert_eq!(reply.status, StatusCode::OK, "{host}");
     }
 
     let allowed =
         TestServer::start(ServerOptions::new().args(&["--allowed-host", "tah.internal"])).await;
-    let reply = allowed
-        .send(
-            allowed
-                .request(Method::GET, "/v1/sessions")
-                .header("host", "tah.internal:8080"),
-        )
-        .await;
+    let reply = send_with(
+        &allowed,
+        Method::GET,
+        "/v1/sessions",
+        "host",
+        "tah.internal:8080",
+    )
+    .await;
     assert_eq!(reply.status, StatusCode::OK);
 }
 
@@ -109,13 +105,14 @@ async fn cross_site_requests_that_change_state_are_refused() {
             );
         }
     }
-    let reply = server
-        .send(
-            server
-                .request(Method::DELETE, &format!("/v1/sessions/{id}"))
-                .header("origin", evil),
-        )
-        .await;
+    let reply = send_with(
+        &server,
+        Method::DELETE,
+        &format!("/v1/sessions/{id}"),
+        "origin",
+        evil,
+    )
+    .await;
     reply.expect_problem(StatusCode::FORBIDDEN, "delete");
     // Nothing happened: still one session, never run, nothing forked.
     let sessions = server.sessions().await;
@@ -162,13 +159,7 @@ async fn bodies_of_another_type_are_415_and_empty_posts_still_work() {
             "multipart/form-data; boundary=x",
         ),
     ] {
-        let reply = server
-            .send(
-                server
-                    .request(Method::POST, &path)
-                    .header("content-type", content_type),
-            )
-            .await;
+        let reply = send_with(&server, Method::POST, &path, "content-type", content_type).await;
         reply.expect_problem(StatusCode::UNSUPPORTED_MEDIA_TYPE, &path);
     }
     // curl -X POST …/cancel: no body, no content type.
@@ -193,21 +184,23 @@ async fn the_bearer_scheme_is_case_insensitive() {
     let token = "a-token-of-sixteen-or-more";
     let server = TestServer::start(ServerOptions::new().args(&["--api-token", token])).await;
     for scheme in ["Bearer", "bearer", "BEARER", "BeArEr"] {
-        let reply = server
-            .send(
-                server
-                    .request(Method::GET, "/v1/sessions")
-                    .header("authorization", format!("{scheme} {token}")),
-            )
-            .await;
-        assert_eq!(reply.status, StatusCode::OK, "{scheme}: {}", reply.body);
-    }
-    let reply = server
-        .send(
-            server
-                .request(Method::GET, "/v1/sessions")
-                .header("authorization", format!("Basic {token}")),
+        let reply = send_with(
+            &server,
+            Method::GET,
+            "/v1/sessions",
+            "authorization",
+            &format!("{scheme} {token}"),
         )
         .await;
+        assert_eq!(reply.status, StatusCode::OK, "{scheme}: {}", reply.body);
+    }
+    let reply = send_with(
+        &server,
+        Method::GET,
+        "/v1/sessions",
+        "authorization",
+        &format!("Basic {token}"),
+    )
+    .await;
     reply.expect_problem(StatusCode::UNAUTHORIZED, "basic");
 }

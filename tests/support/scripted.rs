@@ -1,6 +1,8 @@
 //! A server on the fake OpenAI-compatible model that scripts tool calls, and what the tools
 //! suites (built-in tools, approvals, MCP) check of it.
 
+use std::time::Duration;
+
 use serde_json::{json, Value};
 
 use crate::support::fakes::openai::{text_reply, tool_calls_reply};
@@ -12,14 +14,20 @@ pub fn call(id: &str, name: &str, arguments: Value) -> FakeToolCall {
     FakeToolCall::new(id, name, &[&arguments.to_string()])
 }
 
+/// A reply of the scripted model that asks for `calls`.
+pub fn asks(calls: &[FakeToolCall]) -> Reply {
+    Reply::sse(tool_calls_reply("", calls))
+}
+
+/// A reply of the scripted model that says `text` and ends its turn.
+pub fn says(text: &str) -> Reply {
+    Reply::sse(text_reply(&[text]))
+}
+
 /// A fake model that asks for `calls` in its first reply, then answers "done" to every
 /// later request.
 pub async fn model_calling(calls: Vec<FakeToolCall>) -> FakeServer {
-    start_openai(vec![
-        Reply::sse(tool_calls_reply("", &calls)),
-        Reply::sse(text_reply(&["done"])),
-    ])
-    .await
+    start_openai(vec![asks(&calls), says("done")]).await
 }
 
 /// A server on the fake model with `args`.
@@ -42,6 +50,24 @@ pub fn finished<'a>(events: &'a [Value], call_id: &str) -> &'a Value {
         .iter()
         .find(|e| e["type"] == "tool.finished" && e["data"]["call_id"] == call_id)
         .unwrap_or_else(|| panic!("no tool.finished for {call_id}"))
+}
+
+/// The output of a call, from its `tool.finished` event.
+pub fn output_of(events: &[Value], call_id: &str) -> String {
+    finished(events, call_id)["data"]["output"]
+        .as_str()
+        .unwrap_or_else(|| panic!("the output of {call_id} is not text"))
+        .to_string()
+}
+
+/// Waits until the session's run has ended (it neither runs nor waits for a tool); returns
+/// the session.
+pub async fn ended(server: &TestServer, id: &str) -> Value {
+    server
+        .poll_session(id, "ended", Duration::from_secs(15), |s| {
+            !matches!(s["state"].as_str(), Some("running" | "waiting_tool"))
+        })
+        .await
 }
 
 /// A file under the server's workspace.

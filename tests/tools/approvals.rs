@@ -7,8 +7,19 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
+use crate::support::fakes::{start_openai, FakeServer, FakeToolCall};
 use crate::support::{is_postgres, TestServer};
-use crate::{call, finished, model_calling, options, start};
+use crate::{asks, call, ended, finished, model_calling, options, output_of, says, start};
+
+/// A run on a server with the default policy whose model asks for `call`, waiting for the
+/// call's approval: the fake model (it stops when dropped, so keep it bound), the server, the
+/// session id and the pending approval.
+async fn waiting_on(call: FakeToolCall) -> (FakeServer, TestServer, String, Value) {
+    let model = model_calling(vec![call]).await;
+    let server = start(&model, &[]).await;
+    let (id, pending) = until_pending(&server).await;
+    (model, server, id, pending)
+}
 
 /// Starts a run and waits until its first approval is requested; returns the session id and
 /// the pending approval.
@@ -46,24 +57,22 @@ async fn answer(
         .await
 }
 
-async fn ended(server: &TestServer, id: &str) -> Value {
-    server
-        .poll_session(id, "ended", Duration::from_secs(15), |s| {
-            !matches!(s["state"].as_str(), Some("running" | "waiting_tool"))
-        })
-        .await
+/// The first `tool.approval-resolved` event.
+fn resolution(events: &[Value]) -> &Value {
+    events
+        .iter()
+        .find(|e| e["type"] == "tool.approval-resolved")
+        .expect("a tool.approval-resolved event")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_allowed_call_runs_and_the_answer_is_idempotent() {
-    let model = model_calling(vec![call(
+    let (_model, server, id, pending) = waiting_on(call(
         "w1",
         "write_file",
         json!({"path": "a.txt", "content": "A"}),
-    )])
+    ))
     .await;
-    let server = start(&model, &[]).await;
-    let (id, pending) = until_pending(&server).await;
     assert_eq!(pending["call_id"], "w1");
     assert_eq!(pending["tool"], "write_file");
     assert_eq!(pending["subject"], "a.txt");
@@ -125,9 +134,8 @@ fn millis_between(a: &str, b: &str) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_denial_reaches_the_model_with_its_reason_and_the_run_goes_on() {
-    let model = model_calling(vec![call("d1", "shell", json!({"command": "rm -rf /"}))]).await;
-    let server = start(&model, &[]).await;
-    let (id, _) = until_pending(&server).await;
+    let (model, server, id, _) =
+        waiting_on(call("d1", "shell", json!({"command": "rm -rf /"}))).await;
     let reply = answer(
         &server,
         &id,
@@ -138,11 +146,7 @@ async fn a_denial_reaches_the_model_with_its_reason_and_the_run_goes_on() {
     reply.expect_json(StatusCode::OK, "deny");
     assert_eq!(ended(&server, &id).await["state"], "completed");
     let events = server.events(&id).await;
-    let output = finished(&events, "d1")["data"]["output"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let output: Value = serde_json::from_str(&output).unwrap();
+    let output: Value = serde_json::from_str(&output_of(&events, "d1")).unwrap();
     assert_eq!(
         output,
         json!({"error": "the user denied this call", "reason": "never do that"})
@@ -181,17 +185,11 @@ async fn always_adds_a_session_rule_and_the_same_call_then_runs_unasked() {
         "write_file",
         json!({"path": "other.txt", "content": "3"}),
     );
-    let model = crate::support::fakes::start_openai(vec![
-        crate::support::fakes::Reply::sse(crate::support::fakes::openai::tool_calls_reply(
-            "",
-            &[first],
-        )),
-        crate::support::fakes::Reply::sse(crate::support::fakes::openai::text_reply(&["ok"])),
-        crate::support::fakes::Reply::sse(crate::support::fakes::openai::tool_calls_reply(
-            "",
-            &[second, other],
-        )),
-        crate::support::fakes::Reply::sse(crate::support::fakes::openai::text_reply(&["ok"])),
+    let model = start_openai(vec![
+        asks(&[first]),
+        says("ok"),
+        asks(&[second, other]),
+        says("ok"),
     ])
     .await;
     let server = start(&model, &[]).await;
@@ -226,14 +224,12 @@ async fn always_adds_a_session_rule_and_the_same_call_then_runs_unasked() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_edited_input_is_checked_and_runs_instead() {
-    let model = model_calling(vec![call(
+    let (_model, server, id, _) = waiting_on(call(
         "e1",
         "write_file",
         json!({"path": "x.txt", "content": "model"}),
-    )])
+    ))
     .await;
-    let server = start(&model, &[]).await;
-    let (id, _) = until_pending(&server).await;
     let bad = answer(
         &server,
         &id,
@@ -272,24 +268,15 @@ async fn nobody_answering_in_time_fails_closed_and_says_so() {
     server.start_run(&id, "wait for me").await;
     assert_eq!(ended(&server, &id).await["state"], "completed");
     let events = server.events(&id).await;
-    let resolved = events
-        .iter()
-        .find(|e| e["type"] == "tool.approval-resolved")
-        .unwrap();
-    assert_eq!(resolved["data"]["by"], "timeout");
-    let output = finished(&events, "t1")["data"]["output"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    assert_eq!(resolution(&events)["data"]["by"], "timeout");
+    let output = output_of(&events, "t1");
     assert!(output.contains("nobody answered"), "{output}");
     assert!(!output.contains("denied"), "{output}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_resolves_what_waits_before_the_run_ends() {
-    let model = model_calling(vec![call("k1", "shell", json!({"command": "true"}))]).await;
-    let server = start(&model, &[]).await;
-    let (id, _) = until_pending(&server).await;
+    let (_model, server, id, _) = waiting_on(call("k1", "shell", json!({"command": "true"}))).await;
     let outcome = server.cancel(&id).await;
     assert_eq!(outcome["cancelled"], true, "{outcome}");
     assert_eq!(ended(&server, &id).await["state"], "cancelled");
@@ -309,9 +296,7 @@ async fn a_cancel_resolves_what_waits_before_the_run_ends() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_run_is_refused_while_calls_wait_unless_it_denies_them() {
-    let model = model_calling(vec![call("p1", "shell", json!({"command": "true"}))]).await;
-    let server = start(&model, &[]).await;
-    let (id, _) = until_pending(&server).await;
+    let (_model, server, id, _) = waiting_on(call("p1", "shell", json!({"command": "true"}))).await;
     let refused = server
         .post_json(
             &format!("/v1/sessions/{id}/runs"),
@@ -335,10 +320,7 @@ async fn a_new_run_is_refused_while_calls_wait_unless_it_denies_them() {
     let result = reply.expect_json(StatusCode::OK, "pending=deny");
     assert_eq!(result["status"], "completed", "{result}");
     let events = server.events(&id).await;
-    let resolved = events
-        .iter()
-        .find(|e| e["type"] == "tool.approval-resolved")
-        .unwrap();
+    let resolved = resolution(&events);
     assert_eq!(resolved["data"]["by"], "user");
     assert_eq!(resolved["data"]["reason"], "superseded by a new message");
     let kinds: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
@@ -400,11 +382,7 @@ async fn what_expired_while_the_server_was_down_is_resolved_when_it_starts() {
         .await;
     assert_eq!(ended(&server, &id).await["state"], "completed");
     let events = server.events(&id).await;
-    let resolved = events
-        .iter()
-        .find(|e| e["type"] == "tool.approval-resolved")
-        .unwrap();
-    assert_eq!(resolved["data"]["by"], "timeout");
+    assert_eq!(resolution(&events)["data"]["by"], "timeout");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -461,11 +439,7 @@ async fn the_server_policy_wins_over_the_session_and_approval_mode_deny_needs_no
     let id = server.create_session().await;
     server.run_wait(&id, "edit").await;
     let events = server.events(&id).await;
-    let resolved = events
-        .iter()
-        .find(|e| e["type"] == "tool.approval-resolved")
-        .unwrap();
-    assert_eq!(resolved["data"]["by"], "policy");
+    assert_eq!(resolution(&events)["data"]["by"], "policy");
     assert!(!events
         .iter()
         .any(|e| e["type"] == "tool.approval-requested"));

@@ -3,8 +3,9 @@
 
 use serde_json::json;
 
+use crate::support::fakes::start_openai;
 use crate::support::is_postgres;
-use crate::{allow_all, call, finished, model_calling, start, write};
+use crate::{allow_all, asks, call, finished, model_calling, output_of, says, start, write};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_file_tools_read_search_write_and_edit_in_the_workspace() {
@@ -49,35 +50,17 @@ async fn the_file_tools_read_search_write_and_edit_in_the_workspace() {
     let result = server.run_wait(&id, "do file things").await;
     assert_eq!(result["status"], "completed", "{result}");
     let events = server.events(&id).await;
-    let out = |id: &str| {
-        finished(&events, id)["data"]["output"]
-            .as_str()
-            .unwrap()
-            .to_string()
-    };
-    assert!(out("c1").contains("src/lib.rs"), "{}", out("c1"));
-    assert_eq!(
-        out("c2").lines().next(),
-        Some("     2\tfn two() {}"),
-        "{}",
-        out("c2")
-    );
+    let [listed, read, globbed, grepped] =
+        ["c1", "c2", "c3", "c4"].map(|id| output_of(&events, id));
+    assert!(listed.contains("src/lib.rs"), "{listed}");
+    assert_eq!(read.lines().next(), Some("     2\tfn two() {}"), "{read}");
+    assert!(read.contains("more"), "says more lines follow: {read}");
     assert!(
-        out("c2").contains("more"),
-        "says more lines follow: {}",
-        out("c2")
+        globbed.contains("src/lib.rs") && !globbed.contains("skip.rs"),
+        "{globbed}"
     );
-    assert!(
-        out("c3").contains("src/lib.rs") && !out("c3").contains("skip.rs"),
-        "{}",
-        out("c3")
-    );
-    assert!(
-        out("c4").contains("src/lib.rs:1:fn one() {}"),
-        "{}",
-        out("c4")
-    );
-    assert!(!out("c4").contains("hidden"), "{}", out("c4"));
+    assert!(grepped.contains("src/lib.rs:1:fn one() {}"), "{grepped}");
+    assert!(!grepped.contains("hidden"), "{grepped}");
     assert_eq!(
         std::fs::read_to_string(server.workspace().join("notes/today.md")).unwrap(),
         "hello\n"
@@ -91,7 +74,8 @@ async fn the_file_tools_read_search_write_and_edit_in_the_workspace() {
         let event = finished(&events, id);
         assert_eq!(event["data"]["is_error"], true, "{event}");
     }
-    assert!(out("c7").contains("error"), "{}", out("c7"));
+    let refused = output_of(&events, "c7");
+    assert!(refused.contains("error"), "{refused}");
     // Nothing outside the workspace was touched.
     assert!(!server
         .workspace()
@@ -138,12 +122,7 @@ async fn shell_runs_sandboxed_and_parallel_calls_overlap() {
     let took = started.elapsed();
     assert_eq!(result["status"], "completed", "{result}");
     let events = server.events(&id).await;
-    let out = |id: &str| {
-        finished(&events, id)["data"]["output"]
-            .as_str()
-            .unwrap()
-            .to_string()
-    };
+    let out = |id: &str| output_of(&events, id);
     assert!(
         out("s1").contains("one") && out("s1").contains("exit code 0"),
         "{}",
@@ -194,27 +173,21 @@ async fn shell_cannot_read_the_host_reach_the_network_or_outlive_a_cancel() {
     let marker = format!("tah-outlive-{}", uuid::Uuid::now_v7().simple());
     let dir = tempfile::tempdir().unwrap();
     let policy = allow_all(dir.path());
-    let model = crate::support::fakes::start_openai(vec![
-        crate::support::fakes::Reply::sse(crate::support::fakes::openai::tool_calls_reply(
-            "",
-            &[
-                call("h1", "shell", json!({"command": format!("cat {}; echo read $?", secret.display())})),
-                call(
-                    "h2",
-                    "shell",
-                    json!({"command": format!("bash -c 'exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected' ; echo net $?")}),
-                ),
-            ],
-        )),
-        crate::support::fakes::Reply::sse(crate::support::fakes::openai::tool_calls_reply(
-            "",
-            &[call(
-                "h3",
+    let model = start_openai(vec![
+        asks(&[
+            call("h1", "shell", json!({"command": format!("cat {}; echo read $?", secret.display())})),
+            call(
+                "h2",
                 "shell",
-                json!({"command": format!("echo 'sleep 100' > {marker}.sh; sh {marker}.sh & sh {marker}.sh")}),
-            )],
-        )),
-        crate::support::fakes::Reply::sse(crate::support::fakes::openai::text_reply(&["done"])),
+                json!({"command": format!("bash -c 'exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected' ; echo net $?")}),
+            ),
+        ]),
+        asks(&[call(
+            "h3",
+            "shell",
+            json!({"command": format!("echo 'sleep 100' > {marker}.sh; sh {marker}.sh & sh {marker}.sh")}),
+        )]),
+        says("done"),
     ])
     .await;
     let server = start(&model, &["--tool-policy", &policy]).await;
@@ -248,12 +221,7 @@ async fn shell_cannot_read_the_host_reach_the_network_or_outlive_a_cancel() {
     }
     assert!(left.is_empty(), "processes outlived the cancel: {left:?}");
     let events = server.events(&id).await;
-    let out = |id: &str| {
-        finished(&events, id)["data"]["output"]
-            .as_str()
-            .unwrap()
-            .to_string()
-    };
+    let out = |id: &str| output_of(&events, id);
     assert!(!out("h1").contains("host-secret-7731"), "{}", out("h1"));
     assert!(out("h1").contains("read 1"), "{}", out("h1"));
     assert!(!out("h2").contains("connected"), "{}", out("h2"));

@@ -9,7 +9,9 @@ use serde_json::{json, Value};
 use crate::support::TestServer;
 use crate::{call, finished, model_calling, options, start};
 
-fn with_client_tool(timeout_s: Option<u64>) -> Value {
+/// A session with the client tool `pick_color`, whose result is awaited `timeout_s` (by
+/// default the approval timeout); returns its id.
+async fn session_with_client_tool(server: &TestServer, timeout_s: Option<u64>) -> String {
     let mut tool = json!({
         "name": "pick_color",
         "description": "Asks the user to pick a color.",
@@ -18,7 +20,20 @@ fn with_client_tool(timeout_s: Option<u64>) -> Value {
     if let Some(t) = timeout_s {
         tool["timeout_s"] = json!(t);
     }
-    json!({"client_tools": [tool]})
+    let session = server
+        .create_session_with(&json!({"client_tools": [tool]}))
+        .await;
+    session["id"].as_str().unwrap().to_string()
+}
+
+/// Waits until the session has completed.
+async fn completed(server: &TestServer, id: &str) {
+    let session = server
+        .poll_session(id, "completed", Duration::from_secs(10), |s| {
+            s["state"] == "completed"
+        })
+        .await;
+    assert_eq!(session["state"], "completed");
 }
 
 async fn until_requested(server: &TestServer, id: &str) -> Value {
@@ -45,8 +60,7 @@ async fn a_client_result_continues_the_run_and_is_idempotent() {
     )])
     .await;
     let server = start(&model, &[]).await;
-    let session = server.create_session_with(&with_client_tool(None)).await;
-    let id = session["id"].as_str().unwrap().to_string();
+    let id = session_with_client_tool(&server, None).await;
     // The model is offered the client tool.
     server.start_run(&id, "choose").await;
     let requested = until_requested(&server, &id).await;
@@ -67,12 +81,7 @@ async fn a_client_result_continues_the_run_and_is_idempotent() {
         result,
         json!({"call_id": "k1", "output": "teal", "is_error": false})
     );
-    let session = server
-        .poll_session(&id, "completed", Duration::from_secs(10), |s| {
-            s["state"] == "completed"
-        })
-        .await;
-    assert_eq!(session["state"], "completed");
+    completed(&server, &id).await;
     let events = server.events(&id).await;
     assert_eq!(finished(&events, "k1")["data"]["output"], "teal");
     let again = server.post_json(&path, &json!({"output": "teal"})).await;
@@ -92,8 +101,7 @@ async fn a_client_result_continues_the_run_and_is_idempotent() {
 async fn a_client_that_does_not_answer_in_time_gets_an_error_result() {
     let model = model_calling(vec![call("k2", "pick_color", json!({}))]).await;
     let server = start(&model, &[]).await;
-    let session = server.create_session_with(&with_client_tool(Some(1))).await;
-    let id = session["id"].as_str().unwrap().to_string();
+    let id = session_with_client_tool(&server, Some(1)).await;
     let result = server.run_wait(&id, "choose").await;
     assert_eq!(result["status"], "completed", "{result}");
     let events = server.events(&id).await;
@@ -109,8 +117,7 @@ async fn a_client_that_does_not_answer_in_time_gets_an_error_result() {
 async fn a_client_call_waits_across_a_restart() {
     let model = model_calling(vec![call("k3", "pick_color", json!({}))]).await;
     let mut server = TestServer::start(options(&model, &[]).process()).await;
-    let session = server.create_session_with(&with_client_tool(None)).await;
-    let id = session["id"].as_str().unwrap().to_string();
+    let id = session_with_client_tool(&server, None).await;
     server.start_run(&id, "choose").await;
     until_requested(&server, &id).await;
     server.kill9().await;
@@ -123,12 +130,7 @@ async fn a_client_call_waits_across_a_restart() {
         )
         .await;
     reply.expect_json(StatusCode::OK, "result after a restart");
-    let session = server
-        .poll_session(&id, "completed", Duration::from_secs(10), |s| {
-            s["state"] == "completed"
-        })
-        .await;
-    assert_eq!(session["state"], "completed");
+    completed(&server, &id).await;
     let events = server.events(&id).await;
     assert_eq!(
         finished(&events, "k3")["data"]["output"],

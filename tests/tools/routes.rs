@@ -16,15 +16,7 @@ async fn the_tool_list_says_what_a_new_session_gets() {
         .iter()
         .filter_map(|t| t["name"].as_str())
         .collect();
-    for name in [
-        "list_files",
-        "read_file",
-        "glob",
-        "grep",
-        "write_file",
-        "edit_file",
-        "shell",
-    ] {
+    for name in tah::model::BUILTIN_TOOLS {
         assert!(names.contains(&name), "{name} missing from {names:?}");
     }
     for tool in tools["data"].as_array().unwrap() {

@@ -142,31 +142,18 @@ impl Demo {
     }
 
     /// Opens an SSE stream and reads frames until `enough` says so (the stream stays open on
-    /// the server until it is dropped here).
+    /// the server until it is dropped here; [`Stream::until`] reads on).
     pub async fn stream_until(&self, curl: &Curl, enough: impl Fn(&[Frame]) -> bool) -> Stream {
-        let mut response = self.request(curl).send().await.expect("open the stream");
+        let response = self.request(curl).send().await.expect("open the stream");
         assert_eq!(response.status(), StatusCode::OK, "{}", curl.command());
-        let mut body = String::new();
-        let mut bytes = Vec::new();
-        let read = async {
-            loop {
-                let complete = frames_complete(&body);
-                if enough(&complete) {
-                    return complete;
-                }
-                match response.chunk().await.expect("read the stream") {
-                    Some(chunk) => {
-                        bytes.extend_from_slice(&chunk);
-                        body = String::from_utf8_lossy(&bytes).into_owned();
-                    }
-                    None => return frames(&body),
-                }
-            }
+        let mut stream = Stream {
+            frames: Vec::new(),
+            command: curl.command(),
+            bytes: Vec::new(),
+            response,
         };
-        let frames = tokio::time::timeout(PATIENCE, read)
-            .await
-            .unwrap_or_else(|_| panic!("{}: the stream did not show enough", curl.command()));
-        Stream { frames, response }
+        stream.until(enough).await;
+        stream
     }
 
     /// The server's log so far.
@@ -186,9 +173,33 @@ fn frames_complete(body: &str) -> Vec<Frame> {
 /// An open SSE stream and the frames read from it so far.
 pub struct Stream {
     pub frames: Vec<Frame>,
+    command: String,
+    bytes: Vec<u8>,
     /// Kept open until the stream is dropped, as a reader's curl would be.
-    #[allow(dead_code)]
     response: reqwest::Response,
+}
+
+impl Stream {
+    /// Reads on until the frames read so far (from the stream's start) are `enough`, or the
+    /// stream ends.
+    pub async fn until(&mut self, enough: impl Fn(&[Frame]) -> bool) {
+        let read = async {
+            loop {
+                let body = String::from_utf8_lossy(&self.bytes).into_owned();
+                let complete = frames_complete(&body);
+                if enough(&complete) {
+                    return complete;
+                }
+                match self.response.chunk().await.expect("read the stream") {
+                    Some(chunk) => self.bytes.extend_from_slice(&chunk),
+                    None => return frames(&body),
+                }
+            }
+        };
+        self.frames = tokio::time::timeout(PATIENCE, read)
+            .await
+            .unwrap_or_else(|_| panic!("{}: the stream did not show enough", self.command));
+    }
 }
 
 /// A curl command of the README: what it shows, and the request it sends.

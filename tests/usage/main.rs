@@ -2,8 +2,9 @@
 //! started as it starts them, its configuration table against `tah serve --help`, boolean
 //! values as people write them, and `tah healthcheck` (the container's probe).
 //!
-//! - `walkthrough` and `examples`: every checked block of the README (the curl walkthrough, a
-//!   conflict, the context example, authentication and CORS, the healthcheck) rendered from
+//! - `walkthrough`, `examples` and `tools`: every checked block of the README (the curl
+//!   walkthrough, a conflict, the context example, authentication and CORS, the healthcheck,
+//!   a `--tool-policy` file, an approval and the other answers, a client tool) rendered from
 //!   what a real server answers and compared with README.md; `TAH_BLESS=1 cargo test --test
 //!   usage` rewrites them (see `readme`).
 //! - `flags`: every flag of `tah serve` is in the README's table with its variable and
@@ -25,6 +26,7 @@ mod flags;
 mod healthcheck;
 mod readme;
 mod shown;
+mod tools;
 mod walkthrough;
 
 use tokio::process::Command;

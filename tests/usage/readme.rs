@@ -18,9 +18,18 @@ use crate::shown::normalise;
 
 pub const README: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/README.md");
 
-/// The scenarios that write checked blocks (`walkthrough.rs`, `examples.rs`); a marker naming
-/// another belongs to no test.
-pub const SCENARIOS: [&str; 5] = ["walkthrough", "conflict", "context", "auth", "healthcheck"];
+/// The scenarios that write checked blocks (`walkthrough.rs`, `examples.rs`, `tools.rs`); a
+/// marker naming another belongs to no test.
+pub const SCENARIOS: [&str; 8] = [
+    "walkthrough",
+    "conflict",
+    "context",
+    "auth",
+    "healthcheck",
+    "approval",
+    "client",
+    "policy",
+];
 const MARKER: &str = "<!-- checked: ";
 
 /// Blessing rewrites README.md; one test at a time.

@@ -21,7 +21,7 @@ const DEMO_FILES: [(&str, &str); 2] = [
 const STATUS_ONLY: &str = "-s -o /dev/null -w '%{http_code}\\n'";
 
 /// The frames as curl prints them, one blank line after each.
-fn shown(frames: &[&Frame]) -> String {
+pub fn shown(frames: &[&Frame]) -> String {
     frames
         .iter()
         .map(|f| f.shown())
@@ -30,7 +30,7 @@ fn shown(frames: &[&Frame]) -> String {
 }
 
 /// `…` standing for the events from `first` to `last`, saying what they are.
-fn elided(first: &Frame, last: &Frame, what: &str) -> String {
+pub fn elided(first: &Frame, last: &Frame, what: &str) -> String {
     let (a, b) = (first.seq().expect("an id"), last.seq().expect("an id"));
     format!("…  (seq {a}–{b}: {what})\n")
 }

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use serde_json::{json, Value};
 
-use super::{bool_arg, path_subject, required_string};
+use super::{bool_arg, path_property, path_subject, required_string};
 use crate::tools::workspace::{display, echo, io_error, FileId, Workspace};
 use crate::tools::{Artifact, Subject, Tool, ToolContext, ToolError, ToolResult};
 
@@ -38,10 +38,7 @@ impl Tool for WriteFile {
         json!({
             "type": "object",
             "properties": {
-                "path": {
-                    "type": "string",
-                    "description": "File to write, relative to the workspace root."
-                },
+                "path": path_property("File to write", None),
                 "content": { "type": "string", "description": "The whole new content." }
             },
             "required": ["path", "content"]
@@ -94,10 +91,7 @@ impl Tool for EditFile {
         json!({
             "type": "object",
             "properties": {
-                "path": {
-                    "type": "string",
-                    "description": "File to edit, relative to the workspace root."
-                },
+                "path": path_property("File to edit", None),
                 "old_string": { "type": "string", "description": "The exact text to replace." },
                 "new_string": { "type": "string", "description": "The text to put instead." },
                 "replace_all": {
@@ -232,25 +226,14 @@ mod tests {
     use super::*;
     use std::fs;
     use std::os::unix::fs::PermissionsExt;
-    use std::path::PathBuf;
 
-    struct Fixture {
-        _tmp: tempfile::TempDir,
-        root: PathBuf,
-        ctx: ToolContext,
-    }
+    use crate::tools::builtin::TestWorkspace as Fixture;
 
     fn fixture() -> Fixture {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let root = tmp.path().join("ws");
-        fs::create_dir_all(root.join("src")).expect("mkdir");
-        fs::write(root.join("src/lib.rs"), "fn a() {}\nfn b() {}\nfn a() {}\n").expect("write");
-        let ws = Workspace::open(&root).expect("workspace");
-        Fixture {
-            root: ws.root().to_path_buf(),
-            ctx: ToolContext::new(ws),
-            _tmp: tmp,
-        }
+        Fixture::new(
+            &["src"],
+            &[("src/lib.rs", "fn a() {}\nfn b() {}\nfn a() {}\n")],
+        )
     }
 
     async fn write(f: &Fixture, path: &str, content: &str) -> Result<ToolResult, ToolError> {

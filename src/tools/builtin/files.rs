@@ -15,7 +15,8 @@ use rustix::fs::{openat, statat, AtFlags, Dir, FileType, Mode, OFlags};
 use serde_json::{json, Value};
 
 use super::{
-    cut_at_char, int_arg, path_subject, required_string, string_arg, MAX_OUTPUT_BYTES, NOTE_ROOM,
+    cut_at_char, dir_arg, int_arg, path_property, path_subject, required_string, MAX_OUTPUT_BYTES,
+    NOTE_ROOM,
 };
 use crate::tools::workspace::{echo, io_error, printable, Workspace};
 use crate::tools::{Subject, Tool, ToolContext, ToolError, ToolResult};
@@ -56,11 +57,7 @@ impl Tool for ListFiles {
         json!({
             "type": "object",
             "properties": {
-                "path": {
-                    "type": "string",
-                    "description": "Directory to list, relative to the workspace root. \
-                                    Defaults to \".\" (the root)."
-                },
+                "path": path_property("Directory to list", Some("\".\" (the root)")),
                 "depth": {
                     "type": "integer",
                     "minimum": 1,
@@ -77,7 +74,7 @@ impl Tool for ListFiles {
     }
 
     async fn call(&self, ctx: &ToolContext, input: &Value) -> Result<ToolResult, ToolError> {
-        let rel = string_arg(input, "path")?.unwrap_or_else(|| ".".to_owned());
+        let rel = dir_arg(input)?;
         let depth = int_arg(input, "depth", 1, MAX_LIST_DEPTH)?.unwrap_or(1) as usize;
         let listed = ctx
             .workspace
@@ -107,10 +104,7 @@ impl Tool for ReadFile {
         json!({
             "type": "object",
             "properties": {
-                "path": {
-                    "type": "string",
-                    "description": "File to read, relative to the workspace root."
-                },
+                "path": path_property("File to read", None),
                 "offset": {
                     "type": "integer",
                     "minimum": 1,

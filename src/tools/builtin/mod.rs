@@ -9,7 +9,7 @@ pub mod shell;
 use std::path::Path;
 use std::sync::Arc;
 
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 
 use super::workspace::{self, display, normalize};
 use super::{SandboxStatus, Subject, SubjectKind, Tool, ToolContext, ToolError};
@@ -20,15 +20,7 @@ pub const MAX_OUTPUT_BYTES: usize = 64 * 1024;
 const NOTE_ROOM: usize = 256;
 
 /// Every built-in tool's name, in the order they are offered.
-pub const NAMES: [&str; 7] = [
-    "list_files",
-    "read_file",
-    "glob",
-    "grep",
-    "write_file",
-    "edit_file",
-    "shell",
-];
+pub use crate::model::BUILTIN_TOOLS as NAMES;
 
 /// The built-in tools; `shell` runs in `sandbox` (unavailable when the probe failed).
 pub fn all(shell: shell::ShellSettings, sandbox: SandboxStatus) -> Vec<Arc<dyn Tool>> {
@@ -77,6 +69,21 @@ fn bool_arg(input: &Value, name: &str) -> Result<Option<bool>, ToolError> {
         ))),
         None => Ok(None),
     }
+}
+
+/// The `path` argument of a tool that walks a directory: the workspace root when absent.
+fn dir_arg(input: &Value) -> Result<String, ToolError> {
+    Ok(string_arg(input, "path")?.unwrap_or_else(|| ".".to_owned()))
+}
+
+/// The schema of a `path` argument: `what` it names, relative to the workspace root, and what
+/// it defaults to (`None` where it is required).
+fn path_property(what: &str, default: Option<&str>) -> Value {
+    let mut description = format!("{what}, relative to the workspace root.");
+    if let Some(default) = default {
+        description.push_str(&format!(" Defaults to {default}."));
+    }
+    json!({ "type": "string", "description": description })
 }
 
 /// An integer argument within `min..=max` (a whole float such as `2.0` counts).
@@ -195,4 +202,35 @@ fn cut_at_char(s: &str, max: usize) -> &str {
         end -= 1;
     }
     &s[..end]
+}
+
+/// A workspace in a temporary directory, for the tools' unit tests.
+#[cfg(test)]
+struct TestWorkspace {
+    _tmp: tempfile::TempDir,
+    /// The workspace root, canonical.
+    root: std::path::PathBuf,
+    ctx: ToolContext,
+}
+
+#[cfg(test)]
+impl TestWorkspace {
+    /// A workspace holding the directories `dirs` and the `files` (path, text) written in them.
+    fn new(dirs: &[&str], files: &[(&str, &str)]) -> TestWorkspace {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let root = tmp.path().join("ws");
+        std::fs::create_dir_all(&root).expect("mkdir");
+        for dir in dirs {
+            std::fs::create_dir_all(root.join(dir)).expect("mkdir");
+        }
+        for (path, text) in files {
+            std::fs::write(root.join(path), text).expect("write");
+        }
+        let ws = workspace::Workspace::open(&root).expect("workspace");
+        TestWorkspace {
+            root: ws.root().to_path_buf(),
+            ctx: ToolContext::new(ws),
+            _tmp: tmp,
+        }
+    }
 }

@@ -16,7 +16,8 @@ use ignore::{Match, WalkBuilder};
 use serde_json::{json, Value};
 
 use super::{
-    bool_arg, cut_at_char, int_arg, path_subject, required_string, string_arg, BoundedText,
+    bool_arg, cut_at_char, dir_arg, int_arg, path_property, path_subject, required_string,
+    string_arg, BoundedText,
 };
 use crate::tools::workspace::{display, echo, Workspace};
 use crate::tools::{Subject, Tool, ToolContext, ToolError, ToolResult};
@@ -61,11 +62,7 @@ impl Tool for Glob {
             "type": "object",
             "properties": {
                 "pattern": { "type": "string", "description": "The glob, e.g. \"src/**/*.ts\"." },
-                "path": {
-                    "type": "string",
-                    "description": "Directory to search, relative to the workspace root. \
-                                    Defaults to the root."
-                }
+                "path": path_property("Directory to search", Some("the root"))
             },
             "required": ["pattern"]
         })
@@ -77,7 +74,7 @@ impl Tool for Glob {
 
     async fn call(&self, ctx: &ToolContext, input: &Value) -> Result<ToolResult, ToolError> {
         let pattern = required_string(input, "pattern")?;
-        let rel = string_arg(input, "path")?.unwrap_or_else(|| ".".to_owned());
+        let rel = dir_arg(input)?;
         let matcher = glob_matcher(&pattern, /*literal_separator*/ true)?;
         let listed = ctx
             .workspace
@@ -109,11 +106,7 @@ impl Tool for Grep {
             "type": "object",
             "properties": {
                 "pattern": { "type": "string", "description": "The regular expression." },
-                "path": {
-                    "type": "string",
-                    "description": "File or directory to search, relative to the workspace \
-                                    root. Defaults to the root."
-                },
+                "path": path_property("File or directory to search", Some("the root")),
                 "glob": { "type": "string", "description": "Only files matching this glob." },
                 "ignore_case": { "type": "boolean", "description": "Match case-insensitively." },
                 "context": {
@@ -139,7 +132,7 @@ impl Tool for Grep {
             )));
         }
         let search = GrepSearch {
-            rel: string_arg(input, "path")?.unwrap_or_else(|| ".".to_owned()),
+            rel: dir_arg(input)?,
             filter: match string_arg(input, "glob")? {
                 Some(glob) if glob.contains('/') => FileFilter::Path(glob_matcher(&glob, true)?),
                 Some(glob) => FileFilter::Name(glob_matcher(&glob, true)?),
@@ -478,20 +471,12 @@ mod tests {
     use std::fs;
     use std::time::{Duration, SystemTime};
 
-    struct Fixture {
-        _tmp: tempfile::TempDir,
-        root: PathBuf,
-        ctx: ToolContext,
-    }
+    use crate::tools::builtin::TestWorkspace as Fixture;
 
     /// A workspace with sources, a `.gitignore` that ignores `target/` and `*.log`, a `.git`
     /// directory and a hidden file.
     fn fixture() -> Fixture {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let root = tmp.path().join("ws");
-        for dir in ["src/net", "target/debug", ".git", "docs"] {
-            fs::create_dir_all(root.join(dir)).expect("mkdir");
-        }
+        let dirs = ["src/net", "target/debug", ".git", "docs"];
         let files = [
             (".gitignore", "target/\n*.log\n"),
             ("src/main.rs", "fn main() {\n    serve();\n}\n"),
@@ -506,15 +491,7 @@ mod tests {
             (".env", "SERVE_KEY=1\n"),
             ("docs/guide.md", "How to serve.\n"),
         ];
-        for (path, text) in files {
-            fs::write(root.join(path), text).expect("write");
-        }
-        let ws = Workspace::open(&root).expect("workspace");
-        Fixture {
-            root: ws.root().to_path_buf(),
-            ctx: ToolContext::new(ws),
-            _tmp: tmp,
-        }
+        Fixture::new(&dirs, &files)
     }
 
     async fn glob(f: &Fixture, args: Value) -> Result<String, ToolError> {

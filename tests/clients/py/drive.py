@@ -34,6 +34,7 @@ from tah_client.api.sessions import (
     get_session,
     list_sessions,
 )
+from tah_client.api.tools import answer_approval, list_approvals, list_tools, send_tool_result
 from tah_client.models import (
     AgentCancelledData,
     AgentCancelledEvent,
@@ -41,14 +42,21 @@ from tah_client.models import (
     AgentFinishedData,
     AgentFinishedEvent,
     AgentStartedEvent,
+    ApprovalAnswer,
+    ApprovalList,
+    ApprovalProblem,
     AssistantStreamEvent,
     CancelOutcome,
     CheckpointEvent,
+    ClientResult,
+    ClientTool,
+    ClientToolInputSchema,
     Compacted,
     ContextCompactedEvent,
     ContextCompactFailedEvent,
     ContextTrimmedEvent,
     CreateSession,
+    Decision,
     EventPage,
     EventType,
     ForkSession,
@@ -57,8 +65,13 @@ from tah_client.models import (
     LlmRetryEvent,
     LlmStartedEvent,
     Metadata,
+    PendingMode,
+    PolicyAction,
     Problem,
+    Resolution,
+    ResolvedBy,
     Role,
+    Rule,
     Run,
     RunInput,
     RunKind,
@@ -71,7 +84,15 @@ from tah_client.models import (
     SessionForkedEvent,
     SessionState,
     SessionStateEvent,
+    ToolApprovalRequestedEvent,
+    ToolApprovalResolvedEvent,
+    ToolClientRequestedEvent,
     ToolFinishedEvent,
+    ToolList,
+    ToolPolicyUpdatedEvent,
+    ToolResultInput,
+    ToolResultProblem,
+    ToolSource,
     ToolStartedEvent,
     UserInput,
     UserMessageEvent,
@@ -94,6 +115,10 @@ EVENT_CLASSES: dict[str, type] = {
     "llm.failed": LlmFailedEvent,
     "tool.started": ToolStartedEvent,
     "tool.finished": ToolFinishedEvent,
+    "tool.approval-requested": ToolApprovalRequestedEvent,
+    "tool.approval-resolved": ToolApprovalResolvedEvent,
+    "tool.policy-updated": ToolPolicyUpdatedEvent,
+    "tool.client-requested": ToolClientRequestedEvent,
     "agent.context.trimmed": ContextTrimmedEvent,
     "agent.context.compacted": ContextCompactedEvent,
     "agent.context.compact-failed": ContextCompactFailedEvent,
@@ -381,6 +406,121 @@ def main() -> None:
     shown = expect(get_session.sync(sid, client=client), Session, "get")
     check(shown.state == SessionState.CANCELLED, "the session is cancelled")
     check(shown.last_run is not None and shown.last_run.id == run.id, "get shows the last run")
+
+    # ---- tools, a client tool's call, and a call that waits for approval
+    listed = expect(list_tools.sync(client=client), ToolList, "GET /v1/tools")
+    by_name = {t.name: t for t in listed.data}
+    check({"read_file", "write_file"} <= set(by_name), "GET /v1/tools lists the built-ins")
+    check(all(t.source == ToolSource.BUILTIN for t in listed.data), "all of them built-in")
+    asker = expect(
+        create_session.sync(
+            client=client,
+            body=CreateSession(
+                title="python tools",
+                client_tools=[
+                    ClientTool(
+                        name="ask_human",
+                        description="Ask the person at the keyboard.",
+                        input_schema=ClientToolInputSchema.from_dict({"type": "object"}),
+                        timeout_s=60,
+                    )
+                ],
+                tool_policy=[Rule(tool="shell", action=PolicyAction.DENY)],
+            ),
+        ),
+        Session,
+        "create with a client tool",
+    )
+    aid = asker.id
+    check(asker.client_tools[0].name == "ask_human", "the session keeps its client tools")
+    check(asker.tool_policy[0].action == PolicyAction.DENY, "and its rules")
+    begun = start_run.sync_detailed(
+        aid, client=client, body=RunInput(input_="ask the client about the weather")
+    )
+    check(begun.status_code == HTTPStatus.ACCEPTED, "the run starts")
+    asked: list[Any] = []
+    for _ in range(100):
+        asked = [e for e in all_events(client, aid, 500) if isinstance(e, ToolClientRequestedEvent)]
+        if asked:
+            break
+        time.sleep(0.05)
+    check(len(asked) == 1 and asked[0].data.tool == "ask_human", "tool.client-requested")
+    call_id = asked[0].data.call_id
+    given = send_tool_result.sync(
+        aid, call_id, client=client, body=ToolResultInput(output={"answer": 42})
+    )
+    given = expect(given, ClientResult, "tool result")
+    check(given.output == '{"answer":42}' and given.is_error is False, "JSON output as its text")
+    again_result = send_tool_result.sync_detailed(
+        aid, call_id, client=client, body=ToolResultInput(output='{"answer":42}')
+    )
+    check(again_result.status_code == HTTPStatus.OK, "the same result again is 200")
+    other = send_tool_result.sync_detailed(
+        aid, call_id, client=client, body=ToolResultInput(output="no", is_error=True)
+    )
+    check(other.status_code == HTTPStatus.CONFLICT, "another result is 409")
+    check(
+        isinstance(other.parsed, ToolResultProblem)
+        and isinstance(other.parsed.resolution, ClientResult)
+        and other.parsed.resolution.output == given.output,
+        "the 409 carries the stored result",
+    )
+
+    # write_file asks when no rule matches: the call waits, then a run with ?pending=deny
+    # supersedes it
+    for _ in range(100):
+        shown_asker = expect(get_session.sync(aid, client=client), Session, "get")
+        if shown_asker.state == SessionState.COMPLETED:
+            break
+        time.sleep(0.05)
+    check(shown_asker.state == SessionState.COMPLETED, "the client's result ended the run")
+    start_run.sync_detailed(aid, client=client, body=RunInput(input_="write a note, please"))
+    waits: list[Any] = []
+    for _ in range(100):
+        waits = expect(list_approvals.sync(aid, client=client), ApprovalList, "approvals").data
+        if waits:
+            break
+        time.sleep(0.05)
+    check(len(waits) == 1 and waits[0].tool == "write_file", "one approval waits")
+    check(waits[0].subject == "notes.md", "its subject is the path")
+    refused = start_run.sync_detailed(aid, client=client, body=RunInput(input_="next"), wait=True)
+    check(kind(refused.parsed) == "approvals-pending", "a new run is 409 approvals-pending")
+    superseding = start_run.sync(
+        aid, client=client, body=RunInput(input_="never mind"), wait=True, pending=PendingMode.DENY
+    )
+    check(
+        expect(superseding, RunResult, "?pending=deny").status == RunStatus.COMPLETED,
+        "?pending=deny runs",
+    )
+    resolved = [e for e in all_events(client, aid, 500) if isinstance(e, ToolApprovalResolvedEvent)]
+    check(
+        len(resolved) == 1
+        and resolved[0].data.call_id == waits[0].call_id
+        and resolved[0].data.decision == Decision.DENY
+        and resolved[0].data.by == ResolvedBy.USER,
+        "the waiting call was denied by the new run",
+    )
+    late = answer_approval.sync_detailed(
+        aid, waits[0].call_id, client=client, body=ApprovalAnswer(decision=Decision.ALLOW)
+    )
+    # The call belongs to a run that is neither active nor the last one: the server looks
+    # no further than the last run (404); a 409 with the stored resolution would do too.
+    if late.status_code == HTTPStatus.CONFLICT:
+        check(
+            isinstance(late.parsed, ApprovalProblem)
+            and isinstance(late.parsed.resolution, Resolution)
+            and late.parsed.resolution.decision == Decision.DENY,
+            "the 409 carries the stored resolution",
+        )
+    else:
+        check(
+            late.status_code == HTTPStatus.NOT_FOUND and kind(late.parsed) == "no-such-call",
+            f"allowing it afterwards is 404 no-such-call or 409 (got {late.status_code})",
+        )
+    check(
+        expect(list_approvals.sync(aid, client=client), ApprovalList, "approvals").data == [],
+        "nothing waits any more",
+    )
 
     # ---- problems are typed too
     missing = get_session.sync_detailed(uuid.UUID(int=0), client=client)

@@ -37,6 +37,10 @@ const KNOWN_TYPES: Record<EventType, true> = {
   "llm.failed": true,
   "tool.started": true,
   "tool.finished": true,
+  "tool.approval-requested": true,
+  "tool.approval-resolved": true,
+  "tool.policy-updated": true,
+  "tool.client-requested": true,
   "agent.context.trimmed": true,
   "agent.context.compacted": true,
   "agent.context.compact-failed": true,
@@ -295,6 +299,104 @@ async function main(): Promise<void> {
   if (shown.error) throw new Error(`get: ${shown.error.detail}`);
   check(shown.data.state === "cancelled", "the session is cancelled");
   check(shown.data.last_run?.id === run.id, "get shows the last run");
+
+  // ---- tools, and a call that waits for approval (write_file asks when no rule matches)
+  const tools = await client.GET("/v1/tools");
+  if (tools.error) throw new Error(`tools: ${tools.error.detail}`);
+  const toolNames = tools.data.data.map((t) => t.name);
+  check(
+    toolNames.includes("read_file") && toolNames.includes("write_file"),
+    "GET /v1/tools lists the built-ins",
+  );
+  check(
+    tools.data.data.every(
+      (t) => t.source === "builtin" && t.available === (t.reason === undefined),
+    ),
+    "built-in tools, a reason exactly when unavailable",
+  );
+  const asking = await client.POST("/v1/sessions", {
+    body: {
+      title: "ts approvals",
+      tools: ["list_files", "read_file", "write_file"],
+      tool_policy: [{ tool: "*_file", match: "secret/**", action: "deny" }],
+    },
+  });
+  if (asking.error) throw new Error(`create with tools: ${asking.error.detail}`);
+  const aid = asking.data.id;
+  check(asking.data.tools?.length === 3, "the session keeps its tools");
+  check(asking.data.tool_policy?.[0]?.action === "deny", "and its rules");
+  const waiting = await client.POST("/v1/sessions/{id}/runs", {
+    params: { path: { id: aid } },
+    body: { input: "write a note for the approval" },
+  });
+  if (waiting.error) throw new Error(`run to approve: ${waiting.error.detail}`);
+  let pending: Schemas["PendingApproval"][] = [];
+  for (let i = 0; i < 100 && pending.length === 0; i++) {
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    const got = await client.GET("/v1/sessions/{id}/approvals", { params: { path: { id: aid } } });
+    if (got.error) throw new Error(`approvals: ${got.error.detail}`);
+    pending = got.data.data;
+  }
+  check(pending.length === 1 && pending[0].tool === "write_file", "one write_file call waits");
+  check(
+    pending[0].subject === "notes.md" && typeof pending[0].expires_at === "string",
+    "its subject and expiry",
+  );
+  const call_id = pending[0].call_id;
+  const blocked = await client.POST("/v1/sessions/{id}/runs", {
+    params: { path: { id: aid } },
+    body: { input: "another run meanwhile" },
+  });
+  check(
+    blocked.error !== undefined && problemKind(blocked.error) === "approvals-pending",
+    "a new run while a call waits is 409 approvals-pending",
+  );
+  const denied = await client.POST("/v1/sessions/{id}/approvals/{call_id}", {
+    params: { path: { id: aid, call_id } },
+    body: { decision: "deny", reason: "not from the ts client" },
+  });
+  if (denied.error) throw new Error(`deny: ${denied.error.detail}`);
+  check(denied.data.decision === "deny" && denied.data.by === "user", "the denial is the user's");
+  const changed = await client.POST("/v1/sessions/{id}/approvals/{call_id}", {
+    params: { path: { id: aid, call_id } },
+    body: { decision: "allow" },
+  });
+  check(changed.response.status === 409, "another decision afterwards is 409");
+  check(
+    changed.error !== undefined &&
+      "resolution" in changed.error &&
+      changed.error.resolution?.decision === "deny",
+    "the 409 carries the stored resolution",
+  );
+  const unknownCall = await client.POST("/v1/sessions/{id}/tool-results/{call_id}", {
+    params: { path: { id: aid, call_id: "no-such-call" } },
+    body: { output: { any: "json" } },
+  });
+  check(
+    unknownCall.error !== undefined && problemKind(unknownCall.error) === "no-such-call",
+    "a result for no waiting call is 404 no-such-call",
+  );
+  let approvalRun: Schemas["RunStatus"] = "running";
+  for (let i = 0; i < 100 && approvalRun === "running"; i++) {
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    const got = await client.GET("/v1/sessions/{id}", { params: { path: { id: aid } } });
+    approvalRun = got.data?.last_run?.status ?? "running";
+  }
+  check(approvalRun === "completed", `the run went on after the denial (${approvalRun})`);
+  const approvalLog = await allEvents(aid, 500);
+  checkLog(approvalLog, "approvals");
+  let requested = 0;
+  let resolved = 0;
+  for (const event of approvalLog) {
+    if (event.type === "tool.approval-requested") {
+      requested += 1;
+      check(event.data.call_id === call_id && event.data.subject === "notes.md", "the request");
+    } else if (event.type === "tool.approval-resolved") {
+      resolved += 1;
+      check(event.data.by === "user" && event.data.reason === "not from the ts client", "resolved");
+    }
+  }
+  check(requested === 1 && resolved === 1, "one request, one resolution");
 
   // ---- problems are typed too
   const missing = await client.GET("/v1/sessions/{id}", {
