@@ -2,7 +2,8 @@
 //! `@modelcontextprotocol/server-filesystem`, pinned in `tests/mcp/npm/package.json` and
 //! installed beside it with `npm ci --prefix tests/mcp/npm` (CI does; this test installs
 //! nothing). Started with `npx --no-install` from that directory, on a project directory given
-//! as `${PROJECT}`; no policy file, so every call waits for a human's answer first.
+//! as `${PROJECT}`; no policy file, so every call waits for a human's answer first; the mock
+//! model, as in the README, calls the tools its input names.
 //!
 //! Without the package the test is reported ignored, except under CI, where it fails saying
 //! how to install it.
@@ -13,8 +14,8 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use crate::support::TestServer;
-use crate::{call, config_args, model_calling, options, outcome, scratch, strs, wait_tool};
+use crate::support::{ServerOptions, TestServer};
+use crate::{config_args, outcome, scratch, strs, wait_tool};
 
 /// Where the package is installed.
 pub const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp/npm");
@@ -37,25 +38,6 @@ pub async fn the_filesystem_server_from_npm() {
     let project = project.canonicalize().expect("its real path");
     std::fs::write(project.join("notes.txt"), "ship on Friday\n").expect("notes");
     std::fs::write(project.join("pixel.png"), crate::fixture::PNG).expect("an image");
-    let path = |name: &str| project.join(name).display().to_string();
-    let model = model_calling(vec![
-        call(
-            "notes",
-            "mcp__files__read_text_file",
-            json!({"path": path("notes.txt")}),
-        ),
-        call(
-            "pixel",
-            "mcp__files__read_media_file",
-            json!({"path": path("pixel.png")}),
-        ),
-        call(
-            "outside",
-            "mcp__files__read_text_file",
-            json!({"path": "/etc/hostname"}),
-        ),
-    ])
-    .await;
     let args = config_args(
         dir.path(),
         json!({"files": {
@@ -64,7 +46,10 @@ pub async fn the_filesystem_server_from_npm() {
             "cwd": DIR,
         }}),
     );
-    let launch = options(&model, &strs(&args))
+    // The mock model calls what an input names: "call `TOOL` with {…}".
+    let launch = ServerOptions::new()
+        .args(&["--provider", "mock"])
+        .args(&strs(&args))
         .process()
         .env("PROJECT", &project.display().to_string());
     let server = TestServer::start(launch).await;
@@ -85,68 +70,64 @@ pub async fn the_filesystem_server_from_npm() {
     }
 
     let id = server.create_session().await;
-    server.start_run(&id, "what do my notes say?").await;
-    let pending = pending(&server, &id, 3).await;
-    let mut asked: Vec<(&str, &str)> = pending
-        .iter()
-        .filter_map(|p| Some((p["call_id"].as_str()?, p["tool"].as_str()?)))
-        .collect();
-    asked.sort_unstable();
-    assert_eq!(
-        asked,
-        [
-            ("notes", "mcp__files__read_text_file"),
-            ("outside", "mcp__files__read_text_file"),
-            ("pixel", "mcp__files__read_media_file"),
-        ],
-        "no policy file: every MCP call asks first"
-    );
-    for call_id in ["notes", "pixel", "outside"] {
-        let answer = server
-            .post_json(
-                &format!("/v1/sessions/{id}/approvals/{call_id}"),
-                &json!({"decision": "allow"}),
-            )
-            .await;
-        assert_eq!(answer.status, StatusCode::OK, "{}", answer.text());
-    }
-    let ended = server
-        .poll_session(&id, "completed", Duration::from_secs(30), |s| {
-            s["state"] == "completed"
-        })
-        .await;
-    assert_eq!(ended["state"], "completed", "{ended}");
+    let notes = json!({"path": project.join("notes.txt")});
+    let (asked, text) = approved(&server, &id, "mcp__files__read_text_file", &notes).await;
+    assert_eq!(asked["subject"], notes.to_string(), "{asked}");
+    assert_eq!(text, "mcp__files__read_text_file answered: ship on Friday");
 
-    let events = server.events(&id).await;
+    let pixel = json!({"path": project.join("pixel.png")});
+    let (_, text) = approved(&server, &id, "mcp__files__read_media_file", &pixel).await;
     assert_eq!(
-        outcome(&events, "notes"),
-        ("ship on Friday\n".to_string(), false)
-    );
-    assert_eq!(
-        outcome(&events, "pixel"),
-        (
-            format!("[image (image/png, {} bytes)]", crate::fixture::PNG.len()),
-            false
+        text,
+        format!(
+            "mcp__files__read_media_file answered: [image (image/png, {} bytes)]",
+            crate::fixture::PNG.len()
         )
     );
-    let (refused, is_error) = outcome(&events, "outside");
+
+    let outside = json!({"path": "/etc/hostname"});
+    let (asked, _) = approved(&server, &id, "mcp__files__read_text_file", &outside).await;
+    let events = server.events(&id).await;
+    let call_id = asked["call_id"].as_str().expect("a call id");
+    let (refused, is_error) = outcome(&events, call_id);
     assert!(is_error, "outside its directory: {refused}");
     assert!(refused.contains("/etc/hostname"), "{refused}");
 }
 
-/// Waits for `n` pending approvals of a session.
-async fn pending(server: &TestServer, id: &str, n: usize) -> Vec<Value> {
+/// Runs "call `tool` with {input}", which waits for an approval as no rule says otherwise;
+/// allows it and waits for the run's end. Answers the approval asked for and the run's text.
+async fn approved(server: &TestServer, id: &str, tool: &str, input: &Value) -> (Value, String) {
+    let run = server
+        .start_run(id, &format!("Please call `{tool}` with {input}"))
+        .await;
+    let run_id = run["id"].as_str().expect("a run id").to_string();
     let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    let asked = loop {
         let page = server.get_ok(&format!("/v1/sessions/{id}/approvals")).await;
-        let data = page["data"].as_array().cloned().unwrap_or_default();
-        if data.len() >= n {
-            return data;
+        if let Some(first) = page["data"].as_array().and_then(|d| d.first()) {
+            break first.clone();
         }
-        assert!(
-            Instant::now() < deadline,
-            "{n} approvals not requested: {page}"
-        );
+        assert!(Instant::now() < deadline, "no approval asked for: {page}");
         tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    };
+    assert_eq!(
+        asked["tool"], tool,
+        "no policy file: an MCP call asks first"
+    );
+    assert_eq!(&asked["input"], input);
+    let call_id = asked["call_id"].as_str().expect("a call id");
+    let answer = server
+        .post_json(
+            &format!("/v1/sessions/{id}/approvals/{call_id}"),
+            &json!({"decision": "allow"}),
+        )
+        .await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.text());
+    let session = server
+        .poll_session(id, "completed", Duration::from_secs(30), |s| {
+            s["last_run"]["id"] == run_id.as_str() && s["last_run"]["status"] == "completed"
+        })
+        .await;
+    let text = session["last_run"]["text"].as_str().unwrap_or_default();
+    (asked, text.to_string())
 }
