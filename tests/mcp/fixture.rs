@@ -55,11 +55,12 @@ pub fn serve_if_asked() -> Option<ExitCode> {
         record: std::env::var_os(RECORD).map(PathBuf::from),
     };
     if std::env::var_os(FAMILY).is_some() {
-        // Left running on purpose: only the end of the whole group ends it.
-        std::process::Command::new("sleep")
+        // Left running on purpose, never waited for: only the end of the whole group ends it.
+        let child = std::process::Command::new("sleep")
             .arg("300")
             .spawn()
             .expect("start the fixture's own child");
+        std::mem::forget(child);
     }
     runtime.block_on(async move {
         match mode.as_str() {

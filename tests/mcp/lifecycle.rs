@@ -12,12 +12,11 @@ use serde_json::json;
 use tokio::process::Command;
 
 use crate::fixture::{serve_http_on, FAMILY, RECORD};
-use crate::support::fakes::openai::{text_reply, tool_calls_reply};
-use crate::support::fakes::{start_openai, Reply};
+use crate::support::fakes::start_openai;
 use crate::support::TestServer;
 use crate::{
-    allow_all, call, config_args, mcp_tools, model_calling, options, outcome, record, scratch,
-    start, stdio_server, strs, wait_record, wait_tool,
+    allow_all, asks, call, config_args, mcp_tools, model_calling, options, outcome, record, says,
+    scratch, start, stdio_server, strs, wait_record, wait_tool,
 };
 
 const READY: Duration = Duration::from_secs(20);
@@ -90,20 +89,14 @@ pub async fn a_server_that_crashes_mid_call_is_restarted() {
     let (dir, record_file) = scratch();
     let policy = allow_all(dir.path());
     let model = start_openai(vec![
-        Reply::sse(tool_calls_reply(
-            "",
-            &[call("c1", "mcp__local__crash", json!({}))],
-        )),
-        Reply::sse(text_reply(&["it crashed"])),
-        Reply::sse(tool_calls_reply(
-            "",
-            &[call(
-                "e1",
-                "mcp__local__echo",
-                json!({"text": "back again"}),
-            )],
-        )),
-        Reply::sse(text_reply(&["it works"])),
+        asks(&[call("c1", "mcp__local__crash", json!({}))]),
+        says("it crashed"),
+        asks(&[call(
+            "e1",
+            "mcp__local__echo",
+            json!({"text": "back again"}),
+        )]),
+        says("it works"),
     ])
     .await;
     let mut args = config_args(dir.path(), json!({"local": recording(&record_file)}));
@@ -230,16 +223,10 @@ pub async fn an_http_server_is_connected_when_it_comes_up_and_after_it_comes_bac
         reserved.local_addr().expect("its address")
     };
     let model = start_openai(vec![
-        Reply::sse(tool_calls_reply(
-            "",
-            &[call("e1", "mcp__web__echo", json!({"text": "up"}))],
-        )),
-        Reply::sse(text_reply(&["done"])),
-        Reply::sse(tool_calls_reply(
-            "",
-            &[call("e2", "mcp__web__echo", json!({"text": "back"}))],
-        )),
-        Reply::sse(text_reply(&["done"])),
+        asks(&[call("e1", "mcp__web__echo", json!({"text": "up"}))]),
+        says("done"),
+        asks(&[call("e2", "mcp__web__echo", json!({"text": "back"}))]),
+        says("done"),
     ])
     .await;
     let web = json!({"type": "http", "url": format!("http://{addr}/mcp"),

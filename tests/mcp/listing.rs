@@ -7,12 +7,11 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 
 use crate::fixture::serve_http;
-use crate::support::fakes::openai::{text_reply, tool_calls_reply};
-use crate::support::fakes::{start_openai, Reply};
+use crate::support::fakes::start_openai;
 use crate::support::{check_problem, ServerOptions, TestServer};
 use crate::{
-    allow_all, call, config_args, mcp_tools, model_calling, outcome, scratch, start, stdio_server,
-    strs, wait_tool,
+    allow_all, asks, call, config_args, mcp_tools, model_calling, outcome, says, scratch, start,
+    stdio_server, strs, wait_tool,
 };
 
 const READY: Duration = Duration::from_secs(20);
@@ -76,12 +75,7 @@ pub async fn a_session_gets_the_servers_it_chose() {
         call("l1", "mcp__local__echo", json!({"text": "from local"})),
         call("w1", "mcp__web__echo", json!({"text": "from web"})),
     ];
-    let model = start_openai(vec![
-        Reply::sse(tool_calls_reply("", &calls)),
-        Reply::sse(text_reply(&["done"])),
-        Reply::sse(text_reply(&["no tools"])),
-    ])
-    .await;
+    let model = start_openai(vec![asks(&calls), says("done"), says("no tools")]).await;
     let mut args = config_args(
         dir.path(),
         json!({"local": stdio_server(json!({})), "web": {"type": "http", "url": web.url}}),
@@ -116,6 +110,15 @@ pub async fn a_session_gets_the_servers_it_chose() {
         "{first:?}"
     );
     assert!(first.contains(&"read_file".to_string()), "{first:?}");
+
+    // A fork keeps the choice, and so does the session as stored.
+    let fork = server
+        .post_json(&format!("/v1/sessions/{id}/fork"), &json!({}))
+        .await
+        .expect_json(StatusCode::CREATED, "fork");
+    assert_eq!(fork["mcp_servers"], json!(["web"]), "{fork}");
+    let stored = server.get_ok(&format!("/v1/sessions/{id}")).await;
+    assert_eq!(stored["mcp_servers"], json!(["web"]), "{stored}");
 
     // No servers at all: the built-in tools only.
     let none = server

@@ -12,11 +12,11 @@ use serde_json::json;
 use tah::mcp::{McpConfig, McpServers, McpSettings};
 use tah::tools::{ToolContext, Workspace};
 
-use crate::support::fakes::openai::{text_reply, tool_calls_reply};
-use crate::support::fakes::{start_openai, Reply};
+use crate::support::fakes::start_openai;
 use crate::support::percentile;
 use crate::{
-    allow_all, call, config_args, finished, scratch, start, stdio_server, strs, wait_tool,
+    allow_all, asks, call, config_args, finished, says, scratch, start, stdio_server, strs,
+    wait_tool,
 };
 
 const CALLS: usize = 300;
@@ -108,8 +108,8 @@ pub async fn call_overhead_through_tah() {
     let mut script = Vec::new();
     for i in 0..RUNS {
         let echo = call(&format!("e{i}"), "mcp__local__echo", json!({"text": "x"}));
-        script.push(Reply::sse(tool_calls_reply("", &[echo])));
-        script.push(Reply::sse(text_reply(&["done"])));
+        script.push(asks(&[echo]));
+        script.push(says("done"));
     }
     let model = start_openai(script).await;
     let mut args = config_args(dir.path(), json!({"local": stdio_server(json!({}))}));
