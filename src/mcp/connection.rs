@@ -13,16 +13,21 @@
 
 use std::collections::HashMap;
 use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::header::{HeaderName, HeaderValue};
 use rmcp::model::{ClientCapabilities, ClientConfig, ClientRequest, Implementation, PingRequest};
-use rmcp::service::{Peer, QuitReason, RoleClient, RunningService, ServiceExt};
+use rmcp::service::{
+    NotificationContext, Peer, QuitReason, RoleClient, RunningService, ServiceExt,
+};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::ClientHandler;
 use rustix::process::{kill_process_group, Pid, Signal};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, ChildStderr, Command};
+use tokio::sync::Notify;
 
 use super::config::Transport;
 
@@ -41,7 +46,7 @@ const MAX_LOG_LINE: usize = 2048;
 
 /// A live connection: the client service and, for stdio, the child process.
 pub struct Connection {
-    service: RunningService<RoleClient, ClientConfig>,
+    service: RunningService<RoleClient, Host>,
     child: Option<ChildProcess>,
     /// How long a ping may take (the handshake's timeout).
     answer_within: Duration,
@@ -98,7 +103,7 @@ impl Connection {
                     tokio::spawn(log_stderr(server.to_string(), stderr));
                 }
                 let mut child = ChildProcess::new(child);
-                let handshake = client_info().serve((stdout, stdin));
+                let handshake = Host::new().serve((stdout, stdin));
                 match tokio::time::timeout(handshake_timeout, handshake).await {
                     Ok(Ok(service)) => Ok(Connection {
                         service,
@@ -133,8 +138,7 @@ impl Connection {
                 let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
                     .custom_headers(custom);
                 let transport = StreamableHttpClientTransport::from_config(config);
-                match tokio::time::timeout(handshake_timeout, client_info().serve(transport)).await
-                {
+                match tokio::time::timeout(handshake_timeout, Host::new().serve(transport)).await {
                     Ok(Ok(service)) => Ok(Connection {
                         service,
                         child: None,
@@ -150,6 +154,11 @@ impl Connection {
     /// Where calls are sent; it stays usable (failing) once the connection is gone.
     pub fn peer(&self) -> Peer<RoleClient> {
         self.service.peer().clone()
+    }
+
+    /// Notified when the server says its tools changed (`notifications/tools/list_changed`).
+    pub fn tools_changed(&self) -> Arc<Notify> {
+        self.service.service().tools_changed.clone()
     }
 
     /// The server's name and version from its handshake.
@@ -211,12 +220,33 @@ async fn unanswered_ping(peer: &Peer<RoleClient>, within: Duration) -> String {
     }
 }
 
-/// What tah tells servers about itself in the handshake.
-fn client_info() -> ClientConfig {
-    ClientConfig::new(
-        ClientCapabilities::default(),
-        Implementation::new("tah", env!("CARGO_PKG_VERSION")),
-    )
+/// tah's side of a connection: what it tells the server about itself in the handshake, and
+/// what it does with the server's notifications (it notes that the tools changed).
+pub struct Host {
+    info: ClientConfig,
+    tools_changed: Arc<Notify>,
+}
+
+impl Host {
+    fn new() -> Host {
+        Host {
+            info: ClientConfig::new(
+                ClientCapabilities::default(),
+                Implementation::new("tah", env!("CARGO_PKG_VERSION")),
+            ),
+            tools_changed: Arc::new(Notify::new()),
+        }
+    }
+}
+
+impl ClientHandler for Host {
+    fn get_info(&self) -> ClientConfig {
+        self.info.clone()
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.tools_changed.notify_one();
+    }
 }
 
 fn no_answer(timeout: Duration) -> String {

@@ -1,14 +1,16 @@
-//! One configured server over its life: the supervisor that connects, lists the tools,
-//! watches the connection and restarts it with a growing wait when it fails or ends; and the
+//! One configured server over its life: the supervisor that connects, lists the tools (again
+//! whenever the server says they changed), watches the connection and restarts it with a
+//! growing wait when it fails or ends; and the
 //! [`Link`] its tools share, which says whether the server can take calls now and sends them.
 
+use std::convert::Infallible;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use rmcp::model::{CallToolRequestParams, CallToolResult};
 use rmcp::service::{Peer, RoleClient, ServiceError};
 use serde_json::Value;
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
 
 use super::config::{ServerConfig, Transport};
@@ -236,13 +238,44 @@ impl Server {
             "MCP server ready"
         );
         *self.tools.lock().unwrap_or_else(|e| e.into_inner()) = Some(tools);
-        self.link.set(LinkState::Up(peer));
+        self.link.set(LinkState::Up(peer.clone()));
         self.tried.send_replace(true);
-        match connection.run_until(stop.cancelled()).await {
+        let changed = connection.tools_changed();
+        let ended = tokio::select! {
+            ended = connection.run_until(stop.cancelled()) => ended,
+            never = self.follow_changes(&peer, &changed) => match never {},
+        };
+        match ended {
             Ended::Stopped => None,
             Ended::Lost(why) => {
                 tracing::warn!(server = %name, reason = %why, "MCP server stopped");
                 Some(why)
+            }
+        }
+    }
+
+    /// Lists the tools again each time the server says they changed (a run that has started
+    /// keeps the tools it was given); on failure the tools listed before stay.
+    async fn follow_changes(&self, peer: &Peer<RoleClient>, changed: &Notify) -> Infallible {
+        loop {
+            changed.notified().await;
+            self.relist(peer).await;
+        }
+    }
+
+    async fn relist(&self, peer: &Peer<RoleClient>) {
+        let name = self.name();
+        match tokio::time::timeout(self.handshake_timeout, peer.list_all_tools()).await {
+            Ok(Ok(listed)) => {
+                let tools = tool::from_listing(&self.link, listed);
+                tracing::info!(server = %name, tools = tools.len(), "MCP server changed its tools");
+                *self.tools.lock().unwrap_or_else(|e| e.into_inner()) = Some(tools);
+            }
+            Ok(Err(error)) => {
+                tracing::warn!(server = %name, %error, "MCP server's changed tools could not be listed")
+            }
+            Err(_) => {
+                tracing::warn!(server = %name, "MCP server did not list its changed tools in time")
             }
         }
     }

@@ -5,7 +5,8 @@
 //! Its tools: `echo {text}`, `fail {message}` (an `isError` result), `sleep {seconds}` (which
 //! writes `started` and then `cancelled` or `finished` to its record file), `image` (a PNG and
 //! a caption), `resource` (an embedded text resource), `env {name}` (a variable of its own
-//! environment) and `crash` (the process exits mid-call).
+//! environment), `crash` (the process exits mid-call) and `grow` (which adds a tool, `extra`,
+//! and says so with `notifications/tools/list_changed`).
 //!
 //! Modes, from `TAH_MCP_FIXTURE`: `stdio` serves; `mute` reads stdin and never answers, like a
 //! server stuck before its handshake. With `TAH_MCP_FIXTURE_FAMILY` set it also starts a
@@ -15,6 +16,7 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -53,6 +55,7 @@ pub fn serve_if_asked() -> Option<ExitCode> {
         .expect("a runtime for the fixture");
     let fixture = Fixture {
         record: std::env::var_os(RECORD).map(PathBuf::from),
+        grown: Arc::default(),
     };
     if std::env::var_os(FAMILY).is_some() {
         // Left running on purpose, never waited for: only the end of the whole group ends it.
@@ -102,7 +105,10 @@ pub async fn serve_http(record: Option<PathBuf>) -> HttpFixture {
 pub async fn serve_http_on(addr: SocketAddr, record: Option<PathBuf>) -> HttpFixture {
     let stop = CancellationToken::new();
     let config = StreamableHttpServerConfig::default().with_cancellation_token(stop.child_token());
-    let fixture = Fixture { record };
+    let fixture = Fixture {
+        record,
+        grown: Arc::default(),
+    };
     let service: StreamableHttpService<Fixture, LocalSessionManager> = StreamableHttpService::new(
         move || Ok(fixture.clone()),
         Arc::new(LocalSessionManager::default()),
@@ -146,6 +152,8 @@ pub async fn serve_http_on(addr: SocketAddr, record: Option<PathBuf>) -> HttpFix
 #[derive(Clone)]
 struct Fixture {
     record: Option<PathBuf>,
+    /// Whether `grow` was called: then it also has `extra`.
+    grown: Arc<AtomicBool>,
 }
 
 impl Fixture {
@@ -195,7 +203,7 @@ impl ServerHandler for Fixture {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let text = |name: &str| json!({"type": "object", "properties": {name: {"type": "string"}}, "required": [name]});
-        Ok(ListToolsResult::with_all_items(vec![
+        let mut tools = vec![
             tool("echo", "Answers its text.", text("text")),
             tool("fail", "Always fails, saying its message.", text("message")),
             tool(
@@ -216,7 +224,12 @@ impl ServerHandler for Fixture {
                 "Exits in the middle of the call.",
                 json!({"type": "object"}),
             ),
-        ]))
+            tool("grow", "Adds a tool.", json!({"type": "object"})),
+        ];
+        if self.grown.load(Ordering::SeqCst) {
+            tools.push(tool("extra", "Added by grow.", json!({"type": "object"})));
+        }
+        Ok(ListToolsResult::with_all_items(tools))
     }
 
     async fn call_tool(
@@ -264,6 +277,16 @@ impl ServerHandler for Fixture {
                 let name = text_arg(&request, "name");
                 let value = std::env::var(&name).unwrap_or_else(|_| "<unset>".to_string());
                 CallToolResult::success(vec![ContentBlock::text(value)])
+            }
+            "grow" => {
+                self.grown.store(true, Ordering::SeqCst);
+                if let Err(error) = context.peer.notify_tool_list_changed().await {
+                    return Err(ErrorData::internal_error(error.to_string(), None));
+                }
+                CallToolResult::success(vec![ContentBlock::text("grown")])
+            }
+            "extra" if self.grown.load(Ordering::SeqCst) => {
+                CallToolResult::success(vec![ContentBlock::text("the extra tool")])
             }
             "crash" => {
                 self.note("crashing");

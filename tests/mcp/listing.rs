@@ -55,16 +55,18 @@ pub async fn each_server_s_tools_are_listed_with_their_server() {
         names
     };
     let expected = |server: &str| {
-        let mut names: Vec<String> = ["crash", "echo", "env", "fail", "image", "resource", "sleep"]
-            .iter()
-            .map(|t| format!("mcp__{server}__{t}"))
-            .collect();
+        let mut names: Vec<String> = [
+            "crash", "echo", "env", "fail", "grow", "image", "resource", "sleep",
+        ]
+        .iter()
+        .map(|t| format!("mcp__{server}__{t}"))
+        .collect();
         names.sort();
         names
     };
     assert_eq!(names("local"), expected("local"));
     assert_eq!(names("web"), expected("web"));
-    assert_eq!(mcp_tools(&server).await.len(), 14);
+    assert_eq!(mcp_tools(&server).await.len(), 16);
 }
 
 pub async fn a_session_gets_the_servers_it_chose() {
@@ -182,5 +184,42 @@ pub async fn unknown_servers_and_mcp_tool_names_are_refused() {
         StatusCode::UNPROCESSABLE_ENTITY,
         "{}",
         reply.text()
+    );
+}
+
+/// A server that says its tools changed (`notifications/tools/list_changed`) has them listed
+/// again: the new tool is listed, and a later run can call it.
+pub async fn a_server_s_changed_tools_are_listed_again() {
+    let (dir, _) = scratch();
+    let policy = allow_all(dir.path());
+    let model = start_openai(vec![
+        asks(&[call("g1", "mcp__local__grow", json!({}))]),
+        says("grown"),
+        asks(&[call("x1", "mcp__local__extra", json!({}))]),
+        says("done"),
+    ])
+    .await;
+    let mut args = config_args(dir.path(), json!({"local": stdio_server(json!({}))}));
+    args.extend(["--tool-policy".into(), policy]);
+    let server = start(&model, &strs(&args)).await;
+    wait_tool(&server, "mcp__local__grow", true, READY).await;
+    let before = mcp_tools(&server).await;
+    assert!(
+        before.iter().all(|t| t["name"] != "mcp__local__extra"),
+        "{before:?}"
+    );
+    let id = server.create_session().await;
+    assert_eq!(server.run_wait(&id, "grow").await["status"], "completed");
+    assert_eq!(
+        outcome(&server.events(&id).await, "g1"),
+        ("grown".to_string(), false)
+    );
+    let extra = wait_tool(&server, "mcp__local__extra", true, READY).await;
+    assert_eq!(extra["description"], "Added by grow.");
+    assert_eq!(mcp_tools(&server).await.len(), before.len() + 1);
+    assert_eq!(server.run_wait(&id, "use it").await["status"], "completed");
+    assert_eq!(
+        outcome(&server.events(&id).await, "x1"),
+        ("the extra tool".to_string(), false)
     );
 }

@@ -45,6 +45,7 @@ fn main() -> ExitCode {
         listing::each_server_s_tools_are_listed_with_their_server,
         listing::a_session_gets_the_servers_it_chose,
         listing::unknown_servers_and_mcp_tool_names_are_refused,
+        listing::a_server_s_changed_tools_are_listed_again,
         calls::text_errors_images_and_resources_over_stdio,
         calls::calls_over_streamable_http,
         calls::an_mcp_tool_asks_for_approval_by_default,
