@@ -311,6 +311,23 @@ pub struct ServeArgs {
     #[arg(long, env = "TAH_MAX_SUBAGENT_DEPTH", default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=8))]
     pub max_subagent_depth: u32,
 
+    /// A JSON file of MCP servers whose tools are offered as mcp__<server>__<tool>, in the
+    /// format other MCP hosts use: {"mcpServers": {NAME: {"command", "args", "env", "cwd"} or
+    /// {"type": "http", "url", "headers"}}}. ${VAR} in its strings is taken from tah's
+    /// environment (a variable that is not set is an error).
+    #[arg(long, env = "TAH_MCP_CONFIG")]
+    pub mcp_config: Option<PathBuf>,
+
+    /// Seconds one MCP tool call may take; then it is cancelled (the server is told) and the
+    /// model gets an error.
+    #[arg(long = "mcp-timeout-s", env = "TAH_MCP_TIMEOUT_S", default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=86400))]
+    pub mcp_timeout_secs: u64,
+
+    /// Seconds an MCP server has to start, answer the handshake and list its tools (and an HTTP
+    /// server to answer the ping it gets every 5 s); then it is stopped and started again later.
+    #[arg(long = "mcp-handshake-timeout-s", env = "TAH_MCP_HANDSHAKE_TIMEOUT_S", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub mcp_handshake_timeout_secs: u64,
+
     /// Log format.
     #[arg(long, env = "TAH_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,

@@ -12,6 +12,7 @@ use std::time::Duration;
 use crate::cli::ApprovalModeArg;
 pub use crate::cli::{LogFormat, Provider, ServeArgs, DEFAULT_SYSTEM_PROMPT};
 use crate::llm::guard::ReplyLimits;
+use crate::mcp::{McpConfig, McpConfigError, McpSettings};
 use crate::model::Rule;
 use crate::tools::builtin::shell::ShellSettings;
 use crate::tools::policy::{ApprovalMode, Rules};
@@ -43,6 +44,9 @@ pub enum ConfigError {
          (0 turns thinking off)"
     )]
     ThinkingBudget(u32),
+
+    #[error("--mcp-config {path}: {why}")]
+    Mcp { path: String, why: String },
 }
 
 /// The smallest thinking budget Anthropic accepts.
@@ -114,6 +118,8 @@ pub struct Settings {
     approval_timeout: Option<Duration>,
     shell: ShellSettings,
     max_subagent_depth: u32,
+    mcp: McpConfig,
+    mcp_settings: McpSettings,
 }
 
 impl Settings {
@@ -168,6 +174,10 @@ impl Settings {
         if (1..MIN_THINKING_BUDGET).contains(&args.thinking_budget) {
             return Err(ConfigError::ThinkingBudget(args.thinking_budget));
         }
+        let mcp = match &args.mcp_config {
+            Some(path) => read_mcp_config(path)?,
+            None => McpConfig::default(),
+        };
         let provider = args.provider.unwrap_or_else(default_provider);
         let model = ModelSettings {
             provider,
@@ -226,7 +236,21 @@ impl Settings {
                 default_timeout: Duration::from_secs(120.min(args.shell_max_timeout_secs)),
             },
             max_subagent_depth: args.max_subagent_depth,
+            mcp,
+            mcp_settings: McpSettings {
+                call_timeout: Duration::from_secs(args.mcp_timeout_secs),
+                handshake_timeout: Duration::from_secs(args.mcp_handshake_timeout_secs),
+            },
         })
+    }
+
+    /// The MCP servers of `--mcp-config` (none without it), variables expanded.
+    pub fn mcp(&self) -> &McpConfig {
+        &self.mcp
+    }
+
+    pub fn mcp_settings(&self) -> McpSettings {
+        self.mcp_settings
     }
 
     /// The built-in tools offered (`None`: all of them).
@@ -422,6 +446,17 @@ fn read_policy(path: &Path) -> Result<Vec<Rule>, ConfigError> {
     })?;
     Rules::compile(rules.clone()).map_err(|e| fail(e.to_string()))?;
     Ok(rules)
+}
+
+/// The servers of a `--mcp-config` file, `${VAR}` expanded from this process's environment.
+fn read_mcp_config(path: &Path) -> Result<McpConfig, ConfigError> {
+    let fail = |why: String| ConfigError::Mcp {
+        path: path.display().to_string(),
+        why,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
+    McpConfig::parse(&text, |name| std::env::var(name).ok())
+        .map_err(|e: McpConfigError| fail(e.to_string()))
 }
 
 /// An origin as browsers write it in `Origin`: `scheme://host[:port]` in lower case, without
@@ -663,5 +698,42 @@ mod tests {
         assert!(postgres.model().api_key.is_none());
         let off = parse(&["--database-url", "postgres://h/db", "--auto-resume=false"]);
         assert!(!off.expect("ok").auto_resume());
+    }
+
+    #[test]
+    fn an_mcp_config_is_read_at_start_and_a_missing_variable_is_named() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("mcp.json");
+        let path = file.to_str().expect("utf-8 path");
+        std::fs::write(
+            &file,
+            r#"{"mcpServers": {"files": {"command": "srv", "args": ["${PATH}"]}}}"#,
+        )
+        .expect("write");
+        let settings = parse(&["--mcp-config", path, "--mcp-timeout-s", "7"]).expect("ok");
+        assert_eq!(settings.mcp().names(), ["files"]);
+        assert_eq!(settings.mcp_settings().call_timeout, Duration::from_secs(7));
+        assert_eq!(
+            settings.mcp_settings().handshake_timeout,
+            Duration::from_secs(30)
+        );
+        std::fs::write(
+            &file,
+            r#"{"mcpServers": {"gh": {"type": "http", "url": "https://x/mcp",
+                "headers": {"Authorization": "Bearer ${TAH_TEST_NEVER_SET_VARIABLE}"}}}}"#,
+        )
+        .expect("write");
+        let error = parse(&["--mcp-config", path]).expect_err("missing variable");
+        let message = error.to_string();
+        assert!(
+            message.contains(path) && message.contains("${TAH_TEST_NEVER_SET_VARIABLE}"),
+            "{message}"
+        );
+        assert!(parse(&[]).expect("ok").mcp().servers.is_empty());
+        let missing = parse(&["--mcp-config", "/nonexistent/mcp.json"]).expect_err("no file");
+        assert!(
+            missing.to_string().starts_with("--mcp-config /nonexistent"),
+            "{missing}"
+        );
     }
 }

@@ -17,6 +17,9 @@
 //! - [`tools`]: the `Tool` trait; `builtin/` (files, search, edit, shell), the `workspace`
 //!   that confines them, the bubblewrap `sandbox`, the `registry` that runs calls, `schema`,
 //!   and the pure `policy`.
+//! - [`mcp`]: MCP tool servers: the `--mcp-config` file (`config`), one connection to a server
+//!   (`connection`: a child process in its own group, or streamable HTTP), its supervisor that
+//!   restarts it (`server`), and its tools as `Tool`s (`tool`).
 //! - [`agent`]: the agent loop (`turn`), context projection (`context`, pure) and `compaction`;
 //!   it reaches a session only through the small `Journal` interface it defines.
 //! - [`session`]: sessions as live objects: `actor/` (the per-session actor, one handler per
@@ -37,9 +40,9 @@
 //! fake-model`) and the load generator (`loadgen/`, `tah bench`), which are not part of the
 //! library.
 //!
-//! Imports point one way: `http → session → agent → {llm, tools}`, `session → store`, and every
-//! module may use `model`; `app → {runtime, http, config}`, `config → cli`, and nothing imports
-//! `app`.
+//! Imports point one way: `http → session → agent → {llm, tools}`, `session → {store, mcp}`,
+//! `mcp → tools`, and every module may use `model`; `app → {runtime, http, config}`,
+//! `config → cli`, and nothing imports `app`.
 
 pub mod agent;
 pub mod app;
@@ -47,6 +50,7 @@ pub mod cli;
 pub mod config;
 pub mod http;
 pub mod llm;
+pub mod mcp;
 pub mod metrics;
 pub mod model;
 pub mod runtime;

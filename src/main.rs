@@ -66,7 +66,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 }
 
 fn init_tracing(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // rmcp logs every MCP connection's start and end at info, with the server's whole
+    // handshake; tah logs what matters of them itself (ready, failed, stopped, why).
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,rmcp=warn"));
     // Colours only for a terminal: a log file or a collector gets plain text.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

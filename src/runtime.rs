@@ -1,6 +1,7 @@
-//! The runtime: the store, the group-commit writer, the model client, the tools, the agent
-//! settings and the live sessions, put together from validated [`Settings`]. Usable without
-//! HTTP: build one and drive sessions through [`Runtime::sessions`].
+//! The runtime: the store, the group-commit writer, the model client, the tools (built-in and
+//! those of MCP servers), the agent settings and the live sessions, put together from
+//! validated [`Settings`]. Usable without HTTP: build one and drive sessions through
+//! [`Runtime::sessions`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,6 +15,7 @@ use crate::agent::{AgentDeps, AgentSettings};
 use crate::config::{Provider, Settings};
 use crate::llm::wire::{HttpModelConfig, Timeouts};
 use crate::llm::{anthropic, mock::MockModel, openai, ModelClient};
+use crate::mcp::McpServers;
 use crate::session::{SessionDeps, Sessions, ToolPolicy};
 use crate::store::{self, writer::Writer, Cluster, Store};
 use crate::tools::policy::Rules;
@@ -34,6 +36,10 @@ pub enum RuntimeError {
     Session(#[from] crate::session::SessionError),
 }
 
+/// How long start-up waits for MCP servers to answer their handshake before it goes on
+/// without them (their tools follow when they are ready).
+const MCP_START_WAIT: Duration = Duration::from_secs(3);
+
 /// Everything a runtime is made of.
 pub struct RuntimeParts {
     pub store: Arc<dyn Store>,
@@ -41,6 +47,8 @@ pub struct RuntimeParts {
     pub cluster: Option<Arc<dyn Cluster>>,
     pub model: Arc<dyn ModelClient>,
     pub tools: ToolRegistry,
+    /// MCP servers, already started; the runtime ends them at shutdown.
+    pub mcp: McpServers,
     /// The workspace tool calls run in (a session may choose a directory under it).
     pub tool_context: ToolContext,
     /// Bytes one artifact may have.
@@ -63,6 +71,7 @@ pub struct Runtime {
     model: Arc<dyn ModelClient>,
     cluster: Option<Arc<dyn Cluster>>,
     replica: Uuid,
+    mcp: McpServers,
 }
 
 impl Runtime {
@@ -76,6 +85,9 @@ impl Runtime {
                 source,
             })?;
         let tools = builtin_tools(config).await;
+        let mcp = McpServers::start(config.mcp(), config.mcp_settings());
+        mcp.settle(MCP_START_WAIT.min(config.mcp_settings().handshake_timeout))
+            .await;
         let settings = AgentSettings {
             system_prompt: config.system_prompt().to_string(),
             max_steps: config.max_steps(),
@@ -99,6 +111,7 @@ impl Runtime {
             cluster: opened.cluster,
             model,
             tools,
+            mcp,
             tool_context: ToolContext::new(workspace),
             max_artifact_bytes: config.max_artifact_bytes(),
             settings,
@@ -115,6 +128,15 @@ impl Runtime {
     /// Puts a runtime together from its parts, starts the scale-out tasks when replicas share
     /// the database, and takes over runs a dead process left behind.
     pub async fn assemble(parts: RuntimeParts) -> Result<Runtime, RuntimeError> {
+        let mcp = parts.mcp.clone();
+        let assembled = Runtime::assemble_with(parts).await;
+        if assembled.is_err() {
+            mcp.shutdown().await;
+        }
+        assembled
+    }
+
+    async fn assemble_with(parts: RuntimeParts) -> Result<Runtime, RuntimeError> {
         let (writer, writer_task) = Writer::spawn(parts.store.clone());
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();
@@ -126,6 +148,7 @@ impl Runtime {
                 tools: parts.tools,
                 tool_context: parts.tool_context,
             },
+            mcp: parts.mcp.clone(),
             settings: parts.settings,
             max_artifact_bytes: parts.max_artifact_bytes,
             shutdown: shutdown.clone(),
@@ -155,6 +178,7 @@ impl Runtime {
             model: parts.model,
             cluster: parts.cluster,
             replica: parts.replica,
+            mcp: parts.mcp,
         })
     }
 
@@ -172,7 +196,8 @@ impl Runtime {
     }
 
     /// Stops every actor (a single node records active runs as interrupted; a replica leaves
-    /// them to be taken over), releases this replica's leases, and flushes the writer.
+    /// them to be taken over), ends the MCP servers, releases this replica's leases, and
+    /// flushes the writer.
     pub async fn shutdown(self, grace: Duration) {
         self.shutdown.cancel();
         self.tasks.close();
@@ -187,8 +212,11 @@ impl Runtime {
             writer_task,
             cluster,
             replica,
+            mcp,
             ..
         } = self;
+        // After the runs: a call they dropped has told its server it was cancelled.
+        mcp.shutdown().await;
         // Dropping the last handles to the writer lets it drain its queue and end.
         drop(sessions);
         let _ = tokio::time::timeout(grace, writer_task).await;

@@ -54,6 +54,8 @@ struct CreateBody {
     max_tokens: Option<u64>,
     /// Token budget of each of its runs, N ≥ 1.
     max_run_tokens: Option<u64>,
+    /// The MCP servers whose tools it is offered (default: all of them).
+    mcp_servers: Option<Vec<String>>,
 }
 
 async fn create(
@@ -93,6 +95,7 @@ async fn create(
     }
     let options = SessionOptions {
         tools: body.tools,
+        mcp_servers: body.mcp_servers,
         tool_policy: body.tool_policy,
         client_tools: body.client_tools,
         max_tokens: body.max_tokens,

@@ -10,7 +10,9 @@
 //!   of a third backticked part, "… in `PATH`");
 //! - "run `COMMAND`" calls `shell` with the command between the backticks;
 //! - "ask the client …" calls the first tool offered that is not a built-in one (a session's
-//!   client tool) with `{"question": input}`.
+//!   client tool) with `{"question": input}`;
+//! - "call `TOOL` with {…}" calls any tool offered (an MCP server's, say) with that JSON
+//!   object.
 //!
 //! After the call it answers with what the call returned.
 //!
@@ -20,7 +22,7 @@
 use std::time::Duration;
 
 use futures::{stream, StreamExt};
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::{ModelClient, ModelReply, ModelRequest, ModelStream, Purpose, StreamItem};
 use crate::model::{
@@ -240,7 +242,8 @@ fn next_move(request: &ModelRequest) -> (String, Vec<ToolCall>) {
     )
 }
 
-/// The call an input asks for by name ("write a note", "run `…`", "ask the client"), then the
+/// The call an input asks for by name ("call `…` with {…}", "write a note", "run `…`", "ask the
+/// client"), then the
 /// answer once its result is in; `None` for any other input.
 fn chosen_tool_move(
     input: &str,
@@ -251,7 +254,9 @@ fn chosen_tool_move(
     let lower = input.to_lowercase();
     let offered = |name: &str| request.tools.iter().any(|t| t.name == name);
     let quoted = backticked(input);
-    let (name, arguments) = if lower.contains("write a note") && offered("write_file") {
+    let (name, arguments) = if let Some(named) = named_call(input).filter(|(n, _)| offered(n)) {
+        named
+    } else if lower.contains("write a note") && offered("write_file") {
         let path = match lower.find("write a note to `") {
             Some(_) => quoted.first().cloned().unwrap_or_default(),
             None => "notes.md".to_string(),
@@ -346,6 +351,22 @@ fn backticked(input: &str) -> Vec<String> {
         .into_iter()
         .take(input.matches('`').count() / 2)
         .collect()
+}
+
+/// The tool and the input of "call `TOOL` with {JSON}".
+fn named_call(input: &str) -> Option<(String, Value)> {
+    let at = input.to_lowercase().find("call `")?;
+    let rest = &input[at + "call `".len()..];
+    let end = rest.find('`')?;
+    let name = rest[..end].trim().to_string();
+    let after = rest[end + 1..].trim_start().strip_prefix("with")?;
+    let object = &after[after.find('{')?..];
+    let arguments = serde_json::Deserializer::from_str(object)
+        .into_iter::<Value>()
+        .next()?
+        .ok()
+        .filter(Value::is_object)?;
+    Some((name, arguments)).filter(|(name, _)| !name.is_empty())
 }
 
 /// The command of "run `COMMAND`".
@@ -503,6 +524,54 @@ mod tests {
             third.text.contains("begins: \"Demo is a small project.\""),
             "{}",
             third.text
+        );
+    }
+
+    #[test]
+    fn a_named_call_calls_that_tool_with_its_input_then_says_what_it_answered() {
+        let input =
+            r#"Please call `mcp__files__read_text_file` with {"path": "/srv/notes.txt"} now"#;
+        let mut offered = tools();
+        offered.push(ToolSchema {
+            name: "mcp__files__read_text_file".into(),
+            description: String::new(),
+            parameters: json!({}),
+        });
+        let mut history = vec![Message::new(Role::User, input)];
+        let ask = |history: &[Message]| {
+            reply_to(&ModelRequest {
+                messages: history.to_vec(),
+                tools: offered.clone(),
+                purpose: Purpose::Turn,
+            })
+        };
+        let first = ask(&history);
+        assert_eq!(first.tool_calls.len(), 1);
+        assert_eq!(first.tool_calls[0].name, "mcp__files__read_text_file");
+        assert_eq!(
+            first.tool_calls[0].arguments,
+            json!({"path": "/srv/notes.txt"})
+        );
+        history.push(Message::assistant("", first.tool_calls.clone()));
+        history.push(Message::tool_result(
+            &first.tool_calls[0].id,
+            "ship on Friday",
+        ));
+        let second = ask(&history);
+        assert!(second.tool_calls.is_empty());
+        assert_eq!(
+            second.text,
+            "mcp__files__read_text_file answered: ship on Friday"
+        );
+        // A tool that is not offered, or an input that is not an object, is not called.
+        assert_eq!(named_call("call `x` with [1]"), None);
+        assert_eq!(named_call("call `` with {}"), None);
+        let unknown = "call `mcp__nope__x` with {}";
+        let reply = ask(&[Message::new(Role::User, unknown)]);
+        assert!(
+            reply.tool_calls.iter().all(|c| c.name != "mcp__nope__x"),
+            "{:?}",
+            reply.tool_calls
         );
     }
 

@@ -99,9 +99,12 @@ pub struct SessionRecord {
 /// What a session chose at creation beyond its prompt (a fork inherits it).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SessionOptions {
-    /// The built-in (and MCP) tools it is offered; `None`: all the server offers.
+    /// The built-in tools it is offered; `None`: all the server offers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tools: Option<Vec<String>>,
+    /// The MCP servers whose tools it is offered; `None`: every configured server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp_servers: Option<Vec<String>>,
     /// Its own policy rules, applied with the server's; `always` answers add to them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tool_policy: Vec<Rule>,

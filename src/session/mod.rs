@@ -42,6 +42,7 @@ use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
 use crate::agent::{AgentDeps, AgentSettings};
+use crate::mcp::McpServers;
 use crate::store::writer::Writer;
 use crate::store::{Cluster, Store, StoreError};
 use crate::tools::policy::{ApprovalMode, Rules};
@@ -59,8 +60,10 @@ pub struct ToolPolicy {
 pub struct SessionDeps {
     pub store: Arc<dyn Store>,
     pub writer: Writer,
-    /// The model and the tools the agent loop uses.
+    /// The model and the (built-in) tools the agent loop uses.
     pub agent: AgentDeps,
+    /// The MCP servers, whose tools a run adds to the built-in ones.
+    pub mcp: McpServers,
     pub settings: AgentSettings,
     /// Bytes one artifact may have; a larger file a tool produced is not kept.
     pub max_artifact_bytes: u64,

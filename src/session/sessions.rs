@@ -316,6 +316,8 @@ impl Sessions {
         if self.deps.max_subagent_depth > 0 {
             tools.push(subagents::task_info());
         }
+        let mcp = self.deps.mcp.tools(None);
+        tools.extend(mcp.iter().map(|tool| ToolInfo::of(tool.as_ref())));
         tools
     }
 
@@ -335,14 +337,39 @@ impl Sessions {
                 .filter(|name| !(subagents && name.as_str() == subagents::TASK))
                 .collect();
             if let Err(unknown) = server.select(&workspace_tools) {
+                let mcp = if unknown.0.iter().any(|t| t.starts_with(crate::mcp::PREFIX)) {
+                    "; MCP tools are chosen by server, with mcp_servers"
+                } else {
+                    ""
+                };
                 return Err(SessionError::BadInput(format!(
-                    "tools names tools this server does not offer: {} (it offers {})",
+                    "tools names tools this server does not offer: {} (it offers {}{mcp})",
                     unknown.0.join(", "),
                     server.names().join(", ")
                 )));
             }
             let mut seen = std::collections::HashSet::new();
             tools.retain(|name| seen.insert(name.clone()));
+        }
+        if let Some(chosen) = &options.mcp_servers {
+            let known = self.deps.mcp.names();
+            let mut unknown: Vec<&str> = chosen
+                .iter()
+                .map(String::as_str)
+                .filter(|name| !known.contains(name))
+                .collect();
+            if !unknown.is_empty() {
+                unknown.sort_unstable();
+                unknown.dedup();
+                let has = match known.is_empty() {
+                    true => "it has none".to_string(),
+                    false => format!("it has {}", known.join(", ")),
+                };
+                return Err(SessionError::BadInput(format!(
+                    "mcp_servers names MCP servers this server does not have: {} ({has})",
+                    unknown.join(", ")
+                )));
+            }
         }
         Rules::compile(options.tool_policy.clone())
             .map_err(|e| SessionError::BadInput(format!("tool_policy: {e}")))?;
@@ -365,6 +392,7 @@ impl Sessions {
             if server.get(&tool.name).is_some()
                 || crate::tools::builtin::NAMES.contains(&tool.name.as_str())
                 || tool.name == subagents::TASK
+                || tool.name.starts_with(crate::mcp::PREFIX)
             {
                 return Err(SessionError::BadInput(format!(
                     "client tool name {:?} clashes with a server tool of that name (the built-in tools' names are always taken)",

@@ -65,6 +65,25 @@ pub struct ToolInfo {
     pub reason: Option<String>,
 }
 
+impl ToolInfo {
+    /// How `tool` is listed now.
+    pub fn of(tool: &dyn Tool) -> ToolInfo {
+        let reason = match tool.availability() {
+            Availability::Available => None,
+            Availability::Unavailable { reason } => Some(reason),
+        };
+        ToolInfo {
+            name: tool.name().to_owned(),
+            description: tool.description(),
+            input_schema: tool.input_schema(),
+            source: tool.source(),
+            server: tool.server().map(str::to_owned),
+            available: reason.is_none(),
+            reason,
+        }
+    }
+}
+
 #[derive(Clone)]
 pub struct ToolRegistry {
     tools: Vec<Arc<dyn Tool>>,
@@ -152,21 +171,7 @@ impl ToolRegistry {
     pub fn list(&self) -> Vec<ToolInfo> {
         self.tools
             .iter()
-            .map(|tool| {
-                let reason = match tool.availability() {
-                    Availability::Available => None,
-                    Availability::Unavailable { reason } => Some(reason),
-                };
-                ToolInfo {
-                    name: tool.name().to_owned(),
-                    description: tool.description(),
-                    input_schema: tool.input_schema(),
-                    source: tool.source(),
-                    server: tool.server().map(str::to_owned),
-                    available: reason.is_none(),
-                    reason,
-                }
-            })
+            .map(|tool| ToolInfo::of(tool.as_ref()))
             .collect()
     }
 

@@ -15,6 +15,8 @@
 //!   request they receive, that each tool call is answered by a tool result.
 //! - [`database`]: SQL on the server's own database, on either backend, for what only the
 //!   tables show (copies of stored bytes, the room rows take).
+//! - [`scripted`]: a server on a fake model that scripts tool calls, and helpers to read what
+//!   the calls answered.
 //! - [`checks`]: what the suites assert about logs and histories (seq contiguity, terminal
 //!   events, tool-call pairing, percentiles), and [`fixtures`]: the workspace the mock reads.
 //!
@@ -29,6 +31,7 @@ pub mod database;
 pub mod fakes;
 pub mod fixtures;
 pub mod postgres;
+pub mod scripted;
 pub mod server;
 pub mod sse;
 

@@ -277,15 +277,16 @@ impl SessionActor {
         self.drive(run, begin, inbox).await
     }
 
-    /// The tools a run of this session is offered: the server's (narrowed to the session's
-    /// choice), `task` above the deepest sub-agent level, and the session's client tools.
+    /// The tools a run of this session is offered: the server's built-in tools and the tools
+    /// of its MCP servers as they are now (each narrowed to the session's choice), `task` above
+    /// the deepest sub-agent level, and the session's client tools.
     fn run_tools(&self, record: &SessionRecord, children: &Arc<Children>) -> ToolRegistry {
         let server = &self.deps.agent.tools;
         let chosen = match &record.options.tools {
             Some(names) => server.keep(names),
             None => server.clone(),
         };
-        let mut more: Vec<Arc<dyn Tool>> = Vec::new();
+        let mut more = self.deps.mcp.tools(record.options.mcp_servers.as_deref());
         let narrowed_out = record
             .options
             .tools
@@ -305,7 +306,8 @@ impl SessionActor {
                 .iter()
                 .map(|t| Arc::new(ClientSide(t.clone())) as Arc<dyn Tool>),
         );
-        // Names were checked against the server's tools when the session was created.
+        // Names were checked against the server's tools when the session was created, and MCP
+        // tools have a prefix that no other tool may use.
         chosen.with(more).unwrap_or(chosen)
     }
 

@@ -1,0 +1,229 @@
+//! MCP tools called by the model: text answers, `isError` results, images and embedded
+//! resources, over stdio and streamable HTTP; the default policy, which asks a human first;
+//! and the environment a server runs with.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::fixture::serve_http;
+use crate::support::TestServer;
+use crate::{
+    allow_all, call, config_args, model_calling, options, outcome, scratch, start, stdio_server,
+    strs, wait_tool,
+};
+
+const READY: Duration = Duration::from_secs(20);
+
+/// The calls every transport is checked with, as `(call id, tool, input)`.
+fn calls_of(server: &str) -> Vec<crate::support::fakes::FakeToolCall> {
+    let tool = |name: &str| format!("mcp__{server}__{name}");
+    vec![
+        call("echo", &tool("echo"), json!({"text": "hello over MCP"})),
+        call(
+            "fail",
+            &tool("fail"),
+            json!({"message": "the disk is on fire"}),
+        ),
+        call("image", &tool("image"), json!({})),
+        call("resource", &tool("resource"), json!({})),
+    ]
+}
+
+/// Checks what the calls of [`calls_of`] answered, as events and as the model saw them.
+fn check_outcomes(events: &[Value], model_saw: &Value) {
+    assert_eq!(
+        outcome(events, "echo"),
+        ("hello over MCP".to_string(), false)
+    );
+    let (failed, is_error) = outcome(events, "fail");
+    assert!(is_error, "isError is a tool error: {failed}");
+    assert!(failed.contains("the disk is on fire"), "{failed}");
+    let (image, is_error) = outcome(events, "image");
+    assert!(!is_error, "{image}");
+    assert_eq!(
+        image,
+        format!(
+            "a transparent pixel\n[image (image/png, {} bytes)]",
+            crate::fixture::PNG.len()
+        ),
+        "the image is described after the text"
+    );
+    let (resource, is_error) = outcome(events, "resource");
+    assert!(!is_error, "{resource}");
+    assert_eq!(
+        resource,
+        "[resource memo://fixture/notes (text/plain, 24 bytes)]\nthe notes of the fixture",
+        "a text resource is described, and its text given"
+    );
+    // The model is given what the events recorded.
+    let results: Vec<&Value> = model_saw["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .collect();
+    assert_eq!(results.len(), 4, "{model_saw}");
+    let echoed = results
+        .iter()
+        .find(|m| m["tool_call_id"] == "echo")
+        .expect("the echo result");
+    assert_eq!(echoed["content"], "hello over MCP");
+    let pictured = results
+        .iter()
+        .find(|m| m["tool_call_id"] == "image")
+        .expect("the image result");
+    assert_eq!(pictured["content"], image);
+}
+
+pub async fn text_errors_images_and_resources_over_stdio() {
+    let (dir, _) = scratch();
+    let policy = allow_all(dir.path());
+    let model = model_calling(calls_of("local")).await;
+    let mut args = config_args(dir.path(), json!({"local": stdio_server(json!({}))}));
+    args.extend(["--tool-policy".into(), policy]);
+    let server = start(&model, &strs(&args)).await;
+    wait_tool(&server, "mcp__local__echo", true, READY).await;
+    let id = server.create_session().await;
+    let result = server.run_wait(&id, "use the tools").await;
+    assert_eq!(result["status"], "completed", "{result}");
+    check_outcomes(&server.events(&id).await, &model.body(1));
+
+    // The image and the resource are kept as the session's artifacts, the bytes as sent.
+    let listed = server.get_ok(&format!("/v1/sessions/{id}/artifacts")).await;
+    let artifacts = listed["data"].as_array().expect("artifacts");
+    assert_eq!(artifacts.len(), 2, "{listed}");
+    let image = artifacts
+        .iter()
+        .find(|a| a["media_type"] == "image/png")
+        .unwrap_or_else(|| panic!("no image artifact: {listed}"));
+    assert_eq!(image["size"], crate::fixture::PNG.len(), "{image}");
+    assert!(
+        image["path"]
+            .as_str()
+            .is_some_and(|p| p.starts_with("mcp/local/image/")),
+        "{image}"
+    );
+    let content = server
+        .get(&format!(
+            "/v1/sessions/{id}/artifacts/{}/content",
+            image["id"].as_str().expect("id")
+        ))
+        .await;
+    assert_eq!(content.status, reqwest::StatusCode::OK);
+    assert_eq!(content.bytes.as_ref(), crate::fixture::PNG);
+    assert!(
+        artifacts
+            .iter()
+            .any(|a| a["media_type"] == "text/plain" && a["size"] == 24),
+        "{listed}"
+    );
+}
+
+pub async fn calls_over_streamable_http() {
+    let (dir, _) = scratch();
+    let web = serve_http(None).await;
+    let policy = allow_all(dir.path());
+    let model = model_calling(calls_of("web")).await;
+    let mut args = config_args(dir.path(), json!({"web": {"type": "http", "url": web.url}}));
+    args.extend(["--tool-policy".into(), policy]);
+    let server = start(&model, &strs(&args)).await;
+    wait_tool(&server, "mcp__web__echo", true, READY).await;
+    let id = server.create_session().await;
+    let result = server.run_wait(&id, "use the tools").await;
+    assert_eq!(result["status"], "completed", "{result}");
+    check_outcomes(&server.events(&id).await, &model.body(1));
+}
+
+pub async fn an_mcp_tool_asks_for_approval_by_default() {
+    let (dir, _) = scratch();
+    let input = json!({"text": "may I?"});
+    let model = model_calling(vec![call("e1", "mcp__local__echo", input.clone())]).await;
+    let args = config_args(dir.path(), json!({"local": stdio_server(json!({}))}));
+    let server = start(&model, &strs(&args)).await;
+    wait_tool(&server, "mcp__local__echo", true, READY).await;
+    let id = server.create_session().await;
+    server.start_run(&id, "echo, if allowed").await;
+    let pending = pending_approval(&server, &id).await;
+    assert_eq!(pending["tool"], "mcp__local__echo", "{pending}");
+    assert_eq!(pending["input"], input);
+    assert_eq!(
+        pending["subject"],
+        input.to_string(),
+        "the subject is the input's JSON"
+    );
+    let events = server.events(&id).await;
+    assert!(
+        events
+            .iter()
+            .all(|e| e["type"] != "tool.started" && e["type"] != "tool.finished"),
+        "nothing ran before the answer"
+    );
+    let answer = server
+        .post_json(
+            &format!("/v1/sessions/{id}/approvals/e1"),
+            &json!({"decision": "allow"}),
+        )
+        .await;
+    assert_eq!(answer.status, reqwest::StatusCode::OK, "{}", answer.text());
+    let ended = server
+        .poll_session(&id, "completed", Duration::from_secs(15), |s| {
+            s["state"] == "completed"
+        })
+        .await;
+    assert_eq!(ended["state"], "completed");
+    assert_eq!(
+        outcome(&server.events(&id).await, "e1"),
+        ("may I?".to_string(), false)
+    );
+}
+
+async fn pending_approval(server: &TestServer, id: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let page = server.get_ok(&format!("/v1/sessions/{id}/approvals")).await;
+        if let Some(first) = page["data"].as_array().and_then(|d| d.first()) {
+            return first.clone();
+        }
+        assert!(Instant::now() < deadline, "no approval requested: {page}");
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+}
+
+/// A server gets its configured `env` (with `${VAR}` from tah's environment) and the few
+/// variables every server gets, never tah's own secrets.
+pub async fn a_server_gets_its_env_and_not_tah_s() {
+    let (dir, _) = scratch();
+    let policy = allow_all(dir.path());
+    let env = |id: &str, name: &str| call(id, "mcp__local__env", json!({"name": name}));
+    let model = model_calling(vec![
+        env("greeting", "GREETING"),
+        env("key", "OPENAI_API_KEY"),
+        env("path", "PATH"),
+    ])
+    .await;
+    let mut args = config_args(
+        dir.path(),
+        json!({"local": stdio_server(json!({"GREETING": "hello ${TAH_TEST_MCP_NAME}"}))}),
+    );
+    args.extend(["--tool-policy".into(), policy]);
+    // The binary: ${VAR} is read from the environment of tah's own process.
+    let launch = options(&model, &strs(&args))
+        .process()
+        .env("TAH_TEST_MCP_NAME", "world");
+    let server = TestServer::start(launch).await;
+    wait_tool(&server, "mcp__local__env", true, READY).await;
+    let id = server.create_session().await;
+    assert_eq!(
+        server.run_wait(&id, "read the env").await["status"],
+        "completed"
+    );
+    let events = server.events(&id).await;
+    assert_eq!(outcome(&events, "greeting").0, "hello world");
+    assert_eq!(
+        outcome(&events, "key").0,
+        "<unset>",
+        "tah's provider key stays in tah"
+    );
+    assert_ne!(outcome(&events, "path").0, "<unset>", "PATH is passed on");
+}
