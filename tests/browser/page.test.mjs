@@ -97,6 +97,13 @@ describe("the page on the mock model", () => {
     assert.equal(await done.getAttribute("data-status"), "done");
     assert.match(await done.locator(".resolution").textContent(), /Allowed once/);
     assert.ok(existsSync(join(server.workspace, "notes.md")), "the allowed call wrote the file");
+    // The file is the session's artifact, and its Download link serves the bytes written.
+    const download = page.getByRole("link", { name: "Download" }).first();
+    await download.waitFor({ timeout: 10000 });
+    const href = await download.getAttribute("href");
+    assert.match(href, new RegExp(`^/v1/sessions/${id}/artifacts/[0-9a-f-]+/content$`));
+    const fetched = await page.evaluate(async (url) => (await fetch(url)).text(), href);
+    assert.equal(fetched, "write a note about the demo\n");
     // The approval card is not shown again by a reload (the log is replayed).
     await page.reload();
     await page.waitForSelector("#log[data-caught-up=true]");
@@ -212,12 +219,12 @@ describe("the page on the mock model", () => {
     await page.context().close();
   });
 
-  it("draws thinking, artifacts and sub-agents from their events, and hides Files without the route", async () => {
+  it("draws thinking, artifacts and sub-agents from their events, and offers Files", async () => {
     const page = await openPage(chromium, server);
     const id = await newSession(page, "Newer events");
     await page.waitForSelector("#log[data-caught-up=true]");
-    // This server has no artifact routes yet: the Files button stays hidden.
-    assert.equal(await page.locator("#artifacts-toggle").isHidden(), true);
+    // This server has the artifact routes: the Files button is offered.
+    await page.locator("#artifacts-toggle").waitFor({ state: "visible", timeout: 5000 });
     const artifactId = "01a00000-0000-7000-8000-000000000001";
     const childId = "01a00000-0000-7000-8000-000000000002";
     // Fed through the entry the event stream uses, with the names and fields of the contract.

@@ -144,8 +144,13 @@ impl Cluster for PostgresStore {
 
     async fn renew(&self, owner: Uuid, ttl: Duration) -> StoreResult<Vec<(Uuid, i64)>> {
         let rows = sqlx::query(
+            // The rows are locked in id order, as the writer locks the sessions it updates:
+            // two transactions that update several sessions never wait for each other in a
+            // cycle.
             "UPDATE sessions SET lease_expires_at = now() + make_interval(secs => $2::double precision / 1000) \
-             WHERE lease_owner = $1 AND lease_expires_at > now() RETURNING id, lease_epoch",
+             FROM (SELECT id FROM sessions WHERE lease_owner = $1 AND lease_expires_at > now() \
+                   ORDER BY id FOR NO KEY UPDATE) AS mine \
+             WHERE sessions.id = mine.id RETURNING sessions.id, sessions.lease_epoch",
         )
         .bind(owner)
         .bind(millis(ttl))

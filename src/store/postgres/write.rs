@@ -25,6 +25,7 @@ use crate::store::{StoreResult, WriteOp};
 pub(super) async fn commit(store: &PostgresStore, batch: &[&[WriteOp]]) -> StoreResult<()> {
     let ops: Vec<&WriteOp> = batch.iter().flat_map(|ops| ops.iter()).collect();
     let mut tx = store.pool.begin().await?;
+    lock_updated_sessions(&mut tx, &ops).await?;
     let mut rest = ops.as_slice();
     while !rest.is_empty() {
         // A run of consecutive event inserts (across groups) becomes one statement; order
@@ -43,6 +44,28 @@ pub(super) async fn commit(store: &PostgresStore, batch: &[&[WriteOp]]) -> Store
     }
     cluster::announce_events(&mut tx, store.replica, &ops).await?;
     tx.commit().await?;
+    Ok(())
+}
+
+/// Locks the rows of the sessions the batch updates, in id order, before anything else: a
+/// batch of several sessions (a parent and its sub-agents, or group commit across sessions)
+/// and the lease heartbeat, which locks in the same order, never deadlock.
+async fn lock_updated_sessions(conn: &mut PgConnection, ops: &[&WriteOp]) -> StoreResult<()> {
+    let mut ids: Vec<Uuid> = ops
+        .iter()
+        .filter_map(|op| match op {
+            WriteOp::UpdateSession(s) => Some(s.id),
+            _ => None,
+        })
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    if ids.len() > 1 {
+        sqlx::query("SELECT 1 FROM sessions WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE")
+            .bind(&ids)
+            .execute(&mut *conn)
+            .await?;
+    }
     Ok(())
 }
 
