@@ -311,6 +311,19 @@ pub struct ServeArgs {
     #[arg(long, env = "TAH_MAX_SUBAGENT_DEPTH", default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=8))]
     pub max_subagent_depth: u32,
 
+    /// URL that agent.finished, agent.failed, agent.cancelled, tool.approval-requested and
+    /// tool.client-requested events are POSTed to, signed per the Standard Webhooks spec and
+    /// retried for 24 hours (repeatable; the env var takes a comma-separated list). Needs
+    /// --webhook-secret-env.
+    #[arg(long = "webhook-url", env = "TAH_WEBHOOK_URLS", value_delimiter = ',')]
+    pub webhook_urls: Vec<String>,
+
+    /// Name of the environment variable holding the webhook signing secret, whsec_<base64>
+    /// as the Standard Webhooks spec has it (16 bytes or more). Secrets are never taken from a
+    /// flag value.
+    #[arg(long, env = "TAH_WEBHOOK_SECRET_ENV")]
+    pub webhook_secret_env: Option<String>,
+
     /// Log format.
     #[arg(long, env = "TAH_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,
