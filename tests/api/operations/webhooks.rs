@@ -308,6 +308,42 @@ async fn a_delivery_survives_a_kill_9() {
     assert_eq!(successes, 1, "{:#?}", receiver.hits());
 }
 
+#[tokio::test]
+async fn replicas_deliver_each_event_once() {
+    if !is_postgres() {
+        return; // Replicas share a PostgreSQL database only.
+    }
+    let receiver = Receiver::start(&[]).await;
+    let one = TestServer::start(options(&receiver)).await;
+    let two = TestServer::start(options(&receiver).database_url(one.database_url())).await;
+    let mut runs = Vec::new();
+    for n in 0..8 {
+        let replica = if n % 2 == 0 { &one } else { &two };
+        runs.push(async move {
+            let id = replica.create_session().await;
+            replica.run_wait(&id, "one of many").await;
+            id
+        });
+    }
+    let ids = futures::future::join_all(runs).await;
+    receiver
+        .wait_for("eight deliveries", |h| h.len() >= ids.len())
+        .await;
+    // Both replicas poll the same queue; a claim keeps the other off a row.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let hits = receiver.hits();
+    let mut delivered: Vec<String> = hits.iter().map(|h| h.id.clone()).collect();
+    delivered.sort();
+    let mut expected = Vec::new();
+    for id in &ids {
+        let log = one.events(id).await;
+        let end = log.iter().find(|e| e["type"] == "agent.finished").unwrap();
+        expected.push(format!("{id}:{}", end["seq"]));
+    }
+    expected.sort();
+    assert_eq!(delivered, expected, "each event once: {hits:#?}");
+}
+
 /// `tah serve` with these flags and environment: its exit status and log.
 fn serve(args: &[&str], env: &[(&str, &str)]) -> (std::process::ExitStatus, String) {
     let dir = tempfile::tempdir().unwrap();
