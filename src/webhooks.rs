@@ -356,6 +356,9 @@ mod tests {
         assert_eq!(next_attempt(&delivery(1), 0), Some(2_000));
         assert_eq!(next_attempt(&delivery(3), 10), Some(8_010));
         assert_eq!(next_attempt(&delivery(40), 0), Some(MAX_DELAY_MS));
-        assert_eq!(next_attempt(&delivery(40), RETRY_FOR_MS - MAX_DELAY_MS + 1), None);
+        assert_eq!(
+            next_attempt(&delivery(40), RETRY_FOR_MS - MAX_DELAY_MS + 1),
+            None
+        );
     }
 }

@@ -135,7 +135,9 @@ fn verify(secret: &str, hit: &Hit) -> Result<(), String> {
         .map_err(|_| format!("webhook-timestamp {:?}", hit.timestamp))?;
     let now = chrono::Utc::now().timestamp();
     if (now - timestamp).abs() > 300 {
-        return Err(format!("timestamp {timestamp} is not within 5 minutes of {now}"));
+        return Err(format!(
+            "timestamp {timestamp} is not within 5 minutes of {now}"
+        ));
     }
     let mut mac = Hmac::<Sha256>::new_from_slice(&key).unwrap();
     mac.update(format!("{}.{}.{}", hit.id, hit.timestamp, hit.body).as_bytes());
@@ -148,7 +150,10 @@ fn verify(secret: &str, hit: &Hit) -> Result<(), String> {
     if matches {
         Ok(())
     } else {
-        Err(format!("signature {:?} is not v1,{expected}", hit.signature))
+        Err(format!(
+            "signature {:?} is not v1,{expected}",
+            hit.signature
+        ))
     }
 }
 
@@ -173,7 +178,9 @@ async fn a_finished_run_is_delivered_signed_with_the_whole_event() {
     assert_eq!(result["status"], "completed", "{result}");
 
     let hits = receiver
-        .wait_for("agent.finished", |h| !of_type(h, "agent.finished").is_empty())
+        .wait_for("agent.finished", |h| {
+            !of_type(h, "agent.finished").is_empty()
+        })
         .await;
     let hit = of_type(&hits, "agent.finished")[0].clone();
     verify(SECRET, &hit).unwrap_or_else(|e| panic!("{e}: {hit:#?}"));
@@ -232,11 +239,18 @@ async fn an_approval_and_a_cancel_are_delivered() {
     let hit = of_type(&hits, "tool.approval-requested")[0].clone();
     verify(SECRET, &hit).unwrap_or_else(|e| panic!("{e}: {hit:#?}"));
     assert_eq!(hit.json()["data"]["session_id"], id.as_str());
-    assert_eq!(hit.json()["data"]["data"]["tool"], "write_file", "{}", hit.body);
+    assert_eq!(
+        hit.json()["data"]["data"]["tool"],
+        "write_file",
+        "{}",
+        hit.body
+    );
 
     server.cancel(&id).await;
     let hits = receiver
-        .wait_for("agent.cancelled", |h| !of_type(h, "agent.cancelled").is_empty())
+        .wait_for("agent.cancelled", |h| {
+            !of_type(h, "agent.cancelled").is_empty()
+        })
         .await;
     let hit = of_type(&hits, "agent.cancelled")[0].clone();
     verify(SECRET, &hit).unwrap_or_else(|e| panic!("{e}: {hit:#?}"));
