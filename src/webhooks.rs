@@ -52,6 +52,9 @@ const FIRST_DELAY_MS: i64 = 1_000;
 const MAX_DELAY_MS: i64 = 3_600_000;
 /// Retries stop this long after the event.
 const RETRY_FOR_MS: i64 = 24 * 3_600_000;
+/// How long the delivery log keeps a delivery made or given up, and how often it is pruned.
+const KEEP_MS: i64 = 7 * 24 * 3_600_000;
+const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 
 /// The signing secret: the bytes of a Standard Webhooks `whsec_<base64>` secret.
 #[derive(Clone, PartialEq, Eq)]
@@ -140,7 +143,13 @@ pub fn start(
     tracing::info!(urls = settings.urls.len(), "webhooks on");
     tokio::spawn(async move {
         let mut failing = false;
+        let mut pruned = tokio::time::Instant::now();
+        dispatcher.prune().await;
         while !shutdown.is_cancelled() {
+            if pruned.elapsed() >= PRUNE_EVERY {
+                pruned = tokio::time::Instant::now();
+                dispatcher.prune().await;
+            }
             let claimed = tokio::select! {
                 _ = shutdown.cancelled() => break,
                 claimed = dispatcher.claim() => claimed,
@@ -189,6 +198,18 @@ impl Dispatcher {
         queue
             .claim_deliveries(&self.claim, now, now + CLAIM_MS, BATCH)
             .await
+    }
+
+    /// Forgets the deliveries older than the log keeps.
+    async fn prune(&self) {
+        let Some(queue) = self.store.webhooks() else {
+            return;
+        };
+        match queue.purge_deliveries(now_ms() - KEEP_MS).await {
+            Ok(0) => {}
+            Ok(count) => tracing::debug!(count, "pruned the webhook delivery log"),
+            Err(error) => tracing::warn!(%error, "cannot prune the webhook delivery log"),
+        }
     }
 
     /// One attempt of one delivery, and its outcome recorded.

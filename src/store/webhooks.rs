@@ -60,6 +60,8 @@ pub trait WebhookQueue: Send + Sync {
         error: &str,
         next: Option<i64>,
     ) -> StoreResult<()>;
+    /// Forgets the deliveries made or given up that were queued before `before`.
+    async fn purge_deliveries(&self, before: i64) -> StoreResult<u64>;
     /// The delivery log, oldest first.
     async fn deliveries(&self, limit: i64) -> StoreResult<Vec<DeliveryStatus>>;
 }
@@ -97,6 +99,8 @@ pub(super) mod sql {
          SET status = 'failed', attempts = attempts + 1, last_error = $3, \
              claim = NULL, claimed_until = 0 \
          WHERE id = $1 AND claim = $2";
+    pub const PURGE: &str =
+        "DELETE FROM webhook_deliveries WHERE status <> 'pending' AND created_at < $1";
     pub const LOG: &str = "SELECT {session_id} AS session_id, seq, url, status, attempts, \
          last_error, delivered_at FROM webhook_deliveries ORDER BY id LIMIT $1";
 
@@ -247,6 +251,15 @@ macro_rules! webhook_queue_over_pool {
                     }
                 };
                 Ok(())
+            }
+
+            async fn purge_deliveries(&self, before: i64) -> $crate::store::StoreResult<u64> {
+                let q = $sql;
+                let done = sqlx::query(&q($crate::store::webhooks::sql::PURGE))
+                    .bind(before)
+                    .execute(&self.pool)
+                    .await?;
+                Ok(done.rows_affected())
             }
 
             async fn deliveries(
