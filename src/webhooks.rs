@@ -2,8 +2,9 @@
 //! `tool.approval-requested` and `tool.client-requested` are POSTed to every `--webhook-url`,
 //! signed per the Standard Webhooks spec, at least once.
 //!
-//! Nothing here decides what is delivered: a trigger of the database queues a delivery row for
-//! each such event and each configured URL in the very transaction that commits the event
+//! Nothing here decides what is delivered: a trigger of the database (created at start only
+//! when URLs are configured) queues a delivery row for each such event and each configured
+//! URL in the very transaction that commits the event
 //! (`migrations/*/0007_webhooks.sql`, `store::webhooks`), so a delivery cannot be lost between
 //! the commit and the dispatcher, whatever kills the process. The dispatcher claims due rows
 //! (on PostgreSQL with `FOR UPDATE SKIP LOCKED` and a claim that lapses, so one replica

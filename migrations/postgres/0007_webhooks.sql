@@ -1,7 +1,9 @@
 -- Webhooks. `webhook_endpoints` holds the URLs the replicas were started with
 -- (`--webhook-url`; replaced at every start). Every event of a delivered type is queued for
 -- each of them in the transaction that commits the event, so a delivery is never lost, whatever
--- stops a replica: the trigger is the cursor over the event log. `webhook_deliveries` is the
+-- stops a replica: the trigger `webhook_deliveries_enqueue` on `events` is the cursor over the
+-- event log. It is created at start when URLs are configured and dropped when none are
+-- (`store/webhooks.rs`), so a server without webhooks pays nothing per event. `webhook_deliveries` is the
 -- queue and the delivery log: `status` is pending, delivered or failed (given up after 24 hours
 -- of retries); the replica delivering a row holds it with `claim` until `claimed_until`, so one
 -- replica delivers each. Times are Unix milliseconds.
@@ -39,9 +41,3 @@ BEGIN
     RETURN NULL;
 END
 $$;
-
-CREATE TRIGGER webhook_deliveries_enqueue AFTER INSERT ON events
-FOR EACH ROW
-WHEN (NEW.type IN ('agent.finished', 'agent.failed', 'agent.cancelled',
-                   'tool.approval-requested', 'tool.client-requested'))
-EXECUTE FUNCTION webhook_deliveries_enqueue();

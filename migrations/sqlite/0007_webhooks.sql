@@ -1,7 +1,9 @@
 -- Webhooks. `webhook_endpoints` holds the URLs the server was started with (`--webhook-url`;
 -- replaced at every start). Every event of a delivered type is queued for each of them in the
 -- transaction that commits the event, so a delivery is never lost, whatever stops the process:
--- the trigger is the cursor over the event log. `webhook_deliveries` is the queue and the
+-- the trigger `webhook_deliveries_enqueue` on `events` is the cursor over the event log. It is
+-- created at start when URLs are configured and dropped when none are (`store/webhooks.rs`),
+-- so a server without webhooks pays nothing per event. `webhook_deliveries` is the queue and the
 -- delivery log: `status` is pending, delivered or failed (given up after 24 hours of retries);
 -- a process delivering a row holds it with `claim` until `claimed_until`. Times are Unix
 -- milliseconds.
@@ -27,15 +29,3 @@ CREATE TABLE webhook_deliveries (
 );
 CREATE INDEX webhook_deliveries_due ON webhook_deliveries (next_attempt_at)
     WHERE status = 'pending';
-
-CREATE TRIGGER webhook_deliveries_enqueue AFTER INSERT ON events
-WHEN NEW.type IN ('agent.finished', 'agent.failed', 'agent.cancelled',
-                  'tool.approval-requested', 'tool.client-requested')
-BEGIN
-    INSERT OR IGNORE INTO webhook_deliveries
-        (session_id, seq, event_type, url, next_attempt_at, created_at)
-    SELECT NEW.session_id, NEW.seq, NEW.type, url,
-           CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER),
-           CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
-    FROM webhook_endpoints;
-END;

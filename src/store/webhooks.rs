@@ -1,6 +1,6 @@
 //! The webhook queue as stored (`migrations/*/0007_webhooks.sql`): the endpoints the server
 //! was started with, and one delivery row per event and endpoint, queued by a trigger in the
-//! transaction that commits the event. `crate::webhooks` delivers them; this is only the
+//! transaction that commits the event (made here, at start, only when there are endpoints). `crate::webhooks` delivers them; this is only the
 //! table, with the same semantics on both backends. Times are Unix milliseconds.
 
 use async_trait::async_trait;
@@ -69,6 +69,29 @@ pub trait WebhookQueue: Send + Sync {
 /// The statements, written for PostgreSQL (`$n`); SQLite takes them through `sqlite()`.
 pub(super) mod sql {
     pub const CLEAR_ENDPOINTS: &str = "DELETE FROM webhook_endpoints";
+    pub const DROP_TRIGGER: &str = "DROP TRIGGER IF EXISTS webhook_deliveries_enqueue {on_events}";
+    /// Made by `sqlite()` or `postgres()`: the trigger of the backend.
+    pub const CREATE_TRIGGER: &str = "{create_trigger}";
+    /// The condition on an event's type: comparisons, not `IN (…)`, which costs SQLite a
+    /// temporary table per row.
+    pub const DELIVERED_TYPE: &str = "NEW.type = 'agent.finished' OR NEW.type = 'agent.failed' \
+         OR NEW.type = 'agent.cancelled' OR NEW.type = 'tool.approval-requested' \
+         OR NEW.type = 'tool.client-requested'";
+    /// The trigger that queues the deliveries of an event, in the event's transaction.
+    pub const SQLITE_TRIGGER: &str = "CREATE TRIGGER webhook_deliveries_enqueue \
+         AFTER INSERT ON events WHEN {delivered} \
+         BEGIN \
+             INSERT OR IGNORE INTO webhook_deliveries \
+                 (session_id, seq, event_type, url, next_attempt_at, created_at) \
+             SELECT NEW.session_id, NEW.seq, NEW.type, url, \
+                    CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), \
+                    CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) \
+             FROM webhook_endpoints; \
+         END";
+    /// The function it runs is made by the migration.
+    pub const POSTGRES_TRIGGER: &str = "CREATE TRIGGER webhook_deliveries_enqueue \
+         AFTER INSERT ON events FOR EACH ROW WHEN ({delivered}) \
+         EXECUTE FUNCTION webhook_deliveries_enqueue()";
     pub const ADD_ENDPOINT: &str =
         "INSERT INTO webhook_endpoints (url) VALUES ($1) ON CONFLICT (url) DO NOTHING";
     pub const DROP_STALE: &str = "UPDATE webhook_deliveries \
@@ -106,7 +129,11 @@ pub(super) mod sql {
 
     /// The statement for SQLite: numbered `?n` parameters, ids as they are stored (text).
     pub fn sqlite(statement: &str) -> String {
+        if statement == CREATE_TRIGGER {
+            return SQLITE_TRIGGER.replace("{delivered}", DELIVERED_TYPE);
+        }
         statement
+            .replace(" {on_events}", "")
             .replace('$', "?")
             .replace(" {lock}", "")
             .replace("{session_id}", "session_id")
@@ -114,7 +141,11 @@ pub(super) mod sql {
 
     /// The statement for PostgreSQL: ids read as text.
     pub fn postgres(statement: &str) -> String {
+        if statement == CREATE_TRIGGER {
+            return POSTGRES_TRIGGER.replace("{delivered}", DELIVERED_TYPE);
+        }
         statement
+            .replace("{on_events}", "ON events")
             .replace("{lock}", "FOR UPDATE SKIP LOCKED")
             .replace("{session_id}", "session_id::text")
     }
@@ -146,6 +177,14 @@ macro_rules! webhook_queue_over_pool {
                 for url in urls {
                     sqlx::query(&q(sql::ADD_ENDPOINT))
                         .bind(url)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                // Events are queued only while URLs are configured: without any, no trigger
+                // costs anything per event.
+                sqlx::query(&q(sql::DROP_TRIGGER)).execute(&mut *tx).await?;
+                if !urls.is_empty() {
+                    sqlx::query(&q(sql::CREATE_TRIGGER))
                         .execute(&mut *tx)
                         .await?;
                 }

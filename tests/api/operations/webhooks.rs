@@ -323,6 +323,36 @@ async fn a_delivery_survives_a_kill_9() {
 }
 
 #[tokio::test]
+async fn a_server_started_without_webhooks_queues_nothing() {
+    let receiver = Receiver::start(&[]).await;
+    let mut server = TestServer::start(options(&receiver)).await;
+    let id = server.create_session().await;
+    server.run_wait(&id, "hooked").await;
+    receiver
+        .wait_for("the first delivery", |h| !h.is_empty())
+        .await;
+
+    server.restart_with(ServerOptions::new()).await;
+    server.run_wait(&id, "not hooked").await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(receiver.hits().len(), 1, "{:#?}", receiver.hits());
+    let queued = "SELECT COUNT(*) FROM webhook_deliveries";
+    assert_eq!(
+        server.query_i64(queued).await,
+        1,
+        "nothing queued without a URL"
+    );
+
+    // Configured again, later events are delivered again.
+    server.restart_with(options(&receiver)).await;
+    server.run_wait(&id, "hooked again").await;
+    receiver
+        .wait_for("the delivery after the restart", |h| h.len() == 2)
+        .await;
+    assert_eq!(server.query_i64(queued).await, 2);
+}
+
+#[tokio::test]
 async fn replicas_deliver_each_event_once() {
     if !is_postgres() {
         return; // Replicas share a PostgreSQL database only.
