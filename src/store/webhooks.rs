@@ -77,8 +77,14 @@ pub(super) mod sql {
     pub const DELIVERED_TYPE: &str = "NEW.type = 'agent.finished' OR NEW.type = 'agent.failed' \
          OR NEW.type = 'agent.cancelled' OR NEW.type = 'tool.approval-requested' \
          OR NEW.type = 'tool.client-requested'";
+    /// Whether the trigger exists (a count, 0 or 1).
+    pub const HAS_TRIGGER: &str = "{has_trigger}";
+    const SQLITE_HAS_TRIGGER: &str = "SELECT COUNT(*) FROM sqlite_master \
+         WHERE type = 'trigger' AND name = 'webhook_deliveries_enqueue'";
+    const POSTGRES_HAS_TRIGGER: &str = "SELECT COUNT(*) FROM pg_trigger \
+         WHERE tgname = 'webhook_deliveries_enqueue' AND tgrelid = 'events'::regclass";
     /// The trigger that queues the deliveries of an event, in the event's transaction.
-    pub const SQLITE_TRIGGER: &str = "CREATE TRIGGER webhook_deliveries_enqueue \
+    pub const SQLITE_TRIGGER: &str = "CREATE TRIGGER IF NOT EXISTS webhook_deliveries_enqueue \
          AFTER INSERT ON events WHEN {delivered} \
          BEGIN \
              INSERT OR IGNORE INTO webhook_deliveries \
@@ -88,8 +94,9 @@ pub(super) mod sql {
                     CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) \
              FROM webhook_endpoints; \
          END";
-    /// The function it runs is made by the migration.
-    pub const POSTGRES_TRIGGER: &str = "CREATE TRIGGER webhook_deliveries_enqueue \
+    /// The function it runs is made by the migration. `OR REPLACE` (PostgreSQL 14 and later)
+    /// lets two replicas that start at once both make it.
+    pub const POSTGRES_TRIGGER: &str = "CREATE OR REPLACE TRIGGER webhook_deliveries_enqueue \
          AFTER INSERT ON events FOR EACH ROW WHEN ({delivered}) \
          EXECUTE FUNCTION webhook_deliveries_enqueue()";
     pub const ADD_ENDPOINT: &str =
@@ -132,6 +139,9 @@ pub(super) mod sql {
         if statement == CREATE_TRIGGER {
             return SQLITE_TRIGGER.replace("{delivered}", DELIVERED_TYPE);
         }
+        if statement == HAS_TRIGGER {
+            return SQLITE_HAS_TRIGGER.to_string();
+        }
         statement
             .replace(" {on_events}", "")
             .replace('$', "?")
@@ -143,6 +153,9 @@ pub(super) mod sql {
     pub fn postgres(statement: &str) -> String {
         if statement == CREATE_TRIGGER {
             return POSTGRES_TRIGGER.replace("{delivered}", DELIVERED_TYPE);
+        }
+        if statement == HAS_TRIGGER {
+            return POSTGRES_HAS_TRIGGER.to_string();
         }
         statement
             .replace("{on_events}", "ON events")
@@ -181,12 +194,17 @@ macro_rules! webhook_queue_over_pool {
                         .await?;
                 }
                 // Events are queued only while URLs are configured: without any, no trigger
-                // costs anything per event.
-                sqlx::query(&q(sql::DROP_TRIGGER)).execute(&mut *tx).await?;
-                if !urls.is_empty() {
+                // costs anything per event. The trigger is made or dropped only when that
+                // changes (dropping one locks the events table on PostgreSQL).
+                let exists: i64 = sqlx::query_scalar(&q(sql::HAS_TRIGGER))
+                    .fetch_one(&mut *tx)
+                    .await?;
+                if !urls.is_empty() && exists == 0 {
                     sqlx::query(&q(sql::CREATE_TRIGGER))
                         .execute(&mut *tx)
                         .await?;
+                } else if urls.is_empty() && exists > 0 {
+                    sqlx::query(&q(sql::DROP_TRIGGER)).execute(&mut *tx).await?;
                 }
                 sqlx::query(&q(sql::DROP_STALE))
                     .bind(now)
