@@ -328,6 +328,19 @@ pub struct ServeArgs {
     #[arg(long = "mcp-handshake-timeout-s", env = "TAH_MCP_HANDSHAKE_TIMEOUT_S", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub mcp_handshake_timeout_secs: u64,
 
+    /// URL that agent.finished, agent.failed, agent.cancelled, tool.approval-requested and
+    /// tool.client-requested events are POSTed to, signed per the Standard Webhooks spec and
+    /// retried for 24 hours (repeatable; the env var takes a comma-separated list). Needs
+    /// --webhook-secret-env.
+    #[arg(long = "webhook-url", env = "TAH_WEBHOOK_URLS", value_delimiter = ',')]
+    pub webhook_urls: Vec<String>,
+
+    /// Name of the environment variable holding the webhook signing secret, whsec_<base64>
+    /// as the Standard Webhooks spec has it (16 bytes or more). Secrets are never taken from a
+    /// flag value.
+    #[arg(long, env = "TAH_WEBHOOK_SECRET_ENV")]
+    pub webhook_secret_env: Option<String>,
+
     /// Log format.
     #[arg(long, env = "TAH_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,

@@ -16,6 +16,7 @@ use crate::mcp::{McpConfig, McpConfigError, McpSettings};
 use crate::model::Rule;
 use crate::tools::builtin::shell::ShellSettings;
 use crate::tools::policy::{ApprovalMode, Rules};
+use crate::webhooks::{WebhookSecret, WebhookSettings};
 
 /// Why a configuration was refused.
 #[derive(Debug, thiserror::Error)]
@@ -47,6 +48,17 @@ pub enum ConfigError {
 
     #[error("--mcp-config {path}: {why}")]
     Mcp { path: String, why: String },
+    #[error("--webhook-url {url:?} is not an http or https URL ({reason})")]
+    WebhookUrl { url: String, reason: String },
+    #[error(
+        "--webhook-url needs --webhook-secret-env NAME, the environment variable that holds \
+         the signing secret (whsec_<base64>)"
+    )]
+    WebhookSecretMissing,
+    #[error("--webhook-secret-env {0}: the environment variable {0} is not set")]
+    WebhookSecretUnset(String),
+    #[error("--webhook-secret-env {name}: the secret in {name} is unusable: {reason}")]
+    WebhookSecretInvalid { name: String, reason: &'static str },
 }
 
 /// The smallest thinking budget Anthropic accepts.
@@ -120,6 +132,7 @@ pub struct Settings {
     max_subagent_depth: u32,
     mcp: McpConfig,
     mcp_settings: McpSettings,
+    webhooks: Option<WebhookSettings>,
 }
 
 impl Settings {
@@ -178,6 +191,7 @@ impl Settings {
             Some(path) => read_mcp_config(path)?,
             None => McpConfig::default(),
         };
+        let webhooks = webhook_settings(&args.webhook_urls, args.webhook_secret_env.as_deref())?;
         let provider = args.provider.unwrap_or_else(default_provider);
         let model = ModelSettings {
             provider,
@@ -241,6 +255,7 @@ impl Settings {
                 call_timeout: Duration::from_secs(args.mcp_timeout_secs),
                 handshake_timeout: Duration::from_secs(args.mcp_handshake_timeout_secs),
             },
+            webhooks,
         })
     }
 
@@ -283,6 +298,12 @@ impl Settings {
     /// Sessions at this sub-agent depth are not offered `task`.
     pub fn max_subagent_depth(&self) -> u32 {
         self.max_subagent_depth
+    }
+
+    /// Where webhooks go and their secret (`--webhook-url`, `--webhook-secret-env`); `None`
+    /// when no URL is given.
+    pub fn webhooks(&self) -> Option<&WebhookSettings> {
+        self.webhooks.as_ref()
     }
 
     /// Host names answered besides the loopback names and the listen address.
@@ -433,6 +454,57 @@ fn api_key(api_key_env: Option<&str>, provider: Provider) -> Option<Secret> {
 }
 
 /// The rules of a `--tool-policy` file, checked (their globs compile).
+/// Checks the webhook URLs and reads the secret they need from the environment.
+fn webhook_settings(
+    urls: &[String],
+    secret_env: Option<&str>,
+) -> Result<Option<WebhookSettings>, ConfigError> {
+    let urls: Vec<String> = urls
+        .iter()
+        .map(|u| u.trim().to_string())
+        .filter(|u| !u.is_empty())
+        .collect();
+    if urls.is_empty() {
+        return Ok(None);
+    }
+    for url in &urls {
+        let fail = |reason: String| ConfigError::WebhookUrl {
+            url: url.clone(),
+            reason,
+        };
+        let parsed = reqwest::Url::parse(url).map_err(|e| fail(e.to_string()))?;
+        if !matches!(parsed.scheme(), "http" | "https") {
+            return Err(fail(format!("the scheme is {}", parsed.scheme())));
+        }
+        if parsed.host_str().is_none_or(str::is_empty) {
+            return Err(fail("no host".into()));
+        }
+    }
+    let name = secret_env
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .ok_or(ConfigError::WebhookSecretMissing)?;
+    let value = std::env::var(name)
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .ok_or_else(|| ConfigError::WebhookSecretUnset(name.to_string()))?;
+    let secret =
+        WebhookSecret::parse(&value).map_err(|reason| ConfigError::WebhookSecretInvalid {
+            name: name.to_string(),
+            reason,
+        })?;
+    let mut unique = Vec::new();
+    for url in urls {
+        if !unique.contains(&url) {
+            unique.push(url);
+        }
+    }
+    Ok(Some(WebhookSettings {
+        urls: unique,
+        secret,
+    }))
+}
+
 fn read_policy(path: &Path) -> Result<Vec<Rule>, ConfigError> {
     let fail = |why: String| ConfigError::Policy {
         path: path.display().to_string(),

@@ -57,3 +57,4 @@ pub mod runtime;
 pub mod session;
 pub mod store;
 pub mod tools;
+pub mod webhooks;

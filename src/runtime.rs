@@ -79,6 +79,15 @@ impl Runtime {
         let model = model_client(config)?;
         let replica = crate::model::new_id();
         let opened = store::open(config.database_url(), replica).await?;
+        // Before anything is written: events of this run of the process are queued for the
+        // URLs it was started with.
+        crate::webhooks::prepare(
+            opened.store.as_ref(),
+            config.webhooks(),
+            opened.cluster.is_none(),
+        )
+        .await?;
+        let store = opened.store.clone();
         let workspace =
             Workspace::open(config.workspace()).map_err(|source| RuntimeError::Workspace {
                 path: config.workspace().display().to_string(),
@@ -106,7 +115,7 @@ impl Runtime {
             mode: config.approval_mode(),
             approval_timeout: config.approval_timeout(),
         };
-        Runtime::assemble(RuntimeParts {
+        let runtime = Runtime::assemble(RuntimeParts {
             store: opened.store,
             cluster: opened.cluster,
             model,
@@ -122,7 +131,16 @@ impl Runtime {
             policy,
             max_subagent_depth: config.max_subagent_depth(),
         })
-        .await
+        .await?;
+        if let Some(webhooks) = config.webhooks() {
+            crate::webhooks::start(
+                store,
+                webhooks.clone(),
+                replica.to_string(),
+                runtime.shutdown_token(),
+            );
+        }
+        Ok(runtime)
     }
 
     /// Puts a runtime together from its parts, starts the scale-out tasks when replicas share

@@ -13,11 +13,13 @@
 //! - `rows`: what both backends share: the column lists and the decoding of rows.
 //! - `writer`: the group-commit task.
 //! - `keys`: the idempotency keys of POST requests, on both backends.
+//! - `webhooks`: the webhook delivery queue and log, on both backends.
 
 pub mod keys;
 pub mod postgres;
 mod rows;
 pub mod sqlite;
+pub mod webhooks;
 pub mod writer;
 
 use std::sync::Arc;
@@ -205,6 +207,11 @@ pub trait Store: Send + Sync + 'static {
     /// else the backend can check cheaply.
     /// The idempotency keys of the HTTP layer; `None` for a store without them.
     fn idempotency(&self) -> Option<&dyn keys::IdempotencyKeys> {
+        None
+    }
+
+    /// The webhook delivery queue; `None` for a store without it.
+    fn webhooks(&self) -> Option<&dyn webhooks::WebhookQueue> {
         None
     }
 

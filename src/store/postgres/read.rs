@@ -120,6 +120,10 @@ impl Store for PostgresStore {
         Some(self)
     }
 
+    fn webhooks(&self) -> Option<&dyn crate::store::webhooks::WebhookQueue> {
+        Some(self)
+    }
+
     async fn commit(&self, batch: &[&[WriteOp]]) -> StoreResult<()> {
         write::commit(self, batch).await
     }

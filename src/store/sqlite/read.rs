@@ -147,6 +147,10 @@ impl Store for SqliteStore {
         Some(self)
     }
 
+    fn webhooks(&self) -> Option<&dyn crate::store::webhooks::WebhookQueue> {
+        Some(self)
+    }
+
     async fn health(&self) -> StoreResult<()> {
         self.writer.check_file()?;
         self.last_seq(Uuid::nil()).await.map(|_| ())

@@ -6,8 +6,10 @@
 //! - `steering`: `POST /runs?if_busy=reject|queue|interrupt` while a run is active.
 //! - `idempotency`: `Idempotency-Key`: replays, conflicts, concurrency, restarts, replicas.
 //! - `metrics`: `GET /metrics` parsed after known work.
+//! - `webhooks`: signed deliveries, retries, a kill -9, and the start-up checks.
 
 mod budgets;
 mod idempotency;
 mod metrics;
 mod steering;
+mod webhooks;
