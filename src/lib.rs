@@ -24,6 +24,9 @@
 //!   layer uses), `live` (the live sessions of this process), `lease`, `stream`
 //!   (replay-then-live), `steps` (rebuilding a step's request) and `coordination` (scale-out
 //!   background tasks).
+//! - [`protocols`]: the front-end protocols as pure views of a session's log: `ai_sdk` (the
+//!   Vercel AI SDK's UI message stream), `ag_ui` (AG-UI), and `calls` (which calls of a run
+//!   wait for an answer).
 //! - [`runtime`]: ties store, model, tools and settings together; usable without HTTP.
 //! - [`http`]: the axum router, one module per resource (`sessions`, `runs`, `events`), with
 //!   `auth`, `guard` (requests a web page could forge), `problem` (problem+json), `paging`,
@@ -35,9 +38,9 @@
 //! fake-model`) and the load generator (`loadgen/`, `tah bench`), which are not part of the
 //! library.
 //!
-//! Imports point one way: `http → session → agent → {llm, tools}`, `session → store`, and every
-//! module may use `model`; `app → {runtime, http, config}`, `config → cli`, and nothing imports
-//! `app`.
+//! Imports point one way: `http → session → agent → {llm, tools}`, `session → store`,
+//! `http → protocols`, and every module may use `model`; `app → {runtime, http, config}`,
+//! `config → cli`, and nothing imports `app`.
 
 pub mod agent;
 pub mod app;
@@ -46,6 +49,7 @@ pub mod config;
 pub mod http;
 pub mod llm;
 pub mod model;
+pub mod protocols;
 pub mod runtime;
 pub mod session;
 pub mod store;

@@ -20,7 +20,8 @@ use super::stream::EventStream;
 use super::waiting::{self, PendingApproval};
 use super::{coordination, steps, subagents, SessionDeps, SessionError};
 use crate::model::{
-    self, Event, EventKind, Message, Role, SessionOptions, SessionRecord, SessionState, Usage,
+    self, ClientTool, Event, EventKind, Message, Role, SessionOptions, SessionRecord, SessionState,
+    Usage,
 };
 use crate::store::{Store, WriteOp};
 use crate::tools::policy::Rules;
@@ -303,8 +304,19 @@ impl Sessions {
         }
         Rules::compile(options.tool_policy.clone())
             .map_err(|e| SessionError::BadInput(format!("tool_policy: {e}")))?;
+        self.check_client_tools(&options.client_tools)
+    }
+
+    /// Checks the client tools a run declares for itself: well formed, and clashing with no
+    /// tool of the server (a run's tool may replace a client tool of the session).
+    pub fn check_run_tools(&self, tools: &[ClientTool]) -> Result<(), SessionError> {
+        self.check_client_tools(tools)
+    }
+
+    fn check_client_tools(&self, tools: &[ClientTool]) -> Result<(), SessionError> {
+        let server = &self.deps.agent.tools;
         let mut names = std::collections::HashSet::new();
-        for tool in &options.client_tools {
+        for tool in tools {
             let valid = !tool.name.is_empty()
                 && tool.name.len() <= 64
                 && tool

@@ -184,6 +184,7 @@ impl SessionActor {
             start_seq: core.next_seq,
             created_at: model::now(),
             finished_at: None,
+            client_tools: request.client_tools.clone(),
         };
         let mut batch = Batch::new(id);
         batch.event(
@@ -255,8 +256,14 @@ impl SessionActor {
     }
 
     /// The tools a run of this session is offered: the server's (narrowed to the session's
-    /// choice), `task` above the deepest sub-agent level, and the session's client tools.
-    fn run_tools(&self, record: &SessionRecord, children: &Arc<Children>) -> ToolRegistry {
+    /// choice), `task` above the deepest sub-agent level, and the client tools (the session's
+    /// and the run's own; a run's tool replaces the session's of the same name).
+    fn run_tools(
+        &self,
+        record: &SessionRecord,
+        run: &RunRecord,
+        children: &Arc<Children>,
+    ) -> ToolRegistry {
         let server = &self.deps.agent.tools;
         let chosen = match &record.options.tools {
             Some(names) => server.keep(names),
@@ -276,10 +283,7 @@ impl SessionActor {
             }));
         }
         more.extend(
-            record
-                .options
-                .client_tools
-                .iter()
+            model::client_tools_of(record, run)
                 .map(|t| Arc::new(ClientSide(t.clone())) as Arc<dyn Tool>),
         );
         // Names were checked against the server's tools when the session was created.
@@ -295,7 +299,7 @@ impl SessionActor {
     ) -> Result<NextRun, Stop> {
         let core = self.core.as_ref().ok_or(Stop::Gone)?;
         let children = Arc::new(Children::default());
-        let tools = self.run_tools(&core.record, &children);
+        let tools = self.run_tools(&core.record, &run, &children);
         let session_rules =
             Rules::compile(core.record.options.tool_policy.clone()).unwrap_or_default();
         let (answers, answers_rx) = mpsc::unbounded_channel();
