@@ -3,15 +3,21 @@
 //! Handlers are thin: they parse and validate input, call the session layer, and shape the
 //! answer. One module per resource; `router` merges them.
 //!
-//! - `sessions`, `runs`, `events`: the resources.
+//! - `sessions`, `runs`, `events`, `approvals`: the resources.
+//! - `ai_sdk`, `ag_ui`: the front-end protocols (the Vercel AI SDK's UI message stream,
+//!   AG-UI) over the same sessions; `fronts` is what they share (streaming a run through an
+//!   adapter of [`crate::protocols`]).
 //! - `auth`: bearer tokens; `guard`: requests a web page could make without the user knowing.
 //! - `problem`: problem+json errors and the extractors that produce them; `params`: lenient
 //!   query values; `paging`: limits, cursors and the page envelope.
 //! - [`server`]: the listener loop, with the connection limits a public server needs.
 
+mod ag_ui;
+mod ai_sdk;
 mod approvals;
 mod auth;
 mod events;
+mod fronts;
 mod guard;
 mod paging;
 mod params;
@@ -98,6 +104,8 @@ pub fn router(state: AppState, options: &HttpOptions) -> Router {
         .merge(runs::routes())
         .merge(approvals::routes())
         .merge(events::routes())
+        .merge(ai_sdk::routes())
+        .merge(ag_ui::routes())
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(tokens, auth::require_token))
         .layer(middleware::from_fn_with_state(guard, guard::check))

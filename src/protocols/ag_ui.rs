@@ -163,8 +163,9 @@ pub fn content_text(content: &Value) -> Result<String, String> {
 /// The session's history as AG-UI messages, with the ids the client already uses for them.
 ///
 /// `history` is the stored history; `client` what the client sent; `pending` messages the
-/// client sent that the history does not hold yet (its new user message, its tool results),
-/// placed where they belong. System messages (the prompt, summaries) are not shown.
+/// client sent that the history may not hold yet (its new user message, its tool results),
+/// placed where they belong unless the history has them. System messages (the prompt,
+/// summaries) are not shown.
 pub fn snapshot(history: &[Message], client: &[InputMessage], pending: &[&InputMessage]) -> Value {
     let ids = aligned_ids(history, client);
     let mut out: Vec<Value> = Vec::new();
@@ -196,6 +197,9 @@ pub fn snapshot(history: &[Message], client: &[InputMessage], pending: &[&InputM
         }
     }
     for message in pending {
+        if out.iter().any(|m| m["id"] == message.id()) {
+            continue;
+        }
         match message {
             InputMessage::User { id, content } => out.push(json!({
                 "id": id,
@@ -347,6 +351,11 @@ impl AgUiRun {
         })
     }
 
+    /// What the run's calls wait for, as far as the events pushed tell.
+    pub fn calls(&self) -> &RunCalls {
+        &self.calls
+    }
+
     pub fn push(&mut self, event: &Event) -> Pushed {
         let mut out = Vec::new();
         self.translate(event, &mut out);
@@ -450,18 +459,17 @@ impl AgUiRun {
                 }
             }
             EventKind::LlmFailed { .. } => self.close_messages(out),
+            // The client has the results it sent.
             EventKind::ToolFinished {
                 step_id,
                 call_id,
                 output,
                 ..
-            } => {
-                if !self.known_results.contains(call_id) {
-                    out.push(
-                        json!({"type": "TOOL_CALL_RESULT", "messageId": step_id.to_string(),
-                        "toolCallId": call_id, "content": output, "role": "tool"}),
-                    );
-                }
+            } if !self.known_results.contains(call_id) => {
+                out.push(
+                    json!({"type": "TOOL_CALL_RESULT", "messageId": step_id.to_string(),
+                    "toolCallId": call_id, "content": output, "role": "tool"}),
+                );
             }
             EventKind::SubagentStarted {
                 call_id,
@@ -475,17 +483,15 @@ impl AgUiRun {
             }
             EventKind::SubagentFinished {
                 session_id, status, ..
-            } => {
-                if self.subagents_open.remove(session_id) {
-                    out.push(match status {
-                        RunStatus::Completed => json!({"type": "SUBAGENT_FINISHED",
-                            "subagentRunId": session_id.to_string(), "outcome": {"type": "success"}}),
-                        other => json!({"type": "SUBAGENT_ERROR",
-                            "subagentRunId": session_id.to_string(),
-                            "message": format!("the sub-agent's run ended {}", other.as_str()),
-                            "code": other.as_str()}),
-                    });
-                }
+            } if self.subagents_open.remove(session_id) => {
+                out.push(match status {
+                    RunStatus::Completed => json!({"type": "SUBAGENT_FINISHED",
+                        "subagentRunId": session_id.to_string(), "outcome": {"type": "success"}}),
+                    other => json!({"type": "SUBAGENT_ERROR",
+                        "subagentRunId": session_id.to_string(),
+                        "message": format!("the sub-agent's run ended {}", other.as_str()),
+                        "code": other.as_str()}),
+                });
             }
             EventKind::AgentFinished {
                 run_id,

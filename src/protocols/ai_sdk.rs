@@ -72,6 +72,11 @@ impl UiMessageStream {
         json!({"type": "start", "messageId": run_id.to_string()})
     }
 
+    /// What the run's calls wait for, as far as the events pushed tell.
+    pub fn calls(&self) -> &RunCalls {
+        &self.calls
+    }
+
     pub fn push(&mut self, event: &Event) -> Pushed {
         let mut out = Vec::new();
         let ended = event.is_terminal();
