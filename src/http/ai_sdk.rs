@@ -47,6 +47,9 @@ struct ChatBody {
     messages: Vec<UiMessage>,
     #[serde(default)]
     trigger: Option<String>,
+    /// The message to regenerate (not used: regenerating is refused).
+    #[serde(default, rename = "messageId")]
+    _message_id: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -93,6 +96,18 @@ async fn chat(
                 "trigger must be submit-message or regenerate-message, not {other:?}"
             )))
         }
+    }
+    let shapeless = body
+        .messages
+        .iter()
+        .flat_map(|m| &m.parts)
+        .any(|p| !p["type"].is_string());
+    if shapeless {
+        return Err(Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid-body",
+            "every message part must be an object with a string type",
+        ));
     }
     let Some(last) = body.messages.last() else {
         return Err(Problem::bad_request("messages must not be empty"));

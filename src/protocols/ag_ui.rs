@@ -38,6 +38,9 @@ pub struct RunAgentInput {
     pub tools: Vec<InputTool>,
     #[serde(default)]
     pub resume: Vec<ResumeEntry>,
+    /// Accepted and not used (must be an array, as the protocol says).
+    #[serde(default, rename = "context")]
+    pub _context: Vec<Value>,
 }
 
 /// A message of `RunAgentInput.messages`, by role.
