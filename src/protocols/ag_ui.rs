@@ -12,7 +12,7 @@
 //! its tool step's id. History the client does not have yet gets ids from its position
 //! (`tah-<index>`); what the client sent keeps the client's ids.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -309,7 +309,10 @@ pub struct AgUiRun {
     reasoning_open: Option<Uuid>,
     streamed_text: HashSet<Uuid>,
     streamed_reasoning: HashSet<Uuid>,
-    subagents_open: HashSet<Uuid>,
+    /// Sub-agents started and not finished, with their `task` call.
+    subagents_open: HashMap<Uuid, String>,
+    /// An event after `skip_through` has been shown.
+    past_skip: bool,
 }
 
 impl AgUiRun {
@@ -331,7 +334,8 @@ impl AgUiRun {
             reasoning_open: None,
             streamed_text: HashSet::new(),
             streamed_reasoning: HashSet::new(),
-            subagents_open: HashSet::new(),
+            subagents_open: HashMap::new(),
+            past_skip: false,
         }
     }
 
@@ -361,9 +365,15 @@ impl AgUiRun {
 
     pub fn push(&mut self, event: &Event) -> Pushed {
         let mut out = Vec::new();
+        let shown = event.seq > self.skip_through;
+        if shown && !self.past_skip {
+            // The client joins mid-run: what is open already opens again for it.
+            self.past_skip = true;
+            self.reopen(&mut out);
+        }
         self.translate(event, &mut out);
         let parked = self.calls.apply(event);
-        if event.seq <= self.skip_through {
+        if !shown {
             out.clear();
         }
         Pushed {
@@ -478,15 +488,12 @@ impl AgUiRun {
                 call_id,
                 session_id,
             } => {
-                self.subagents_open.insert(*session_id);
-                out.push(
-                    json!({"type": "SUBAGENT_STARTED", "subagentRunId": session_id.to_string(),
-                    "name": "task", "parentToolCallId": call_id}),
-                );
+                self.subagents_open.insert(*session_id, call_id.clone());
+                out.push(subagent_started(*session_id, call_id));
             }
             EventKind::SubagentFinished {
                 session_id, status, ..
-            } if self.subagents_open.remove(session_id) => {
+            } if self.subagents_open.remove(session_id).is_some() => {
                 out.push(match status {
                     RunStatus::Completed => json!({"type": "SUBAGENT_FINISHED",
                         "subagentRunId": session_id.to_string(), "outcome": {"type": "success"}}),
@@ -530,6 +537,26 @@ impl AgUiRun {
                 }));
             }
             _ => {}
+        }
+    }
+
+    /// The openings of the messages and sub-agents open now, for a client that joins here.
+    fn reopen(&self, out: &mut Vec<Value>) {
+        for (session_id, call_id) in &self.subagents_open {
+            out.push(subagent_started(*session_id, call_id));
+        }
+        if let Some(step_id) = self.reasoning_open {
+            let id = reasoning_id(step_id);
+            out.push(json!({"type": "REASONING_START", "messageId": id}));
+            out.push(
+                json!({"type": "REASONING_MESSAGE_START", "messageId": id, "role": "reasoning"}),
+            );
+        }
+        if let Some(step_id) = self.text_open {
+            out.push(
+                json!({"type": "TEXT_MESSAGE_START", "messageId": step_id.to_string(),
+                "role": "assistant"}),
+            );
         }
     }
 
@@ -581,6 +608,11 @@ impl AgUiRun {
 
 fn reasoning_id(step_id: Uuid) -> String {
     format!("{step_id}-reasoning")
+}
+
+fn subagent_started(session_id: Uuid, call_id: &str) -> Value {
+    json!({"type": "SUBAGENT_STARTED", "subagentRunId": session_id.to_string(), "name": "task",
+        "parentToolCallId": call_id})
 }
 
 /// What a resume payload for an approval looks like: approve (optionally with replaced
@@ -727,6 +759,48 @@ mod tests {
         let kinds = types(&out);
         assert_eq!(&kinds[3..], ["TOOL_CALL_RESULT", "RUN_ERROR"]);
         assert_eq!(out[4]["message"], "boom");
+    }
+
+    #[test]
+    fn a_client_that_joins_mid_run_gets_what_is_open_opened_again() {
+        let mut log = Log::new();
+        let first = log.step(1);
+        log.completed(first, "", &[("t1", "task")]);
+        log.push(EventKind::SubagentStarted {
+            call_id: "t1".into(),
+            session_id: Uuid::from_u128(55),
+        });
+        log.push(EventKind::SubagentFinished {
+            call_id: "t1".into(),
+            session_id: Uuid::from_u128(55),
+            status: RunStatus::Completed,
+        });
+        log.finished("t1", "child says hi", false);
+        let second = log.step(2);
+        log.thinking(second, "hmm");
+        log.text(second, "Half ");
+        let joined = log.events.last().unwrap().seq;
+        log.text(second, "done.");
+        log.completed(second, "Half done.", &[]);
+        log.done("Half done.");
+        let (out, _) = run(&mut AgUiRun::new("t", "r", joined, HashSet::new()), &log);
+        assert_eq!(
+            types(&out),
+            [
+                "TEXT_MESSAGE_START",
+                "TEXT_MESSAGE_CONTENT",
+                "TEXT_MESSAGE_END",
+                "RUN_FINISHED"
+            ]
+        );
+        assert_eq!(out[0]["messageId"], second.to_string());
+        assert_eq!(out[1]["delta"], "done.");
+
+        // Joining while a sub-agent works opens it again, so that its end is well formed.
+        let started = log.events[3].seq;
+        let (out, _) = run(&mut AgUiRun::new("t", "r", started, HashSet::new()), &log);
+        assert_eq!(&types(&out)[..2], ["SUBAGENT_STARTED", "SUBAGENT_FINISHED"]);
+        assert_eq!(out[0]["parentToolCallId"], "t1");
     }
 
     fn message(index: i64, role: Role, content: &str) -> Message {

@@ -162,6 +162,38 @@ describe('@ag-ui/client HttpAgent against tah (mock model)', () => {
   });
 });
 
+describe('@ag-ui/client joining a run in progress', () => {
+  let server;
+  before(async () => {
+    server = await startTah({ mockDelayMs: 15 });
+  });
+  after(async () => {
+    await server?.close();
+  });
+
+  test('a second client follows the rest of the run, and its next snapshot is the history', async () => {
+    const sessionId = await server.createSession();
+    const first = agentOn(server, sessionId);
+    say(first, 'think: what is in this workspace?');
+    const running = run(first);
+    // Join while the answer streams.
+    await server.waitForState(sessionId, 'running');
+    const until = Date.now() + 10000;
+    while (!(await server.events(sessionId)).some((e) => e.type === 'agent.assistant-stream')) {
+      assert.ok(Date.now() < until, 'the answer streams');
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    const second = agentOn(server, sessionId);
+    const events = await run(second);
+    await running;
+    assert.equal(events.at(-1).type, 'RUN_FINISHED');
+    assert.equal(events.at(-1).result.text, (await server.messages(sessionId)).at(-1).content);
+    await run(second);
+    await assertSameConversation(second, server, sessionId);
+    await assertSameConversation(first, server, sessionId);
+  });
+});
+
 describe('@ag-ui/client against tah (fake OpenAI-compatible model)', () => {
   let server;
   before(async () => {
