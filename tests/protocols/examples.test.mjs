@@ -4,7 +4,7 @@
 
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -24,6 +24,14 @@ async function lastTurnText(server, sessionId) {
     .map((m) => m.content)
     .join('');
 }
+
+test('the README section shows the examples exactly as they are run here', () => {
+  const readme = readFileSync(join(examples, '..', '..', '..', 'docs-protocols-readme.md'), 'utf8');
+  for (const [file, fence] of [['chat-page.jsx', 'jsx'], ['ag-ui-client.mjs', 'js']]) {
+    const code = readFileSync(join(examples, file), 'utf8');
+    assert.ok(readme.includes('```' + fence + '\n' + code + '```'), `${file} is quoted whole`);
+  }
+});
 
 describe('the AG-UI client example', () => {
   let server;
