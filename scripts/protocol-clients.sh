@@ -8,7 +8,8 @@
 #
 # Each test file starts its own `tah serve` (mock model, or the fake OpenAI-compatible model of
 # `tah fake-model`) on port 0 with a temporary database, and checks what the client library
-# reconstructs against tah's own record of the run (GET …/messages, …/events).
+# reconstructs against tah's own record of the run (GET …/messages, …/events). With
+# TAH_TEST_PG_URL set (CI's PostgreSQL test cluster) the protocol suites run again on it.
 #
 #   scripts/protocol-clients.sh [path/to/tah]
 #
@@ -50,4 +51,10 @@ say "versions: node $(node --version), ai $(version ai), ai (6) $(version ai6),"
     "@ag-ui/client $(version @ag-ui/client), @ag-ui/core $(version @ag-ui/core)"
 
 cd "$pins"
-TAH_BIN="$root/$tah" node --test ai-sdk.test.mjs ag-ui.test.mjs examples.test.mjs
+tests=(ai-sdk.test.mjs ag-ui.test.mjs examples.test.mjs)
+TAH_BIN="$root/$tah" node --test "${tests[@]}"
+# The same on PostgreSQL when there is one (CI's test cluster): each server its own database.
+if [[ -n ${TAH_TEST_PG_URL:-} ]]; then
+    say "again on PostgreSQL"
+    TAH_BIN="$root/$tah" TAH_PROTOCOLS_PG_URL=$TAH_TEST_PG_URL node --test ai-sdk.test.mjs ag-ui.test.mjs
+fi

@@ -28,7 +28,7 @@ use super::runs::input_text;
 use super::AppState;
 use crate::model::{ClientTool, Decision, RunRecord};
 use crate::protocols::ag_ui::{
-    content_text, snapshot, AgUiRun, InputMessage, ResumeStatus, RunAgentInput,
+    content_text, snapshot, snapshot_view, AgUiRun, InputMessage, ResumeStatus, RunAgentInput,
 };
 use crate::protocols::calls::{last_park, RunCalls, Wait};
 use crate::session::{ApprovalAnswer, Pending, RunRequest, RunStarted, SessionError};
@@ -68,6 +68,9 @@ async fn run(
     let live = state.sessions.subscribe(id)?;
     let session = state.sessions.get(id).await?;
     let store = state.sessions.store().clone();
+    // Read before the run's events: whatever the history holds then, the events read next
+    // say where it came from (see `snapshot_view`).
+    let history = store.messages(id, -1, -1).await?;
     let active = match session.last_run_id {
         Some(run_id) if session.state.is_active() => store.run(id, run_id).await?,
         _ => None,
@@ -99,7 +102,11 @@ async fn run(
     if new_input.is_some() {
         pending.extend(input.messages.last());
     }
-    let history = store.messages(id, -1, -1).await?;
+    let skip = last_park(&so_far)
+        .or(so_far.last().map(|e| e.seq))
+        .unwrap_or(0);
+    let (history, early) = snapshot_view(&history, &so_far, skip);
+    pending.extend(early.iter());
     let opening = |agui: &AgUiRun| {
         vec![
             agui.started(),
@@ -120,12 +127,7 @@ async fn run(
             }
         }
         None => match active {
-            Some(run) => {
-                let skip = last_park(&so_far)
-                    .or(so_far.last().map(|e| e.seq))
-                    .unwrap_or(0);
-                (run, skip)
-            }
+            Some(run) => (run, skip),
             None => {
                 // Nothing runs: the snapshot is all there is to tell.
                 let agui = AgUiRun::new(&input.thread_id, &input.run_id, 0, HashSet::new());

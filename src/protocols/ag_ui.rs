@@ -243,6 +243,73 @@ pub fn snapshot(history: &[Message], client: &[InputMessage], pending: &[&InputM
     json!({"type": "MESSAGES_SNAPSHOT", "messages": out})
 }
 
+/// What the snapshot of a run joined after `skip_through` shows, from the history read
+/// *before* the run's events: the history without what the stream will show (messages of
+/// events after `skip_through`), and the results of calls that finished before it but are not
+/// in the history yet (results join it in call order), as tool messages with the ids the
+/// stream gives them.
+pub fn snapshot_view(
+    history: &[Message],
+    run_events: &[Event],
+    skip_through: i64,
+) -> (Vec<Message>, Vec<InputMessage>) {
+    let mut later_indexes = HashSet::new();
+    let mut later_results = HashSet::new();
+    let mut early_results = Vec::new();
+    for event in run_events {
+        let later = event.seq > skip_through;
+        match &event.kind {
+            EventKind::LlmCompleted { message, .. } | EventKind::UserMessage { message }
+                if later =>
+            {
+                later_indexes.insert(message.index);
+            }
+            EventKind::ToolFinished {
+                step_id,
+                call_id,
+                output,
+                ..
+            } => match later {
+                true => {
+                    later_results.insert(call_id.clone());
+                }
+                false => early_results.push(InputMessage::Tool {
+                    id: step_id.to_string(),
+                    content: Value::String(output.clone()),
+                    tool_call_id: call_id.clone(),
+                    error: None,
+                }),
+            },
+            _ => {}
+        }
+    }
+    let shown: Vec<Message> = history
+        .iter()
+        .filter(|m| !later_indexes.contains(&m.index))
+        .filter(|m| {
+            m.role != Role::Tool
+                || !m
+                    .tool_call_id
+                    .as_ref()
+                    .is_some_and(|c| later_results.contains(c))
+        })
+        .cloned()
+        .collect();
+    let has_result = |call: &str| {
+        shown
+            .iter()
+            .any(|m| m.role == Role::Tool && m.tool_call_id.as_deref() == Some(call))
+    };
+    let early: Vec<InputMessage> = early_results
+        .into_iter()
+        .filter(|m| match m {
+            InputMessage::Tool { tool_call_id, .. } => !has_result(tool_call_id),
+            _ => false,
+        })
+        .collect();
+    (shown, early)
+}
+
 /// For each history message, the id of the client's message that is the same one, if the
 /// client has it: tool results by their call, assistant messages by their calls (or text),
 /// user messages by their text; matched in order, so that one client message answers for
@@ -848,6 +915,54 @@ mod tests {
             "ask_user"
         );
         assert_eq!(snap["messages"][4]["content"], "blue");
+    }
+
+    #[test]
+    fn a_snapshot_leaves_to_the_stream_what_follows_the_point_it_joins() {
+        let mut log = Log::new();
+        let step = log.step(1);
+        log.completed(step, "", &[("a", "write_file"), ("b", "list_files")]);
+        log.ask("a");
+        log.started("b", "list_files");
+        log.finished("b", "README.md", false);
+        let park = log.events.last().unwrap().seq;
+        log.resolve("a", Decision::Deny, ResolvedBy::User);
+        log.finished("a", "denied", true);
+        let call = |id: &str| ToolCall {
+            id: id.into(),
+            name: "x".into(),
+            arguments: json!({}),
+        };
+        // The history as read after the denial: both results are in.
+        let history = vec![
+            message(1, Role::User, "write"),
+            Message {
+                index: 2,
+                ..Message::assistant("", vec![call("a"), call("b")])
+            },
+            Message {
+                index: 3,
+                ..Message::tool_result("a", "denied")
+            },
+            Message {
+                index: 4,
+                ..Message::tool_result("b", "README.md")
+            },
+        ];
+        let (shown, early) = snapshot_view(&history, &log.events, park);
+        let calls: Vec<_> = shown
+            .iter()
+            .filter_map(|m| m.tool_call_id.clone())
+            .collect();
+        assert_eq!(calls, ["b"], "a's result is the stream's to show");
+        assert!(early.is_empty(), "b's result is in the history");
+        // Read at the park point, b's result (after a's in call order) is not in yet.
+        let (shown, early) = snapshot_view(&history[..2], &log.events, park);
+        assert_eq!(shown.len(), 2);
+        assert!(
+            matches!(&early[..], [InputMessage::Tool { tool_call_id, id, .. }]
+            if tool_call_id == "b" && *id == Uuid::from_u128(903).to_string())
+        );
     }
 
     #[test]

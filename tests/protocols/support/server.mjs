@@ -4,6 +4,7 @@
 // few calls of tah's own API the tests use to read tah's record of a run.
 
 import { spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
 import { mkdtempSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -55,10 +56,16 @@ export async function startTah({ model = 'mock', mockDelayMs = 0, pieces = 5, ex
   writeFileSync(join(workspace, 'README.md'), '# Demo\n\nA small workspace for the protocol clients.\n');
   writeFileSync(join(workspace, 'src', 'main.rs'), 'fn main() {}\n');
   const children = [];
+  // With TAH_PROTOCOLS_PG_URL (a PostgreSQL server), each server gets a database of its own,
+  // which tah creates.
+  const pg = process.env.TAH_PROTOCOLS_PG_URL;
+  const database = pg
+    ? `${pg.replace(/\/[^/]*$/, '')}/tah_protocols_${randomUUID().replaceAll('-', '')}`
+    : `sqlite://${join(dir, 'data.db')}`;
   let args = [
     'serve',
     '--listen', '127.0.0.1:0',
-    '--database-url', `sqlite://${join(dir, 'data.db')}`,
+    '--database-url', database,
     '--workspace', workspace,
     ...extraArgs,
   ];
