@@ -9,6 +9,8 @@
 //!   default reconnect URL) replays the active run from its start, then follows it; `204`
 //!   when the session runs nothing.
 
+use std::collections::HashSet;
+
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -167,7 +169,13 @@ async fn start(state: AppState, id: Uuid, request: RunRequest) -> Result<Respons
     let events = state
         .sessions
         .stream_from(id, run.start_seq - 1, live, Some(run.id));
-    Ok(stream(&state, id, &run, events, /*skip_through*/ 0))
+    Ok(stream(
+        &state,
+        id,
+        &run,
+        events,
+        UiMessageStream::new(/*skip_through*/ 0),
+    ))
 }
 
 fn stream(
@@ -175,12 +183,12 @@ fn stream(
     id: Uuid,
     run: &RunRecord,
     events: crate::session::EventStream,
-    skip_through: i64,
+    adapter: UiMessageStream,
 ) -> Response {
     let driven = Driven {
         opening: vec![UiMessageStream::start(run.id)],
         events,
-        adapter: UiMessageStream::new(skip_through),
+        adapter,
         store: state.sessions.store().clone(),
         session_id: id,
         closing: Some(DONE),
@@ -229,30 +237,41 @@ async fn continue_run(state: AppState, id: Uuid, last: &UiMessage) -> Result<Res
     let skip_through = last_park(&so_far)
         .or(so_far.last().map(|e| e.seq))
         .unwrap_or(0);
+    let mut known_outputs = HashSet::new();
     for part in &last.parts {
-        answer(&state, id, &calls, part).await?;
+        if let Some(output_of) = answer(&state, id, &calls, part).await? {
+            known_outputs.insert(output_of);
+        }
     }
     let events = state
         .sessions
         .stream_from(id, run.start_seq - 1, live, Some(run.id));
-    Ok(stream(&state, id, &run, events, skip_through))
+    let adapter = UiMessageStream::continuing(skip_through, known_outputs);
+    Ok(stream(&state, id, &run, events, adapter))
 }
 
-/// Gives the answer a tool part carries, if its call waits for one. An answer the run no
-/// longer takes (answered meanwhile, timed out) is left: the stream shows what happened.
-async fn answer(state: &AppState, id: Uuid, calls: &RunCalls, part: &Value) -> Result<(), Problem> {
+/// Gives the answer a tool part carries, if its call waits for one; returns the call when
+/// the answer was a client tool's output. An answer the run no longer takes (answered
+/// meanwhile, timed out) is left: the stream shows what happened.
+async fn answer(
+    state: &AppState,
+    id: Uuid,
+    calls: &RunCalls,
+    part: &Value,
+) -> Result<Option<String>, Problem> {
     let Some(kind) = part["type"].as_str() else {
-        return Ok(());
+        return Ok(None);
     };
     if !(kind.starts_with("tool-") || kind == "dynamic-tool") {
-        return Ok(());
+        return Ok(None);
     }
     let Some(call_id) = part["toolCallId"].as_str() else {
         return Err(Problem::bad_request("a tool part needs a toolCallId"));
     };
     let Some(call) = calls.waiting().find(|c| c.id == call_id) else {
-        return Ok(());
+        return Ok(None);
     };
+    let mut output_of = None;
     let outcome = match (&call.wait, part["state"].as_str()) {
         (Some(Wait::Approval { .. }), Some("approval-responded")) => {
             let approval = &part["approval"];
@@ -286,6 +305,7 @@ async fn answer(state: &AppState, id: Uuid, calls: &RunCalls, part: &Value) -> R
                     other => other.to_string(),
                 },
             };
+            output_of = Some(call.id.clone());
             state
                 .sessions
                 .client_result(id, call.id.clone(), output, is_error)
@@ -295,7 +315,8 @@ async fn answer(state: &AppState, id: Uuid, calls: &RunCalls, part: &Value) -> R
         _ => Ok(()),
     };
     match outcome {
-        Ok(()) | Err(SessionError::Conflict { .. }) | Err(SessionError::NotFound) => Ok(()),
+        Ok(()) => Ok(output_of),
+        Err(SessionError::Conflict { .. }) | Err(SessionError::NotFound) => Ok(None),
         Err(error) => Err(Problem::from(error)),
     }
 }
@@ -329,5 +350,11 @@ async fn replay_active(state: AppState, id: &str) -> Result<Response, Problem> {
     let events = state
         .sessions
         .stream_from(id, run.start_seq - 1, live, Some(run.id));
-    Ok(stream(&state, id, &run, events, /*skip_through*/ 0))
+    Ok(stream(
+        &state,
+        id,
+        &run,
+        events,
+        UiMessageStream::new(/*skip_through*/ 0),
+    ))
 }

@@ -50,11 +50,19 @@ pub struct UiMessageStream {
     streamed_reasoning: HashSet<Uuid>,
     /// Calls a human denied: their tool part is `output-denied`, not an error.
     denied: HashSet<String>,
+    /// Calls whose output the client sent with this request: its tool part has it already.
+    known_outputs: HashSet<String>,
 }
 
 impl UiMessageStream {
     /// A stream of a run whose events up to `skip_through` the client already has.
     pub fn new(skip_through: i64) -> UiMessageStream {
+        UiMessageStream::continuing(skip_through, HashSet::new())
+    }
+
+    /// The same, for a request that also sent the outputs of the client's tools for
+    /// `known_outputs` (their parts keep the outputs the client gave them).
+    pub fn continuing(skip_through: i64, known_outputs: HashSet<String>) -> UiMessageStream {
         UiMessageStream {
             skip_through,
             calls: RunCalls::default(),
@@ -64,6 +72,7 @@ impl UiMessageStream {
             streamed_text: HashSet::new(),
             streamed_reasoning: HashSet::new(),
             denied: HashSet::new(),
+            known_outputs,
         }
     }
 
@@ -176,7 +185,7 @@ impl UiMessageStream {
                 is_error,
                 ..
             } => {
-                if self.denied.remove(call_id) {
+                if self.denied.remove(call_id) || self.known_outputs.contains(call_id) {
                     return;
                 }
                 out.push(match is_error {
@@ -364,6 +373,22 @@ mod tests {
                 "finish"
             ]
         );
+    }
+
+    #[test]
+    fn outputs_the_client_sent_are_not_sent_back() {
+        let mut log = Log::new();
+        let step = log.step(1);
+        log.completed(step, "", &[("c1", "ask_user")]);
+        log.client("c1", "ask_user");
+        let park = log.events.last().unwrap().seq;
+        log.finished("c1", "{\"colour\":\"blue\"}", false);
+        let known = HashSet::from(["c1".to_string()]);
+        let (out, _) = chunks(&mut UiMessageStream::continuing(park, known), &log);
+        assert!(out.is_empty(), "{out:?}");
+        // A stream that replays the run shows the output as tah recorded it.
+        let (out, _) = chunks(&mut UiMessageStream::new(0), &log);
+        assert_eq!(types(&out).last(), Some(&"tool-output-available"));
     }
 
     #[test]

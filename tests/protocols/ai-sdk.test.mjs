@@ -130,14 +130,16 @@ for (const [version, ai] of versions) {
         sendAutomaticallyWhen: ai.lastAssistantMessageIsCompleteWithToolCalls,
         onToolCall: ({ toolCall }) => {
           // Not awaited, as the SDK asks of onToolCall.
-          chat.addToolOutput({ tool: toolCall.toolName, toolCallId: toolCall.toolCallId, output: 'blue' });
+          chat.addToolOutput({ tool: toolCall.toolName, toolCallId: toolCall.toolCallId, output: { colour: 'blue' } });
         },
       });
       await chat.sendMessage({ text: 'ask the client for a colour' });
       await until(() => chat.status === 'ready' && last(chat).parts.some((p) => p.type === 'text'), 'the answer');
       await server.waitForState(sessionId, 'completed');
       assertUiMessageIsTurn(last(chat), lastTurn(await server.messages(sessionId)));
-      assert.match(last(chat).parts.find((p) => p.type === 'text').text, /ask_user answered: blue/);
+      assert.match(last(chat).parts.find((p) => p.type === 'text').text, /ask_user answered: \{"colour":"blue"\}/);
+      // The part keeps the output the client gave it.
+      assert.deepEqual(last(chat).parts.find((p) => p.type === 'tool-ask_user').output, { colour: 'blue' });
     });
 
     test('a stream reconnects to the active run and rebuilds the same message', async () => {
