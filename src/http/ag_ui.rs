@@ -22,8 +22,8 @@ use axum::Router;
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::fronts::{run_events, sse_response, Driven};
-use super::problem::{parse_id, ApiJson, Problem};
+use super::fronts::{run_events, sse_response, Driven, NoQuery};
+use super::problem::{parse_id, ApiJson, ApiQuery, Problem};
 use super::runs::input_text;
 use super::AppState;
 use crate::model::{ClientTool, Decision, RunRecord};
@@ -43,6 +43,7 @@ const MAX_ID_CHARS: usize = 256;
 async fn run(
     State(state): State<AppState>,
     Path(id): Path<String>,
+    ApiQuery(NoQuery {}): ApiQuery<NoQuery>,
     ApiJson(input): ApiJson<RunAgentInput>,
 ) -> Result<Response, Problem> {
     let id = parse_id(&id, "session")?;

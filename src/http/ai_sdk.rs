@@ -324,6 +324,7 @@ async fn answer(
 async fn resume(
     State(state): State<AppState>,
     Path(id): Path<String>,
+    ApiQuery(_): ApiQuery<ChatQuery>,
 ) -> Result<Response, Problem> {
     replay_active(state, &id).await
 }
@@ -331,6 +332,9 @@ async fn resume(
 async fn resume_chat(
     State(state): State<AppState>,
     Path((id, _chat_id)): Path<(String, String)>,
+    // The transport keeps the chat URL's query (`?pending=`) on its resume URL: it is allowed
+    // here and means nothing.
+    ApiQuery(_): ApiQuery<ChatQuery>,
 ) -> Result<Response, Problem> {
     replay_active(state, &id).await
 }

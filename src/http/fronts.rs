@@ -23,6 +23,11 @@ use crate::store::{Store, StoreError};
 /// Events read per query.
 const PAGE: i64 = 500;
 
+/// The query of a route that takes none: any parameter is a `400`, as everywhere.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NoQuery {}
+
 /// The events of `run` committed so far, from its `agent.started` on.
 pub async fn run_events(
     store: &dyn Store,

@@ -237,6 +237,9 @@ describe('bad requests get problem+json', () => {
     }
     const wrongType = await fetch(server.url + chat, { method: 'POST', headers: { 'content-type': 'text/plain' }, body: '{}' });
     assert.equal(wrongType.status, 415);
+    const strict = await fetch(`${server.url}/v1/sessions/${sessionId}/ai-sdk/chat/stream?after=3`);
+    assert.equal(strict.status, 400);
+    assert.equal(strict.headers.get('content-type'), 'application/problem+json');
     const unknown = await fetch(`${server.url}/v1/sessions/${'0'.repeat(8)}-0000-7000-8000-${'0'.repeat(12)}/ai-sdk/chat/stream`);
     assert.equal(unknown.status, 404);
     assert.equal(unknown.headers.get('content-type'), 'application/problem+json');
