@@ -28,6 +28,9 @@
 //!   (replay-then-live), `steps` (rebuilding a step's request) and `coordination` (scale-out
 //!   background tasks).
 //! - [`metrics`]: the process's Prometheus metrics, counted where things happen.
+//! - [`protocols`]: the front-end protocols as pure views of a session's log: `ai_sdk` (the
+//!   Vercel AI SDK's UI message stream), `ag_ui` (AG-UI), and `calls` (which calls of a run
+//!   wait for an answer).
 //! - [`runtime`]: ties store, model, tools and settings together; usable without HTTP.
 //! - [`http`]: the axum router, one module per resource (`sessions`, `runs`, `events`,
 //!   `artifacts`), with
@@ -41,7 +44,7 @@
 //! library.
 //!
 //! Imports point one way: `http → session → agent → {llm, tools}`, `session → {store, mcp}`,
-//! `mcp → tools`, and every module may use `model`; `app → {runtime, http, config}`,
+//! `mcp → tools`, `http → protocols`, and every module may use `model`; `app → {runtime, http, config}`,
 //! `config → cli`, and nothing imports `app`.
 
 pub mod agent;
@@ -53,6 +56,7 @@ pub mod llm;
 pub mod mcp;
 pub mod metrics;
 pub mod model;
+pub mod protocols;
 pub mod runtime;
 pub mod session;
 pub mod store;

@@ -25,7 +25,7 @@ pub fn routes() -> Router<AppState> {
 }
 
 /// Heartbeat comments keep proxies from closing an idle stream (the contract: ≤ 15 s).
-const HEARTBEAT: Duration = Duration::from_secs(10);
+pub(super) const HEARTBEAT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

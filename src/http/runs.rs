@@ -85,7 +85,7 @@ struct EmptyBody {}
 
 #[derive(Debug, Clone, Copy, Deserialize)]
 #[serde(rename_all = "lowercase")]
-enum PendingParam {
+pub(super) enum PendingParam {
     /// Refuse the new run while calls wait (the default).
     Refuse,
     /// Deny every waiting call and start the new run.
@@ -117,6 +117,11 @@ fn parse_input(input: Value) -> Result<String, Problem> {
             ))
         }
     };
+    input_text(text)
+}
+
+/// Checks a run's input text: not blank, not too long.
+pub(super) fn input_text(text: String) -> Result<String, Problem> {
     if text.trim().is_empty() {
         return Err(Problem::bad_request("input must not be empty"));
     }

@@ -24,8 +24,9 @@ pub use message::{
     Message, Role, ThinkingBlock, ToolCall, ToolSchema, SUMMARY_PREFIX, TRANSCRIPT_USER_MARKER,
 };
 pub use session::{
-    Checkpoint, RunKind, RunRecord, RunResult, RunStatus, SessionOptions, SessionRecord,
-    SessionState, StepKind, StepRecord, StepStatus, Usage, INTERRUPTED, STORAGE_FAILED,
+    client_tools_of, Checkpoint, RunKind, RunRecord, RunResult, RunStatus, SessionOptions,
+    SessionRecord, SessionState, StepKind, StepRecord, StepStatus, Usage, INTERRUPTED,
+    STORAGE_FAILED,
 };
 pub use step::{thinking_step_parts, AgentStep, FinishReason, LlmRequestDescriptor, TrimStats};
 pub use tool::{Action, ClientTool, Decision, ResolvedBy, Rule, BUILTIN_TOOLS};

@@ -207,6 +207,25 @@ pub struct RunRecord {
     pub start_seq: i64,
     pub created_at: DateTime<Utc>,
     pub finished_at: Option<DateTime<Utc>>,
+    /// Tools the client runs, declared for this run only (beside the session's own): what an
+    /// AG-UI client sends as `RunAgentInput.tools`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub client_tools: Vec<ClientTool>,
+}
+
+/// The tools the client runs in `run` of `session`: the run's own, then the session's that
+/// the run's do not replace (same name).
+pub fn client_tools_of<'a>(
+    session: &'a SessionRecord,
+    run: &'a RunRecord,
+) -> impl Iterator<Item = &'a ClientTool> {
+    let own = run.client_tools.iter();
+    let kept = session
+        .options
+        .client_tools
+        .iter()
+        .filter(move |t| !run.client_tools.iter().any(|r| r.name == t.name));
+    own.chain(kept)
 }
 
 impl RunRecord {
@@ -232,6 +251,7 @@ impl RunRecord {
             start_seq,
             created_at: super::now(),
             finished_at: None,
+            client_tools: Vec::new(),
         }
     }
 }

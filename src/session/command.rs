@@ -9,7 +9,7 @@ use tokio::sync::oneshot;
 use uuid::Uuid;
 
 use super::SessionError;
-use crate::model::{Decision, RunKind, RunRecord, RunResult, SessionState};
+use crate::model::{ClientTool, Decision, RunKind, RunRecord, RunResult, SessionState};
 
 /// Where an actor sends a command's answer.
 pub(super) type Reply<T> = oneshot::Sender<Result<T, SessionError>>;
@@ -101,6 +101,9 @@ pub struct RunRequest {
     /// A sub-agent's run: it runs under its parent's run permit and never takes one (so a
     /// parent waiting for its children cannot starve them at `--max-concurrent-runs`).
     pub under_parent: bool,
+    /// Tools the client runs, for this run only (checked with
+    /// [`Sessions::check_run_tools`](super::Sessions::check_run_tools)).
+    pub client_tools: Vec<ClientTool>,
 }
 
 impl RunRequest {
@@ -112,6 +115,7 @@ impl RunRequest {
             pending,
             if_busy: IfBusy::Reject,
             under_parent: false,
+            client_tools: Vec::new(),
         }
     }
 
@@ -123,6 +127,15 @@ impl RunRequest {
             pending: Pending::Refuse,
             if_busy: IfBusy::Reject,
             under_parent: false,
+            client_tools: Vec::new(),
+        }
+    }
+
+    /// The run with client tools of its own, beside the session's.
+    pub fn with_client_tools(self, client_tools: Vec<ClientTool>) -> RunRequest {
+        RunRequest {
+            client_tools,
+            ..self
         }
     }
 

@@ -20,7 +20,8 @@ use super::stream::EventStream;
 use super::waiting::{self, PendingApproval, PendingClientCall, Waiting};
 use super::{coordination, steps, subagents, SessionDeps, SessionError};
 use crate::model::{
-    self, Event, EventKind, Message, Role, SessionOptions, SessionRecord, SessionState, Usage,
+    self, ClientTool, Event, EventKind, Message, Role, SessionOptions, SessionRecord, SessionState,
+    Usage,
 };
 use crate::store::{Store, WriteOp};
 use crate::tools::policy::Rules;
@@ -373,8 +374,20 @@ impl Sessions {
         }
         Rules::compile(options.tool_policy.clone())
             .map_err(|e| SessionError::BadInput(format!("tool_policy: {e}")))?;
+        self.check_client_tools(&options.client_tools)?;
+        Ok(options)
+    }
+
+    /// Checks the client tools a run declares for itself: well formed, and clashing with no
+    /// tool of the server (a run's tool may replace a client tool of the session).
+    pub fn check_run_tools(&self, tools: &[ClientTool]) -> Result<(), SessionError> {
+        self.check_client_tools(tools)
+    }
+
+    fn check_client_tools(&self, tools: &[ClientTool]) -> Result<(), SessionError> {
+        let server = &self.deps.agent.tools;
         let mut names = std::collections::HashSet::new();
-        for tool in &options.client_tools {
+        for tool in tools {
             let valid = !tool.name.is_empty()
                 && tool.name.len() <= 64
                 && tool
@@ -424,7 +437,7 @@ impl Sessions {
                 )));
             }
         }
-        Ok(options)
+        Ok(())
     }
 
     /// The approvals the session's run waits for, rebuilt from its events.

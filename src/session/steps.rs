@@ -8,7 +8,7 @@ use uuid::Uuid;
 use super::subagents;
 use super::SessionDeps;
 use crate::agent::context;
-use crate::model::{AgentStep, LlmRequestDescriptor, StepKind, ToolSchema};
+use crate::model::{client_tools_of, AgentStep, LlmRequestDescriptor, StepKind, ToolSchema};
 use crate::store::{StoreError, StoreResult};
 use crate::tools::{client::ClientSide, Tool};
 
@@ -35,7 +35,7 @@ pub(super) async fn with_request(
             .await?;
         let (messages, _) =
             context::prepare_context(&history, &descriptor.system_prompt, descriptor.budget);
-        let tools: Vec<_> = offered(deps, session_id)
+        let tools: Vec<_> = offered(deps, session_id, step.run_id)
             .await?
             .into_iter()
             .filter(|t| descriptor.tools.contains(&t.name))
@@ -50,14 +50,22 @@ pub(super) async fn with_request(
     Ok(Some(view))
 }
 
-/// Every tool a step of the session may have offered: the server's, `task`, and the
-/// session's client tools.
-async fn offered(deps: &SessionDeps, session_id: Uuid) -> StoreResult<Vec<ToolSchema>> {
+/// Every tool a step of the run may have offered: the server's, `task`, and the client tools
+/// (the run's own, then the session's).
+async fn offered(
+    deps: &SessionDeps,
+    session_id: Uuid,
+    run_id: Uuid,
+) -> StoreResult<Vec<ToolSchema>> {
     let mut tools = deps.agent.tools.schemas();
     tools.push(subagents::task_schema());
     if let Some(record) = deps.store.session(session_id).await? {
-        let client = record.options.client_tools.into_iter();
-        tools.extend(client.map(|t| ClientSide(t).schema()));
+        let run = deps.store.run(session_id, run_id).await?;
+        let client: Vec<_> = match &run {
+            Some(run) => client_tools_of(&record, run).cloned().collect(),
+            None => record.options.client_tools.clone(),
+        };
+        tools.extend(client.into_iter().map(|t| ClientSide(t).schema()));
     }
     Ok(tools)
 }

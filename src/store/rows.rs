@@ -40,7 +40,7 @@ pub const MESSAGE_COLUMNS: &str =
 pub const EVENT_COLUMNS: &str = "session_id, seq, type, data, created_at";
 
 pub const RUN_COLUMNS: &str = "id, session_id, kind, status, input, text, finish_reason, \
-     input_tokens, output_tokens, steps, error, start_seq, created_at, finished_at";
+     input_tokens, output_tokens, steps, error, start_seq, created_at, finished_at, client_tools";
 
 pub const STEP_COLUMNS: &str = "id, session_id, run_id, kind, status, request, response, \
      input_tokens, output_tokens, error, created_at, finished_at";
@@ -219,6 +219,11 @@ pub fn run_from<R: StoredRow>(row: &R) -> StoreResult<RunRecord> {
         start_seq: row.get("start_seq")?,
         created_at: row.time("created_at")?,
         finished_at: row.opt_time("finished_at")?,
+        client_tools: match row.opt_json("client_tools")? {
+            None => Vec::new(),
+            Some(json) => serde_json::from_value(json)
+                .map_err(|e| StoreError::Corrupt(format!("runs.client_tools: {e}")))?,
+        },
     })
 }
 

@@ -6,14 +6,19 @@ use std::sync::Arc;
 use chrono::Duration;
 use serde_json::json;
 use tah::model::{
-    new_id, now, Checkpoint, FinishReason, RunKind, RunStatus, SessionState, StepKind, StepStatus,
-    Usage,
+    new_id, now, Checkpoint, ClientTool, FinishReason, RunKind, RunStatus, SessionState, StepKind,
+    StepStatus, Usage,
 };
 use tah::store::{Store, WriteOp};
 
 use crate::builders::*;
 
-conformance!(runs_upsert, steps_upsert_and_lookup, latest_checkpoint);
+conformance!(
+    runs_upsert,
+    runs_keep_their_client_tools,
+    steps_upsert_and_lookup,
+    latest_checkpoint
+);
 
 async fn runs_upsert(store: Arc<dyn Store>) {
     let s = new_session(&store, SessionState::Running).await;
@@ -64,6 +69,42 @@ async fn runs_upsert(store: Arc<dyn Store>) {
     assert_eq!(store.runs(s.id, None, 1).await.expect("runs").len(), 1);
     assert!(store.run(new_id(), r.id).await.expect("read").is_none());
     assert!(store.run(s.id, new_id()).await.expect("read").is_none());
+}
+
+/// The tools a run declared for itself come back as they went in, and finishing the run
+/// leaves them as they were.
+async fn runs_keep_their_client_tools(store: Arc<dyn Store>) {
+    let s = new_session(&store, SessionState::Running).await;
+    let mut r = run(s.id);
+    r.client_tools = vec![ClientTool {
+        name: "ask_user".into(),
+        description: "Ask the user — \"quoted\" 世界".into(),
+        input_schema: json!({"type": "object", "properties": {"question": {"type": "string"}}}),
+        timeout_s: Some(30),
+    }];
+    commit(&store, vec![WriteOp::UpsertRun(r.clone())]).await;
+    assert_same(
+        &store.run(s.id, r.id).await.expect("read").expect("present"),
+        &r,
+    );
+    let mut done = r.clone();
+    done.status = RunStatus::Completed;
+    done.finished_at = Some(now());
+    let mut rewritten = done.clone();
+    rewritten.client_tools.clear();
+    commit(&store, vec![WriteOp::UpsertRun(rewritten)]).await;
+    assert_same(
+        &store.run(s.id, r.id).await.expect("read").expect("present"),
+        &done,
+    );
+    let plain = run(s.id);
+    commit(&store, vec![WriteOp::UpsertRun(plain.clone())]).await;
+    let got = store
+        .run(s.id, plain.id)
+        .await
+        .expect("read")
+        .expect("present");
+    assert!(got.client_tools.is_empty());
 }
 
 async fn steps_upsert_and_lookup(store: Arc<dyn Store>) {

@@ -6,8 +6,9 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
+use crate::support::fakes::start_openai;
 use crate::support::TestServer;
-use crate::{call, finished, kill9_and_restart, model_calling, options, start};
+use crate::{asks, call, finished, kill9_and_restart, model_calling, options, says, start};
 
 /// A session with the client tool `pick_color`, whose result is awaited `timeout_s` (by
 /// default the approval timeout); returns its id.
@@ -198,4 +199,82 @@ async fn a_reconnecting_client_lists_what_waits_for_it_and_late_results_are_chec
         .await
         .expect_problem(StatusCode::NOT_FOUND, "a client call as an approval");
     assert_eq!(server.events(&id).await.len(), count);
+}
+
+/// An AG-UI run's `tools` are client tools of that run only: offered to its model calls,
+/// shown in its steps' requests, waited for across a restart, and not offered to later runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runs_own_client_tools_wait_across_a_restart_and_end_with_it() {
+    let model = start_openai(vec![
+        asks(&[call("k5", "ask_user", json!({"question": "colour?"}))]),
+        says("green it is"),
+        says("plain"),
+    ])
+    .await;
+    let mut server = TestServer::start(options(&model, &[]).process()).await;
+    let id = server.create_session().await;
+    let tool = json!({"name": "ask_user", "description": "Ask the user",
+        "parameters": {"type": "object", "properties": {"question": {"type": "string"}}}});
+    let input = json!({"threadId": id, "runId": "r1", "tools": [tool],
+        "messages": [{"id": "u1", "role": "user", "content": "ask me"}]});
+    let reply = server
+        .post_json(&format!("/v1/sessions/{id}/ag-ui"), &input)
+        .await;
+    assert_eq!(reply.status, StatusCode::OK);
+    let body = reply.text();
+    assert!(
+        body.contains(r#""pendingToolCallIds":["k5"]"#),
+        "the AG-UI run ends waiting for the client's result: {body}"
+    );
+    let offered = |request: &Value| {
+        request["tools"]
+            .as_array()
+            .is_some_and(|tools| tools.iter().any(|t| t["function"]["name"] == "ask_user"))
+    };
+    assert!(offered(&model.requests()[0].body));
+    let runs = server.get_ok(&format!("/v1/sessions/{id}/runs")).await;
+    assert_eq!(runs["data"][0]["client_tools"][0]["name"], "ask_user");
+    let step = server
+        .steps(&id)
+        .await
+        .into_iter()
+        .find(|s| s["type"] == "llm")
+        .expect("an LLM step");
+    let shown = server
+        .get_ok(&format!(
+            "/v1/sessions/{id}/steps/{}",
+            step["id"].as_str().unwrap()
+        ))
+        .await;
+    assert!(shown["request"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|t| t["name"] == "ask_user"));
+
+    // On PostgreSQL a killed server's lease holds until it expires: stop it instead.
+    if !crate::support::is_postgres() {
+        server.kill9().await;
+    }
+    server.restart().await;
+    assert_eq!(server.session(&id).await["state"], "waiting_tool");
+    let result = server
+        .post_json(
+            &format!("/v1/sessions/{id}/tool-results/k5"),
+            &json!({"output": "green"}),
+        )
+        .await;
+    result.expect_json(StatusCode::OK, "the result after a restart");
+    completed(&server, &id).await;
+    assert_eq!(
+        finished(&server.events(&id).await, "k5")["data"]["output"],
+        "green"
+    );
+
+    server.run_wait(&id, "anything else?").await;
+    let last = model.requests().pop().expect("a request");
+    assert!(
+        !offered(&last.body),
+        "a later run is not offered the run's tools"
+    );
 }

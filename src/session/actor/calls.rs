@@ -264,14 +264,20 @@ impl RunJournal<'_> {
             });
         }
         let step_id = model::new_id();
-        if let Some(client) = self
-            .core
-            .record
-            .options
-            .client_tools
-            .iter()
-            .find(|t| t.name == call.name)
-        {
+        let run = self.core.last_run.as_ref().filter(|r| r.id == self.run_id);
+        let client = match run {
+            Some(run) => {
+                model::client_tools_of(&self.core.record, run).find(|t| t.name == call.name)
+            }
+            None => self
+                .core
+                .record
+                .options
+                .client_tools
+                .iter()
+                .find(|t| t.name == call.name),
+        };
+        if let Some(client) = client {
             let timeout = client
                 .timeout_s
                 .map(Duration::from_secs)

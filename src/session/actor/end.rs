@@ -242,6 +242,7 @@ mod tests {
             start_seq: 3,
             created_at: crate::model::now(),
             finished_at: None,
+            client_tools: Vec::new(),
         }
     }
 

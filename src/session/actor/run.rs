@@ -207,6 +207,7 @@ impl SessionActor {
             start_seq: core.next_seq,
             created_at: model::now(),
             finished_at: None,
+            client_tools: request.client_tools.clone(),
         };
         let mut batch = Batch::new(id);
         batch.event(
@@ -279,8 +280,14 @@ impl SessionActor {
 
     /// The tools a run of this session is offered: the server's built-in tools and the tools
     /// of its MCP servers as they are now (each narrowed to the session's choice), `task` above
-    /// the deepest sub-agent level, and the session's client tools.
-    fn run_tools(&self, record: &SessionRecord, children: &Arc<Children>) -> ToolRegistry {
+    /// the deepest sub-agent level, and the client tools (the session's and the run's own; a
+    /// run's tool replaces the session's of the same name).
+    fn run_tools(
+        &self,
+        record: &SessionRecord,
+        run: &RunRecord,
+        children: &Arc<Children>,
+    ) -> ToolRegistry {
         let server = &self.deps.agent.tools;
         let chosen = match &record.options.tools {
             Some(names) => server.keep(names),
@@ -300,10 +307,7 @@ impl SessionActor {
             }));
         }
         more.extend(
-            record
-                .options
-                .client_tools
-                .iter()
+            model::client_tools_of(record, run)
                 .map(|t| Arc::new(ClientSide(t.clone())) as Arc<dyn Tool>),
         );
         // Names were checked against the server's tools when the session was created, and MCP
@@ -337,7 +341,7 @@ impl SessionActor {
     ) -> Result<NextRun, Stop> {
         let core = self.core.as_ref().ok_or(Stop::Gone)?;
         let children = Arc::new(Children::default());
-        let tools = self.run_tools(&core.record, &children);
+        let tools = self.run_tools(&core.record, &run, &children);
         let (context, unusable) = match self.tool_context(&core.record).await {
             Ok(context) => (context, None),
             // Never used: the loop does not run.

@@ -306,10 +306,15 @@ async fn copy_artifacts(
 }
 
 async fn upsert_run(conn: &mut PgConnection, r: &RunRecord) -> Result<(), sqlx::Error> {
+    // `NULL` when the run declared no client tools of its own.
+    let client_tools = (!r.client_tools.is_empty())
+        .then(|| serde_json::to_value(&r.client_tools).ok())
+        .flatten();
     sqlx::query(
         "INSERT INTO runs (id, session_id, kind, status, input, text, finish_reason, \
-         input_tokens, output_tokens, steps, error, start_seq, created_at, finished_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
+         input_tokens, output_tokens, steps, error, start_seq, created_at, finished_at, \
+         client_tools) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
          ON CONFLICT (id) DO UPDATE SET status = excluded.status, text = excluded.text, \
          finish_reason = excluded.finish_reason, input_tokens = excluded.input_tokens, \
          output_tokens = excluded.output_tokens, steps = excluded.steps, \
@@ -329,6 +334,7 @@ async fn upsert_run(conn: &mut PgConnection, r: &RunRecord) -> Result<(), sqlx::
     .bind(r.start_seq)
     .bind(r.created_at)
     .bind(r.finished_at)
+    .bind(client_tools.as_ref().map(json))
     .execute(conn)
     .await?;
     Ok(())

@@ -336,8 +336,8 @@ fn copy_artifacts(
 fn upsert_run(tx: &Transaction<'_>, r: &RunRecord) -> rusqlite::Result<()> {
     tx.prepare_cached(
         "INSERT INTO runs (id, session_id, kind, status, input, text, finish_reason, \
-         input_tokens, output_tokens, steps, error, start_seq, created_at, finished_at) \
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+         input_tokens, output_tokens, steps, error, start_seq, created_at, finished_at, \
+         client_tools) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
          ON CONFLICT (id) DO UPDATE SET status = excluded.status, text = excluded.text, \
          finish_reason = excluded.finish_reason, input_tokens = excluded.input_tokens, \
          output_tokens = excluded.output_tokens, steps = excluded.steps, \
@@ -358,8 +358,17 @@ fn upsert_run(tx: &Transaction<'_>, r: &RunRecord) -> rusqlite::Result<()> {
         r.start_seq,
         r.created_at.to_rfc3339(),
         r.finished_at.map(|t| t.to_rfc3339()),
+        run_client_tools(r).map(|v| v.to_string()),
     ])?;
     Ok(())
+}
+
+/// A run's own client tools as stored: `NULL` when it has none.
+fn run_client_tools(r: &RunRecord) -> Option<serde_json::Value> {
+    match r.client_tools.is_empty() {
+        true => None,
+        false => serde_json::to_value(&r.client_tools).ok(),
+    }
 }
 
 fn upsert_step(tx: &Transaction<'_>, s: &StepRecord) -> rusqlite::Result<()> {

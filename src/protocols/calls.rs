@@ -1,0 +1,387 @@
+//! What a run's log says about the tool calls of its latest model reply: which of them wait for
+//! an answer (a human's approval, a client's result), and whether the run is *parked*: every
+//! call either has its outcome or waits, and at least one waits. A front end's stream of such
+//! a run ends there, since nothing more happens until someone answers.
+//!
+//! Pure: fed the run's events in order, it keeps no other state.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+use crate::model::{Event, EventKind};
+
+/// What a call waits for.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Wait {
+    /// A human's approval; `subject` is what the policy matched.
+    Approval { subject: String },
+    /// The result of a tool the client runs.
+    Client,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Progress {
+    /// Proposed by the model, not admitted yet.
+    Proposed,
+    /// Waits for an answer.
+    Waiting,
+    /// Answered, or allowed: it runs or gets its result next.
+    Going,
+    Running,
+    /// Its outcome is recorded.
+    Done,
+}
+
+/// A call of the latest model reply.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Call {
+    pub id: String,
+    pub tool: String,
+    pub input: Value,
+    /// What it waits (or waited) for, if it had to wait.
+    pub wait: Option<Wait>,
+    pub expires_at: Option<DateTime<Utc>>,
+    progress: Progress,
+}
+
+impl Call {
+    /// The call waits for an answer now.
+    pub fn is_waiting(&self) -> bool {
+        self.progress == Progress::Waiting
+    }
+}
+
+/// The calls of a run's latest model reply, as its events tell.
+#[derive(Debug, Clone, Default)]
+pub struct RunCalls {
+    calls: Vec<Call>,
+    parked: bool,
+}
+
+impl RunCalls {
+    /// Takes the next event of the run; true when this event parked the run.
+    pub fn apply(&mut self, event: &Event) -> bool {
+        match &event.kind {
+            EventKind::LlmCompleted { message, .. } => {
+                self.calls = message
+                    .tool_calls
+                    .iter()
+                    .map(|c| Call {
+                        id: c.id.clone(),
+                        tool: c.name.clone(),
+                        input: c.arguments.clone(),
+                        wait: None,
+                        expires_at: None,
+                        progress: Progress::Proposed,
+                    })
+                    .collect();
+            }
+            EventKind::ToolApprovalRequested {
+                call_id,
+                tool,
+                input,
+                subject,
+                expires_at,
+                ..
+            } => {
+                let call = self.call(call_id, tool, input);
+                call.wait = Some(Wait::Approval {
+                    subject: subject.clone(),
+                });
+                call.expires_at = *expires_at;
+                call.progress = Progress::Waiting;
+            }
+            EventKind::ToolClientRequested {
+                call_id,
+                tool,
+                input,
+                expires_at,
+                ..
+            } => {
+                let call = self.call(call_id, tool, input);
+                call.wait = Some(Wait::Client);
+                call.expires_at = *expires_at;
+                call.progress = Progress::Waiting;
+            }
+            EventKind::ToolApprovalResolved { call_id, input, .. } => {
+                if let Some(call) = self.calls.iter_mut().find(|c| &c.id == call_id) {
+                    call.progress = Progress::Going;
+                    if let Some(input) = input {
+                        call.input = input.clone();
+                    }
+                }
+            }
+            EventKind::ToolStarted { call, .. } => {
+                let known = self.call(&call.id, &call.name, &call.arguments);
+                known.input = call.arguments.clone();
+                known.progress = Progress::Running;
+            }
+            EventKind::ToolFinished { call_id, .. } => {
+                if let Some(call) = self.calls.iter_mut().find(|c| &c.id == call_id) {
+                    call.progress = Progress::Done;
+                }
+            }
+            kind if kind.is_terminal() => self.calls.clear(),
+            _ => {}
+        }
+        let was = self.parked;
+        self.parked = !self.calls.is_empty()
+            && self.calls.iter().any(Call::is_waiting)
+            && self
+                .calls
+                .iter()
+                .all(|c| matches!(c.progress, Progress::Waiting | Progress::Done));
+        self.parked && !was
+    }
+
+    /// The run waits for answers only.
+    pub fn is_parked(&self) -> bool {
+        self.parked
+    }
+
+    /// The calls that wait for an answer now, in the order of the model's reply.
+    pub fn waiting(&self) -> impl Iterator<Item = &Call> {
+        self.calls.iter().filter(|c| c.is_waiting())
+    }
+
+    /// A call of the latest reply (a resumed run may name calls of an earlier one).
+    fn call(&mut self, id: &str, tool: &str, input: &Value) -> &mut Call {
+        let at = match self.calls.iter().position(|c| c.id == id) {
+            Some(at) => at,
+            None => {
+                self.calls.push(Call {
+                    id: id.to_string(),
+                    tool: tool.to_string(),
+                    input: input.clone(),
+                    wait: None,
+                    expires_at: None,
+                    progress: Progress::Proposed,
+                });
+                self.calls.len() - 1
+            }
+        };
+        &mut self.calls[at]
+    }
+}
+
+/// The `seq` of the last point at which the run was parked, among `events` (its log so far).
+pub fn last_park(events: &[Event]) -> Option<i64> {
+    let mut calls = RunCalls::default();
+    let mut last = None;
+    for event in events {
+        if calls.apply(event) {
+            last = Some(event.seq);
+        }
+    }
+    last
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::model::{Decision, FinishReason, Message, ResolvedBy, RunKind, ToolCall, Usage};
+    use serde_json::json;
+    use uuid::Uuid;
+
+    /// Builds a run's log: each call appends one event with the next `seq`.
+    pub struct Log {
+        pub events: Vec<Event>,
+        pub run_id: Uuid,
+    }
+
+    impl Log {
+        pub fn new() -> Log {
+            let mut log = Log {
+                events: Vec::new(),
+                run_id: Uuid::from_u128(7),
+            };
+            log.push(EventKind::AgentStarted {
+                run_id: log.run_id,
+                kind: RunKind::Run,
+            });
+            log
+        }
+
+        pub fn push(&mut self, kind: EventKind) -> &Event {
+            let seq = self.events.len() as i64 + 10;
+            let at = chrono::DateTime::from_timestamp(0, 0).unwrap();
+            self.events
+                .push(Event::new(Uuid::from_u128(1), seq, kind, at));
+            self.events.last().unwrap()
+        }
+
+        pub fn step(&mut self, n: u128) -> Uuid {
+            let step = Uuid::from_u128(100 + n);
+            self.push(EventKind::LlmStarted { step_id: step });
+            step
+        }
+
+        pub fn text(&mut self, step: Uuid, text: &str) {
+            self.push(EventKind::AssistantStream {
+                step_id: step,
+                text: text.into(),
+            });
+        }
+
+        pub fn thinking(&mut self, step: Uuid, text: &str) {
+            self.push(EventKind::ThinkingStream {
+                step_id: step,
+                text: text.into(),
+            });
+        }
+
+        pub fn completed(&mut self, step: Uuid, text: &str, calls: &[(&str, &str)]) {
+            let calls = calls
+                .iter()
+                .map(|(id, name)| ToolCall {
+                    id: id.to_string(),
+                    name: name.to_string(),
+                    arguments: json!({"path": "notes.md"}),
+                })
+                .collect();
+            self.push(EventKind::LlmCompleted {
+                step_id: step,
+                message: Message::assistant(text, calls),
+                finish_reason: FinishReason::Model("stop".into()),
+                usage: Usage::default(),
+            });
+        }
+
+        pub fn ask(&mut self, call: &str) {
+            self.push(EventKind::ToolApprovalRequested {
+                step_id: Uuid::from_u128(900),
+                call_id: call.into(),
+                tool: "write_file".into(),
+                input: json!({"path": "notes.md"}),
+                subject: "notes.md".into(),
+                expires_at: None,
+            });
+        }
+
+        pub fn client(&mut self, call: &str, tool: &str) {
+            self.push(EventKind::ToolClientRequested {
+                step_id: Uuid::from_u128(901),
+                call_id: call.into(),
+                tool: tool.into(),
+                input: json!({"question": "?"}),
+                expires_at: None,
+            });
+        }
+
+        pub fn resolve(&mut self, call: &str, decision: Decision, by: ResolvedBy) {
+            self.push(EventKind::ToolApprovalResolved {
+                call_id: call.into(),
+                decision,
+                by,
+                reason: None,
+                input: None,
+            });
+        }
+
+        pub fn started(&mut self, call: &str, tool: &str) {
+            self.push(EventKind::ToolStarted {
+                step_id: Uuid::from_u128(902),
+                call: ToolCall {
+                    id: call.into(),
+                    name: tool.into(),
+                    arguments: json!({"path": "notes.md"}),
+                },
+            });
+        }
+
+        pub fn finished(&mut self, call: &str, output: &str, is_error: bool) {
+            self.push(EventKind::ToolFinished {
+                step_id: Uuid::from_u128(903),
+                call_id: call.into(),
+                output: output.into(),
+                is_error,
+            });
+        }
+
+        pub fn done(&mut self, text: &str) {
+            self.push(EventKind::AgentFinished {
+                run_id: self.run_id,
+                text: text.into(),
+                finish_reason: FinishReason::Model("stop".into()),
+                usage: Usage {
+                    input_tokens: 3,
+                    output_tokens: 4,
+                },
+            });
+        }
+    }
+
+    fn parks(log: &Log) -> Vec<i64> {
+        let mut calls = RunCalls::default();
+        log.events
+            .iter()
+            .filter(|e| calls.apply(e))
+            .map(|e| e.seq)
+            .collect()
+    }
+
+    #[test]
+    fn a_run_parks_once_every_call_has_its_outcome_or_waits() {
+        let mut log = Log::new();
+        let step = log.step(1);
+        log.completed(step, "", &[("a", "write_file"), ("b", "list_files")]);
+        log.ask("a");
+        // b is allowed: the run is not parked while b has not run.
+        log.started("b", "list_files");
+        log.finished("b", "README.md", false);
+        let parked_at = log.events.last().unwrap().seq;
+        log.resolve("a", Decision::Allow, ResolvedBy::User);
+        log.started("a", "write_file");
+        log.finished("a", "wrote", false);
+        let step = log.step(2);
+        log.completed(step, "done", &[]);
+        log.done("done");
+        assert_eq!(parks(&log), vec![parked_at]);
+        assert_eq!(last_park(&log.events), Some(parked_at));
+    }
+
+    #[test]
+    fn waiting_calls_are_listed_with_what_they_wait_for() {
+        let mut log = Log::new();
+        let step = log.step(1);
+        log.completed(step, "", &[("a", "write_file"), ("c", "ask_user")]);
+        log.ask("a");
+        log.client("c", "ask_user");
+        let mut calls = RunCalls::default();
+        for event in &log.events {
+            calls.apply(event);
+        }
+        assert!(calls.is_parked());
+        let waiting: Vec<_> = calls
+            .waiting()
+            .map(|c| (c.id.as_str(), c.wait.clone()))
+            .collect();
+        assert_eq!(
+            waiting,
+            vec![
+                (
+                    "a",
+                    Some(Wait::Approval {
+                        subject: "notes.md".into()
+                    })
+                ),
+                ("c", Some(Wait::Client)),
+            ]
+        );
+        // A denial is an outcome on its way: no longer parked.
+        log.resolve("a", Decision::Deny, ResolvedBy::User);
+        calls.apply(log.events.last().unwrap());
+        assert!(!calls.is_parked());
+    }
+
+    #[test]
+    fn a_run_without_calls_that_wait_never_parks() {
+        let mut log = Log::new();
+        let step = log.step(1);
+        log.completed(step, "", &[("a", "list_files")]);
+        log.started("a", "list_files");
+        log.finished("a", "x", false);
+        log.done("x");
+        assert!(parks(&log).is_empty());
+    }
+}

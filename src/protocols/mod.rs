@@ -1,0 +1,11 @@
+//! The protocols front ends already speak, as views of a session's event log: the Vercel AI
+//! SDK's UI message stream ([`ai_sdk`]) and AG-UI ([`ag_ui`]). Each adapter is a small state
+//! machine from tah events to the protocol's frames; [`calls`] is what both read from a run's
+//! log about the calls that wait for an answer.
+//!
+//! Pure: no I/O, nothing stored. The HTTP layer reads the log, feeds it in, and writes the
+//! frames out.
+
+pub mod ag_ui;
+pub mod ai_sdk;
+pub mod calls;
