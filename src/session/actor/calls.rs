@@ -15,8 +15,7 @@ use uuid::Uuid;
 use super::journal::RunJournal;
 use crate::agent::{Admission, Answer, Verdict};
 use crate::model::{
-    self, Action, Decision, EventKind, Message, ResolvedBy, RunStatus, SessionState, StepStatus,
-    ToolCall,
+    self, Action, Decision, EventKind, Message, ResolvedBy, SessionState, StepStatus, ToolCall,
 };
 use crate::session::command::{Reply, RunRequest, RunStarted};
 use crate::session::subagents::{Children, TASK};
@@ -25,7 +24,7 @@ use crate::session::waiting::{
     Waiting,
 };
 use crate::session::{ApprovalAnswer, SessionDeps, SessionError, ToolPolicy};
-use crate::store::{SessionQuery, StoreError, WriteOp};
+use crate::store::{StoreError, WriteOp};
 use crate::tools::policy::{self, Rules};
 use crate::tools::{Subject, SubjectKind, ToolContext, ToolOutput, ToolRegistry};
 
@@ -529,34 +528,11 @@ impl RunJournal<'_> {
         lock(&self.calls.waiting).apply(&kind);
         self.batch.event(self.core, kind);
         if call.name == TASK {
-            let existing = self.child_of_call(&call.id).await?;
-            let session_id = self.calls.children.start(&call.id, existing);
-            let call_id = call.id.clone();
-            let started = EventKind::SubagentStarted {
-                call_id,
-                session_id,
-            };
-            self.batch.event(self.core, started);
+            self.child_started(&call.id).await?;
         }
         self.calls.running += 1;
         // Durable before the tool runs: a crash mid-tool shows the call as started.
         self.flush_now().await
-    }
-
-    /// The child session an earlier attempt of a `task` call started, if any: after an
-    /// interruption the call runs again and continues that child.
-    async fn child_of_call(&self, call_id: &str) -> Result<Option<Uuid>, StoreError> {
-        let query = SessionQuery {
-            limit: -1,
-            before: None,
-            state: None,
-            parent_id: Some(self.core.record.id),
-        };
-        let children = self.sink.deps.store.sessions(&query).await?;
-        Ok(children
-            .into_iter()
-            .find(|c| c.options.task_call_id.as_deref() == Some(call_id))
-            .map(|c| c.id))
     }
 
     pub(super) async fn call_finished(
@@ -595,15 +571,7 @@ impl RunJournal<'_> {
         };
         lock(&self.calls.waiting).apply(&kind);
         self.batch.event(self.core, kind);
-        if let Some((session_id, status)) = self.calls.children.finish(&call.id) {
-            let call_id = call.id.clone();
-            let finished = EventKind::SubagentFinished {
-                call_id,
-                session_id,
-                status,
-            };
-            self.batch.event(self.core, finished);
-        }
+        self.child_finished(&call.id);
         self.record_artifacts(keeping);
         self.flush_now().await?;
         if let Some(reply) = self.calls.replies.remove(&call.id) {
@@ -692,20 +660,6 @@ impl RunJournal<'_> {
                     detail: "the run ended before the result was recorded".to_string(),
                 }));
             }
-        }
-    }
-}
-
-impl RunJournal<'_> {
-    /// Records that the sub-agents of calls the cancel cut short were cancelled with them.
-    pub(super) fn settle_children(&mut self) {
-        for (call_id, session_id) in self.calls.children.unfinished() {
-            let kind = EventKind::SubagentFinished {
-                call_id,
-                session_id,
-                status: RunStatus::Cancelled,
-            };
-            self.batch.event(self.core, kind);
         }
     }
 }

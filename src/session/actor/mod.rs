@@ -8,13 +8,15 @@
 //!
 //! `access` loads the session and, with replicas, takes its lease; `journal` is how the actor
 //! writes (batches, commits, the agent loop's journal); `calls` admits and records tool calls,
-//! `artifacts` keeps the files they produced; `end` decides how a run ends.
+//! `artifacts` keeps the files they produced, `children` records the sub-agents of `task`
+//! calls; `end` decides how a run ends.
 
 mod access;
 mod approvals;
 mod artifacts;
 mod calls;
 mod cancel;
+mod children;
 mod compact;
 mod end;
 mod journal;
