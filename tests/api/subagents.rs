@@ -31,6 +31,27 @@ async fn children_of(server: &TestServer, id: &str) -> Vec<Value> {
     children
 }
 
+/// Waits until `id` has `n` children and every one of them is streaming its answer; returns
+/// them.
+async fn until_children_stream(server: &TestServer, id: &str, n: usize) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let children = children_of(server, id).await;
+        let mut streaming = 0;
+        for child in &children {
+            let log = server.events(&id_of(child)).await;
+            streaming += usize::from(!of_type(&log, "agent.assistant-stream").is_empty());
+        }
+        if children.len() == n && streaming == n {
+            return children;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "children never ran: {children:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
 fn of_type<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
     events.iter().filter(|e| e["type"] == kind).collect()
 }
@@ -266,24 +287,7 @@ async fn cancelling_the_parent_cancels_its_children() {
     let run = server.start_run(&id, "delegate 2 slow things").await;
     let run_id = id_of(&run);
 
-    // Wait until both children are streaming.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let children = loop {
-        let children = children_of(&server, &id).await;
-        let mut streaming = 0;
-        for child in &children {
-            let log = server.events(&id_of(child)).await;
-            streaming += usize::from(!of_type(&log, "agent.assistant-stream").is_empty());
-        }
-        if children.len() == 2 && streaming == 2 {
-            break children;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "children never ran: {children:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let children = until_children_stream(&server, &id, 2).await;
 
     let outcome = server.cancel(&id).await;
     assert_eq!(outcome["cancelled"], true, "{outcome}");
@@ -417,23 +421,7 @@ async fn after_a_crash_the_parent_continues_the_children_it_had_started() {
     .await;
     let id = delegating_session(&server).await;
     server.start_run(&id, "delegate 2 long jobs").await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let before = loop {
-        let children = children_of(&server, &id).await;
-        let mut streaming = 0;
-        for child in &children {
-            let log = server.events(&id_of(child)).await;
-            streaming += usize::from(!of_type(&log, "agent.assistant-stream").is_empty());
-        }
-        if children.len() == 2 && streaming == 2 {
-            break children;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "children never ran: {children:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let before = until_children_stream(&server, &id, 2).await;
 
     server.kill9().await;
     server.spawn().await;
