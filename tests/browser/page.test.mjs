@@ -281,6 +281,8 @@ describe("the page on the mock model", () => {
     await screenshot(page, "phone-sessions");
     await page.locator(`.session-link[href$="${target.id}"]`).click();
     await page.waitForSelector("#log[data-caught-up=true]");
+    // Opening a session closes the list; the screenshot waits for it to have slid away.
+    await page.locator("#sidebar").waitFor({ state: "hidden" });
     const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
     assert.ok(overflow <= 0, `the page is ${overflow}px wider than the window`);
     await screenshot(page, "phone-conversation");
