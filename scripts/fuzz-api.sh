@@ -38,13 +38,15 @@ if [[ -z ${addr:-} ]]; then
 fi
 echo "fuzz-api: server at $addr"
 
+# ensure_resource_availability is left out: a create repeated with an Idempotency-Key the
+# fuzzer used before answers the first response, which may name a session deleted since.
 # The coverage phase is left out: schemathesis 4 crashes in it on Python 3.11 (an AST
 # recursion error inside schemathesis, not a finding).
 set +e
 "$schemathesis" --config-file schemathesis.toml run openapi.yaml --url "$addr" \
     --phases examples,fuzzing,stateful \
     --checks all \
-    --exclude-checks ignored_auth,positive_data_acceptance \
+    --exclude-checks ignored_auth,positive_data_acceptance,ensure_resource_availability \
     --exclude-operation-id events \
     --max-time "$max_time" \
     --request-timeout 20 \
