@@ -219,13 +219,15 @@ impl Tool for TaskTool {
 impl TaskTool {
     /// Continues the child an interrupted attempt of the call started: its interrupted run
     /// is resumed, or its result taken if it ended. While something else still runs it (an
-    /// automatic resume, another replica), this waits for that run to end.
+    /// automatic resume, another replica), this waits for that run to end; while a dead
+    /// replica's lease on it has not expired yet, it waits for the lease to expire.
     async fn resume(&self, child_id: Uuid) -> Result<RunStarted, SessionError> {
         loop {
             let request = RunRequest::subagent_resume();
             match self.sessions.run(child_id, request).await {
                 Err(SessionError::Conflict {
-                    kind: "run-active", ..
+                    kind: "run-active" | "session-leased",
+                    ..
                 }) => {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
