@@ -232,7 +232,8 @@ pub trait Cluster: Send + Sync + 'static {
         owner: Uuid,
         ttl: Duration,
     ) -> StoreResult<Option<i64>>;
-    /// Renews every lease `owner` still holds (one statement for all); returns them.
+    /// Renews every lease `owner` still holds (one statement for all), also one that expired
+    /// while no other owner took it; returns them.
     async fn renew(&self, owner: Uuid, ttl: Duration) -> StoreResult<Vec<(Uuid, i64)>>;
     async fn release(&self, session_id: Uuid, owner: Uuid) -> StoreResult<()>;
     async fn release_all(&self, owner: Uuid) -> StoreResult<()>;

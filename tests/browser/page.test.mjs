@@ -177,7 +177,7 @@ describe("the page on the mock model", () => {
     await page.goto(`${server.url}/#/s/${id}`);
     await page.waitForSelector("#log[data-caught-up=true]");
     await page.getByRole("button", { name: "Compact" }).click();
-    await page.waitForSelector(".note.info", { timeout: 10000 });
+    await page.waitForSelector(".note.info");
     assert.match(await page.locator(".note.info").textContent(), /Compacted: 2 turn\(s\) summarised/);
 
     // Delete asks, then the session is gone from the list.

@@ -1,5 +1,7 @@
 //! Several replicas on one fresh PostgreSQL database (not a case of the trait: PostgreSQL only).
 
+use std::time::Duration;
+
 use sqlx::{Connection, Executor, PgConnection};
 use tah::model::SessionState;
 use tah::store::{self, WriteOp};
@@ -33,6 +35,68 @@ async fn postgres_open_creates_the_database_and_replicas_start_together() {
         assert!(store.session(s.id).await.expect("read").is_some());
     }
     drop(stores);
+    let mut admin = PgConnection::connect(&base).await.expect("connect");
+    admin
+        .execute(format!("DROP DATABASE {db} WITH (FORCE)").as_str())
+        .await
+        .expect("drop test database");
+}
+
+/// A lease that expired while its owner was slow (a stalled heartbeat) is renewed as long as
+/// no other replica took it; once another one has (a new epoch), it is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(pg_tests),
+    ignore = "needs PostgreSQL: install its server binaries, or set TAH_TEST_PG=on and TAH_TEST_PG_URL"
+)]
+async fn an_expired_lease_is_renewed_until_another_replica_takes_it() {
+    let base = server_url().to_string();
+    let db = format!("tah_t_{}", Uuid::now_v7().simple());
+    let url = with_database(&base, &db);
+    let opened = store::open(&url, Uuid::nil()).await.expect("open");
+    let cluster = opened
+        .cluster
+        .clone()
+        .expect("PostgreSQL coordinates replicas");
+    let s = session(SessionState::Idle);
+    commit(&opened.store, vec![WriteOp::InsertSession(s.clone())]).await;
+    let (mine, other) = (Uuid::now_v7(), Uuid::now_v7());
+    let short = Duration::from_millis(50);
+    let epoch = cluster.acquire(s.id, mine, short).await.expect("acquire");
+    let epoch = epoch.expect("a free session's lease is taken");
+
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let renewed = cluster.renew(mine, short).await.expect("renew");
+    assert_eq!(
+        renewed,
+        vec![(s.id, epoch)],
+        "nobody took it: it is still mine"
+    );
+
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let taken = cluster.acquire(s.id, other, Duration::from_secs(10)).await;
+    let taken = taken
+        .expect("acquire")
+        .expect("an expired lease is taken over");
+    assert!(
+        taken > epoch,
+        "a takeover starts a new epoch: {taken} after {epoch}"
+    );
+    let renewed = cluster.renew(mine, short).await.expect("renew");
+    assert!(
+        renewed.is_empty(),
+        "another replica holds it now: {renewed:?}"
+    );
+    assert_eq!(
+        cluster
+            .renew(other, Duration::from_secs(10))
+            .await
+            .expect("renew"),
+        vec![(s.id, taken)]
+    );
+
+    drop(cluster);
+    drop(opened);
     let mut admin = PgConnection::connect(&base).await.expect("connect");
     admin
         .execute(format!("DROP DATABASE {db} WITH (FORCE)").as_str())

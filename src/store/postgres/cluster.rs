@@ -146,9 +146,11 @@ impl Cluster for PostgresStore {
         let rows = sqlx::query(
             // The rows are locked in id order, as the writer locks the sessions it updates:
             // two transactions that update several sessions never wait for each other in a
-            // cycle.
+            // cycle. A lease that expired while this replica was slow is still its own until
+            // another replica takes it (which bumps the epoch that commits are fenced by), so
+            // it is renewed too.
             "UPDATE sessions SET lease_expires_at = now() + make_interval(secs => $2::double precision / 1000) \
-             FROM (SELECT id FROM sessions WHERE lease_owner = $1 AND lease_expires_at > now() \
+             FROM (SELECT id FROM sessions WHERE lease_owner = $1 \
                    ORDER BY id FOR NO KEY UPDATE) AS mine \
              WHERE sessions.id = mine.id RETURNING sessions.id, sessions.lease_epoch",
         )

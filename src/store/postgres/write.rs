@@ -25,7 +25,7 @@ use crate::store::{StoreResult, WriteOp};
 pub(super) async fn commit(store: &PostgresStore, batch: &[&[WriteOp]]) -> StoreResult<()> {
     let ops: Vec<&WriteOp> = batch.iter().flat_map(|ops| ops.iter()).collect();
     let mut tx = store.pool.begin().await?;
-    lock_updated_sessions(&mut tx, &ops).await?;
+    lock_sessions(&mut tx, &ops).await?;
     let mut rest = ops.as_slice();
     while !rest.is_empty() {
         // A run of consecutive event inserts (across groups) becomes one statement; order
@@ -47,14 +47,19 @@ pub(super) async fn commit(store: &PostgresStore, batch: &[&[WriteOp]]) -> Store
     Ok(())
 }
 
-/// Locks the rows of the sessions the batch updates, in id order, before anything else: a
-/// batch of several sessions (a parent and its sub-agents, or group commit across sessions)
-/// and the lease heartbeat, which locks in the same order, never deadlock.
-async fn lock_updated_sessions(conn: &mut PgConnection, ops: &[&WriteOp]) -> StoreResult<()> {
+/// Locks the rows of the sessions the batch updates or checks the fence of, in id order,
+/// before anything else: a batch of several sessions (a parent and its sub-agents, or group
+/// commit across sessions) and the lease heartbeat, which locks in the same order, never
+/// deadlock. (A fence check takes a share lock on its session's row, which conflicts with
+/// the heartbeat's: taken in the middle of the batch, it could wait in a cycle with it.)
+async fn lock_sessions(conn: &mut PgConnection, ops: &[&WriteOp]) -> StoreResult<()> {
     let mut ids: Vec<Uuid> = ops
         .iter()
         .filter_map(|op| match op {
             WriteOp::UpdateSession(s) => Some(s.id),
+            WriteOp::Fence { session_id, .. } | WriteOp::DeleteSession(session_id) => {
+                Some(*session_id)
+            }
             _ => None,
         })
         .collect();
