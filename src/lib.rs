@@ -46,7 +46,8 @@
 //! library.
 //!
 //! Imports point one way: `http → session → agent → {llm, tools}`, `session → {store, mcp}`,
-//! `mcp → tools`, `http → protocols`, and every module may use `model`; `app → {runtime, http, config}`,
+//! `mcp → tools`, `http → protocols`, `{session, agent} → telemetry → {llm, tools}`, and every
+//! module may use `model`; `app → {runtime, http, config}`,
 //! `config → cli`, and nothing imports `app`.
 
 pub mod agent;

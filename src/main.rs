@@ -62,6 +62,12 @@ fn main() -> ExitCode {
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let traces = Traces::from_env(args.trace_content)?;
     init_tracing(args.log_format, traces.as_ref());
+    if traces.is_some() {
+        tracing::info!(
+            content = args.trace_content,
+            "exporting traces over OTLP/HTTP"
+        );
+    }
     let served = run(args).await;
     if let Some(traces) = traces {
         // The exporter's shutdown blocks until the last spans are sent (or time out).
