@@ -3,7 +3,8 @@
 //! types. A run is an `invoke_agent` span with one `chat {model}` child per LLM call and one
 //! `execute_tool {tool}` child per tool call, attributed with the GenAI conventions; content
 //! goes into spans only with `--trace-content`; a failed call has an error status; a
-//! sub-agent's run is a child of its parent's `task` call.
+//! sub-agent's run is a child of its parent's `task` call; a graceful stop sends what is
+//! still queued.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -385,6 +386,30 @@ async fn a_subagent_run_is_a_child_of_its_parents_task_call() {
         .find(|s| s.attr("gen_ai.conversation.id") != id)
         .unwrap();
     assert!(child.is_child_of(task), "{child:#?} under {task:#?}");
+}
+
+#[tokio::test]
+async fn a_graceful_stop_exports_the_spans_still_queued() {
+    let collector = Collector::start().await;
+    // A batch delay of a minute: only the stop sends the spans within the test.
+    let options = ServerOptions::new()
+        .process()
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &collector.endpoint)
+        .env("OTEL_BSP_SCHEDULE_DELAY", "60000");
+    let mut server = TestServer::start(options).await;
+    let id = server.create_session().await;
+    let result = server.run_wait(&id, "and then stop").await;
+    assert_eq!(result["status"], "completed", "{result}");
+    assert!(
+        collector.spans.lock().unwrap().is_empty(),
+        "nothing sent yet"
+    );
+    assert!(server.stop().await.success());
+    let spans = collector.spans.lock().unwrap().clone();
+    let runs = of_operation(&spans, "invoke_agent");
+    assert_eq!(runs.len(), 1, "sent before the process ended: {spans:#?}");
+    assert_eq!(runs[0].attr("tah.run.id"), str_of(&result, "run_id"));
+    assert!(!of_operation(&spans, "chat").is_empty());
 }
 
 #[test]
