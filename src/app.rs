@@ -30,6 +30,11 @@ pub enum AppError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error("cannot listen on {addr} (--metrics-listen): {source}")]
+    MetricsBind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
     #[error("serving HTTP: {0}")]
     Serve(std::io::Error),
 }
@@ -86,7 +91,10 @@ impl Application {
                 Ok(bound) => Some(bound),
                 Err(error) => {
                     runtime.shutdown(SHUTDOWN_GRACE).await;
-                    return Err(error);
+                    return Err(match error {
+                        AppError::Bind { addr, source } => AppError::MetricsBind { addr, source },
+                        other => other,
+                    });
                 }
             },
             None => None,

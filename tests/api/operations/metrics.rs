@@ -236,5 +236,6 @@ fn a_bad_metrics_listen_address_fails_the_start() {
     let addr = taken.local_addr().unwrap().to_string();
     let (status, log) = serve_with_metrics_listen(&addr);
     assert!(!status.success(), "it started on a taken port: {log}");
-    assert!(log.contains(&format!("cannot listen on {addr}")), "{log}");
+    let says = format!("cannot listen on {addr} (--metrics-listen)");
+    assert!(log.contains(&says), "{log}");
 }
