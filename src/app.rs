@@ -30,15 +30,25 @@ pub enum AppError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error("cannot listen on {addr} (--metrics-listen): {source}")]
+    MetricsBind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
     #[error("serving HTTP: {0}")]
     Serve(std::io::Error),
 }
+
+/// Connections the `--metrics-listen` listener holds at once at most.
+const METRICS_CONNECTIONS: usize = 64;
 
 /// A server ready to serve: its runtime is up and its listener bound.
 pub struct Application {
     listener: TcpListener,
     addr: SocketAddr,
     router: axum::Router,
+    /// `--metrics-listen`: its listener and `GET /metrics` alone.
+    metrics: Option<(TcpListener, SocketAddr, axum::Router)>,
     limits: http::ConnectionLimits,
     runtime: Runtime,
 }
@@ -69,27 +79,30 @@ impl Application {
         if provider == Provider::Mock {
             tracing::info!("no provider key configured: using the offline mock model");
         }
-        let listener = match TcpListener::bind(settings.listen()).await {
-            Ok(listener) => listener,
-            Err(source) => {
+        let (listener, addr) = match bind(settings.listen()).await {
+            Ok(bound) => bound,
+            Err(error) => {
                 runtime.shutdown(SHUTDOWN_GRACE).await;
-                return Err(AppError::Bind {
-                    addr: settings.listen(),
-                    source,
-                });
+                return Err(error);
             }
         };
-        let addr = match listener.local_addr() {
-            Ok(addr) => addr,
-            Err(source) => {
-                runtime.shutdown(SHUTDOWN_GRACE).await;
-                return Err(AppError::Bind {
-                    addr: settings.listen(),
-                    source,
-                });
-            }
+        let metrics_listener = match settings.metrics_listen() {
+            Some(wanted) => match bind(wanted).await {
+                Ok(bound) => Some(bound),
+                Err(error) => {
+                    runtime.shutdown(SHUTDOWN_GRACE).await;
+                    return Err(match error {
+                        AppError::Bind { addr, source } => AppError::MetricsBind { addr, source },
+                        other => other,
+                    });
+                }
+            },
+            None => None,
         };
         tracing::info!("listening on http://{addr}");
+        if let Some((_, metrics_addr)) = &metrics_listener {
+            tracing::info!("serving /metrics on http://{metrics_addr}");
+        }
         if settings.api_tokens().is_empty() {
             tracing::info!("no API tokens configured: the API is open to anyone who can reach it");
         }
@@ -97,6 +110,8 @@ impl Application {
             sessions: runtime.sessions().clone(),
             shutdown: runtime.shutdown_token(),
         };
+        let metrics = metrics_listener
+            .map(|(listener, addr)| (listener, addr, http::metrics_router(state.clone())));
         let router = http::router(
             state,
             &HttpOptions {
@@ -110,6 +125,7 @@ impl Application {
                 request_timeout: settings.request_timeout(),
                 listen: Some(addr),
                 allowed_hosts: settings.allowed_hosts().to_vec(),
+                metrics: metrics.is_none(),
             },
         );
         let limits = http::ConnectionLimits {
@@ -122,6 +138,7 @@ impl Application {
             listener,
             addr,
             router,
+            metrics,
             limits,
             runtime,
         })
@@ -130,6 +147,11 @@ impl Application {
     /// The address the listener is bound to (the real port when the settings said 0).
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Where `GET /metrics` is served apart from the API (`--metrics-listen`), if it is.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().map(|(_, addr, _)| *addr)
     }
 
     /// A handle that stops the application once it runs.
@@ -155,6 +177,7 @@ impl Application {
             router,
             runtime,
             limits,
+            metrics,
             ..
         } = self;
         let shutdown = runtime.shutdown_token();
@@ -167,6 +190,18 @@ impl Application {
             tracing::info!("shutting down: stopping runs and closing streams");
             stopping.cancel();
         });
+        if let Some((listener, _, router)) = metrics {
+            let limits = http::ConnectionLimits {
+                max_connections: METRICS_CONNECTIONS,
+                ..limits.clone()
+            };
+            let stop = shutdown.clone().cancelled_owned();
+            tokio::spawn(async move {
+                if let Err(error) = http::serve(listener, router, stop, limits).await {
+                    tracing::warn!(%error, "serving /metrics failed");
+                }
+            });
+        }
         let server = http::serve(listener, router, shutdown.clone().cancelled_owned(), limits);
         tokio::pin!(server);
         let served = tokio::select! {
@@ -180,6 +215,15 @@ impl Application {
         tracing::info!("stopped");
         served
     }
+}
+
+/// Binds a listener; the address it got (the real port for port 0).
+async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), AppError> {
+    let bound = match TcpListener::bind(addr).await {
+        Ok(listener) => listener.local_addr().map(|local| (listener, local)),
+        Err(source) => Err(source),
+    };
+    bound.map_err(|source| AppError::Bind { addr, source })
 }
 
 /// Resolves on SIGINT or (on Unix) SIGTERM.

@@ -88,6 +88,11 @@ pub struct ServeArgs {
     #[arg(long, env = "TAH_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
 
+    /// Address to serve GET /metrics on, apart from the API: then the API's address answers
+    /// /metrics with 404. Unset: /metrics is served beside the API, open like /healthz.
+    #[arg(long, env = "TAH_METRICS_LISTEN", value_name = "ADDR")]
+    pub metrics_listen: Option<SocketAddr>,
+
     /// Database URL: sqlite://PATH (the file and its parent directory are created), or
     /// postgres://USER:PASSWORD@HOST/DB (also postgresql://…), which several replicas can
     /// share.
@@ -344,6 +349,12 @@ pub struct ServeArgs {
     /// Log format.
     #[arg(long, env = "TAH_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,
+
+    /// Put messages, tool arguments and tool results into the trace spans (traces go out over
+    /// OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set); without it spans carry no content. The
+    /// env var takes true/false, 1/0, yes/no or on/off, in any case.
+    #[arg(long, env = "TAH_TRACE_CONTENT", value_parser = boolish())]
+    pub trace_content: bool,
 }
 
 /// The replies of the fake model, as `tah fake-model` serves them and as `tah bench` has them

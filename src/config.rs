@@ -99,6 +99,7 @@ pub struct ModelSettings {
 #[derive(Debug, Clone)]
 pub struct Settings {
     listen: SocketAddr,
+    metrics_listen: Option<SocketAddr>,
     database_url: String,
     workspace: PathBuf,
     max_artifact_bytes: u64,
@@ -205,6 +206,7 @@ impl Settings {
             .unwrap_or_else(|| args.database_url.starts_with("postgres"));
         Ok(Settings {
             listen: args.listen,
+            metrics_listen: args.metrics_listen,
             database_url: args.database_url,
             workspace: args.workspace,
             max_artifact_bytes: args.max_artifact_bytes,
@@ -343,6 +345,12 @@ impl Settings {
     /// The address to listen on (port 0: one the system picks).
     pub fn listen(&self) -> SocketAddr {
         self.listen
+    }
+
+    /// Where `GET /metrics` is served apart from the API (`--metrics-listen`); `None`: beside
+    /// it.
+    pub fn metrics_listen(&self) -> Option<SocketAddr> {
+        self.metrics_listen
     }
 
     pub fn database_url(&self) -> &str {

@@ -28,6 +28,8 @@
 //!   (replay-then-live), `steps` (rebuilding a step's request) and `coordination` (scale-out
 //!   background tasks).
 //! - [`metrics`]: the process's Prometheus metrics, counted where things happen.
+//! - [`telemetry`]: OpenTelemetry traces of runs, LLM calls and tool calls (GenAI
+//!   conventions), exported over OTLP when the standard `OTEL_*` variables ask for it.
 //! - [`protocols`]: the front-end protocols as pure views of a session's log: `ai_sdk` (the
 //!   Vercel AI SDK's UI message stream), `ag_ui` (AG-UI), and `calls` (which calls of a run
 //!   wait for an answer).
@@ -44,7 +46,8 @@
 //! library.
 //!
 //! Imports point one way: `http → session → agent → {llm, tools}`, `session → {store, mcp}`,
-//! `mcp → tools`, `http → protocols`, and every module may use `model`; `app → {runtime, http, config}`,
+//! `mcp → tools`, `http → protocols`, `{session, agent} → telemetry → {llm, tools}`, and every
+//! module may use `model`; `app → {runtime, http, config}`,
 //! `config → cli`, and nothing imports `app`.
 
 pub mod agent;
@@ -60,5 +63,6 @@ pub mod protocols;
 pub mod runtime;
 pub mod session;
 pub mod store;
+pub mod telemetry;
 pub mod tools;
 pub mod webhooks;

@@ -13,7 +13,11 @@ use clap::Parser;
 use tah::app::{Application, ReadyLine};
 use tah::cli::{Cli, Command, LogFormat, ServeArgs};
 use tah::config::Settings;
-use tracing_subscriber::EnvFilter;
+use tah::telemetry::{self, Traces};
+use tracing_subscriber::filter::{filter_fn, FilterExt as _};
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::{EnvFilter, Layer as _};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -56,7 +60,23 @@ fn main() -> ExitCode {
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    init_tracing(args.log_format);
+    let traces = Traces::from_env(args.trace_content)?;
+    init_tracing(args.log_format, traces.as_ref());
+    if traces.is_some() {
+        tracing::info!(
+            content = args.trace_content,
+            "exporting traces over OTLP/HTTP"
+        );
+    }
+    let served = run(args).await;
+    if let Some(traces) = traces {
+        // The exporter's shutdown blocks until the last spans are sent (or time out).
+        let _ = tokio::task::spawn_blocking(move || traces.shutdown()).await;
+    }
+    served
+}
+
+async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let app = Application::build(Settings::parse(args)?).await?;
     announce(ReadyLine {
         listening: app.addr(),
@@ -65,20 +85,26 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn init_tracing(format: LogFormat) {
+/// The log on stderr, and the trace exporter's layer when there is one; the log leaves the
+/// trace spans out, and the exporter takes nothing else.
+fn init_tracing(format: LogFormat, traces: Option<&Traces>) {
     // rmcp logs every MCP connection's start and end at info, with the server's whole
     // handshake; tah logs what matters of them itself (ready, failed, stopped, why).
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,rmcp=warn"));
     // Colours only for a terminal: a log file or a collector gets plain text.
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let log = tracing_subscriber::fmt::layer()
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
+    let log = match format {
+        LogFormat::Text => log.boxed(),
+        LogFormat::Json => log.json().boxed(),
+    };
+    let not_traces = filter_fn(|metadata| !telemetry::is_trace_span(metadata));
+    tracing_subscriber::registry()
+        .with(log.with_filter(filter.and(not_traces)))
+        .with(traces.map(Traces::layer))
+        .init();
 }
 
 /// Writes the ready line to stdout (the only thing written there). A closed stdout does not

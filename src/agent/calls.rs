@@ -11,6 +11,7 @@ use std::pin::Pin;
 use futures::stream::FuturesUnordered;
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 use uuid::Uuid;
 
 use super::turn::{AgentDeps, AgentError, Journal};
@@ -88,10 +89,15 @@ pub(super) async fn run_calls<J: Journal>(
             journal.tool_started(step_id, &call).await?;
             let tools = &deps.tools;
             let context = deps.tool_context.for_call(&call.id);
+            let span = crate::telemetry::tool_span(journal.session_id(), &call);
             running.push(Box::pin(async move {
                 let started = std::time::Instant::now();
-                let output = tools.execute(&context, &call).await;
+                let output = tools
+                    .execute(&context, &call)
+                    .instrument(span.clone())
+                    .await;
                 crate::metrics::tool_call(&call.name, output.is_error, started.elapsed());
+                crate::telemetry::tool_finished(&span, &output);
                 (index, step_id, call, output)
             }));
         }

@@ -15,6 +15,7 @@ use super::compaction::{self, CompactError, Summary};
 use super::context::{self, TrimStats};
 use crate::llm::{LlmError, ModelClient, ModelRequest, Purpose, StreamItem};
 use crate::model::{FinishReason, LlmRequestDescriptor, Message, Role, ToolCall, Usage};
+use crate::telemetry;
 use crate::tools::{ToolContext, ToolOutput, ToolRegistry};
 
 /// The configuration in force for a run: always the server's current one, also for sessions
@@ -51,6 +52,10 @@ pub trait Journal: Send {
 
     /// The full history, including everything recorded so far in this run.
     fn history(&self) -> &[Message];
+    /// The session this journal records, for the traces' `gen_ai.conversation.id`.
+    fn session_id(&self) -> Option<Uuid> {
+        None
+    }
     /// An LLM step begins; `request` describes how to rebuild the exact request.
     async fn llm_started(&mut self, request: LlmRequestDescriptor) -> Result<Uuid, Self::Error>;
     async fn llm_delta(&mut self, step_id: Uuid, text: String) -> Result<(), Self::Error>;
@@ -225,7 +230,9 @@ pub async fn run_turn<J: Journal>(
             journal.context_trimmed(step_id, &stats).await?;
         }
         steps += 1;
-        let mut timer = crate::metrics::LlmRequestTimer::start(deps.model.name());
+        let (provider, model) = (deps.model.name(), deps.model.model());
+        let span = telemetry::chat_span(journal.session_id(), provider, model, &messages);
+        let mut timer = crate::metrics::LlmRequestTimer::start(provider);
         let mut stream = deps.model.stream(ModelRequest {
             messages,
             tools,
@@ -237,6 +244,7 @@ pub async fn run_turn<J: Journal>(
                 _ = cancel.cancelled() => {
                     drop(stream);
                     timer.finish("cancelled", None);
+                    telemetry::chat_cancelled(&span);
                     journal.llm_failed(step_id, "cancelled".to_string()).await?;
                     return Err(AgentError::Cancelled { usage, steps });
                 }
@@ -252,10 +260,12 @@ pub async fn run_turn<J: Journal>(
                 }
                 Some(Ok(StreamItem::Done(reply))) => {
                     timer.finish("ok", Some(reply.usage));
+                    telemetry::chat_done(&span, &reply);
                     break reply;
                 }
                 Some(Err(error)) => {
                     timer.finish("error", None);
+                    telemetry::chat_failed(&span, &error);
                     journal.llm_failed(step_id, error.to_string()).await?;
                     return Err(AgentError::Model {
                         error,
@@ -270,6 +280,7 @@ pub async fn run_turn<J: Journal>(
                         crate::llm::LlmErrorKind::Protocol,
                         "the reply ended without completing",
                     );
+                    telemetry::chat_failed(&span, &error);
                     journal.llm_failed(step_id, error.to_string()).await?;
                     return Err(AgentError::Model {
                         error,

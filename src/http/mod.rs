@@ -74,6 +74,9 @@ pub struct HttpOptions {
     pub listen: Option<SocketAddr>,
     /// Host names answered besides the loopback names and the listen address; `*` = any.
     pub allowed_hosts: Vec<String>,
+    /// `GET /metrics` is served here too (false: it has a listener of its own, see
+    /// [`metrics_router`], and this router answers it 404).
+    pub metrics: bool,
 }
 
 impl Default for HttpOptions {
@@ -85,6 +88,7 @@ impl Default for HttpOptions {
             request_timeout: Duration::from_secs(30),
             listen: None,
             allowed_hosts: Vec::new(),
+            metrics: true,
         }
     }
 }
@@ -105,12 +109,14 @@ pub fn router(state: AppState, options: &HttpOptions) -> Router {
         &options.cors_origins,
         tokens.enabled(),
     );
-    Router::new()
+    let mut open = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .route("/openapi.yaml", get(openapi))
-        .route("/metrics", get(metrics))
-        .merge(quick)
+        .route("/openapi.yaml", get(openapi));
+    if options.metrics {
+        open = open.route("/metrics", get(metrics));
+    }
+    open.merge(quick)
         .merge(runs::routes())
         .merge(approvals::routes())
         .merge(events::routes())
@@ -136,6 +142,15 @@ pub fn router(state: AppState, options: &HttpOptions) -> Router {
                 tracing::info_span!("request", method = %request.method(), path = %request.uri().path())
             }),
         )
+        .with_state(state)
+}
+
+/// `GET /metrics` alone, for `--metrics-listen`: every other path is answered 404.
+pub fn metrics_router(state: AppState) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .fallback(not_found)
+        .layer(middleware::from_fn(problem::problem_responses))
         .with_state(state)
 }
 

@@ -104,6 +104,9 @@ pub struct RunRequest {
     /// Tools the client runs, for this run only (checked with
     /// [`Sessions::check_run_tools`](super::Sessions::check_run_tools)).
     pub client_tools: Vec<ClientTool>,
+    /// The trace span the run's span is a child of (a sub-agent's: its parent's `task` call);
+    /// none for a root.
+    pub trace_parent: tracing::Span,
 }
 
 impl RunRequest {
@@ -116,6 +119,7 @@ impl RunRequest {
             if_busy: IfBusy::Reject,
             under_parent: false,
             client_tools: Vec::new(),
+            trace_parent: tracing::Span::none(),
         }
     }
 
@@ -128,6 +132,7 @@ impl RunRequest {
             if_busy: IfBusy::Reject,
             under_parent: false,
             client_tools: Vec::new(),
+            trace_parent: tracing::Span::none(),
         }
     }
 
@@ -144,18 +149,22 @@ impl RunRequest {
         RunRequest { if_busy, ..self }
     }
 
-    /// A sub-agent's resume of its interrupted run, under its parent's permit.
+    /// A sub-agent's resume of its interrupted run, under its parent's permit (and, in
+    /// traces, under the span of the parent's call, the current one).
     pub fn subagent_resume() -> RunRequest {
         RunRequest {
             under_parent: true,
+            trace_parent: tracing::Span::current(),
             ..RunRequest::resume()
         }
     }
 
-    /// A sub-agent's run of `prompt`, under its parent's permit.
+    /// A sub-agent's run of `prompt`, under its parent's permit (and, in traces, under the
+    /// span of the parent's call, the current one).
     pub fn subagent(prompt: String) -> RunRequest {
         RunRequest {
             under_parent: true,
+            trace_parent: tracing::Span::current(),
             ..RunRequest::run(prompt, Pending::Refuse)
         }
     }

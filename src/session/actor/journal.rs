@@ -241,6 +241,10 @@ impl Journal for RunJournal<'_> {
         &self.core.history
     }
 
+    fn session_id(&self) -> Option<Uuid> {
+        Some(self.id)
+    }
+
     async fn llm_started(&mut self, request: LlmRequestDescriptor) -> Result<Uuid, StoreError> {
         let step_id = model::new_id();
         // A struct of strings, numbers and lists: serialising it cannot fail.

@@ -5,6 +5,7 @@
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::{mpsc, oneshot};
+use tracing::Instrument as _;
 
 use super::calls::{AnswerMsg, CallDesk, RunCalls};
 use super::end::{self, Conclusion, RunOutcome, Stopping};
@@ -22,6 +23,7 @@ use crate::session::waiting::Waiting;
 use crate::session::SessionError;
 use crate::session::Sessions;
 use crate::store::{StoreError, WriteOp};
+use crate::telemetry;
 use crate::tools::client::ClientSide;
 use crate::tools::policy::Rules;
 use crate::tools::{Tool, ToolContext, ToolRegistry};
@@ -110,6 +112,8 @@ pub(super) struct Begin {
     pub cancelled: bool,
     pub superseded_by: NextRun,
     pub result_tx: oneshot::Sender<Result<RunResult, RunStopped>>,
+    /// The trace span the run's span is a child of (none: a root).
+    pub trace_parent: tracing::Span,
 }
 
 impl Begin {
@@ -124,6 +128,7 @@ impl Begin {
             cancelled: false,
             superseded_by: None,
             result_tx,
+            trace_parent: tracing::Span::none(),
         }
     }
 
@@ -247,7 +252,11 @@ impl SessionActor {
             run: run.clone(),
             result: result_rx,
         }));
-        let ended = self.drive(run, Begin::new(input, result_tx), inbox).await;
+        let begin = Begin {
+            trace_parent: request.trace_parent,
+            ..Begin::new(input, result_tx)
+        };
+        let ended = self.drive(run, begin, inbox).await;
         drop(permit);
         ended
     }
@@ -413,18 +422,28 @@ impl SessionActor {
             options.max_run_tokens,
             core.record.usage,
         );
+        let model = &self.deps.agent.model;
+        let span = telemetry::run_span(
+            &begin.trace_parent,
+            self.id,
+            run.id,
+            model.name(),
+            model.model(),
+        );
         let mut journal = RunJournal::new(self.id, run.id, core, sink, desk);
         let mut lease_lost = false;
         let result = if let Some(error) = unusable {
             Err(AgentError::NotStarted { error })
         } else {
-            let turn = DefaultLoop.run(
-                &mut journal,
-                &agent,
-                &settings,
-                begin.input,
-                &activity.cancel,
-            );
+            let turn = DefaultLoop
+                .run(
+                    &mut journal,
+                    &agent,
+                    &settings,
+                    begin.input,
+                    &activity.cancel,
+                )
+                .instrument(span.clone());
             tokio::pin!(turn);
             loop {
                 tokio::select! {
@@ -499,6 +518,7 @@ impl SessionActor {
         batch.ops.push(WriteOp::UpsertRun(ending.run.clone()));
         let result = RunResult::from(&ending.run);
         let (status, took) = (ending.run.status, run_took(&ending.run));
+        telemetry::run_ended(&span, &ending.run);
         core.last_result = Some(result.clone());
         core.last_run = Some(ending.run);
         match sink.commit(batch).await {

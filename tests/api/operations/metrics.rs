@@ -166,3 +166,76 @@ async fn metrics_are_open_like_healthz() {
     let guarded = reqwest::get(server.url("/v1/sessions")).await.expect("GET");
     assert_eq!(guarded.status(), StatusCode::UNAUTHORIZED);
 }
+
+/// A free port on 127.0.0.1 (the server binds it a moment later).
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a port");
+    listener.local_addr().expect("its address").port()
+}
+
+#[tokio::test]
+async fn metrics_listen_serves_metrics_apart_from_the_api() {
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let server = TestServer::start(ServerOptions::new().args(&["--metrics-listen", &addr])).await;
+    let id = server.create_session().await;
+    let result = server.run_wait(&id, "count me").await;
+    assert_eq!(result["status"], "completed", "{result}");
+
+    let apart = reqwest::get(format!("http://{addr}/metrics"))
+        .await
+        .expect("GET /metrics on --metrics-listen");
+    assert_eq!(apart.status(), StatusCode::OK);
+    let text = apart.text().await.unwrap();
+    assert!(
+        text.contains("tah_runs_total{status=\"completed\"}"),
+        "{text}"
+    );
+    assert!(text.trim_end().ends_with("# EOF"), "{text}");
+    let elsewhere = reqwest::get(format!("http://{addr}/v1/sessions"))
+        .await
+        .expect("GET /v1/sessions on --metrics-listen");
+    assert_eq!(
+        elsewhere.status(),
+        StatusCode::NOT_FOUND,
+        "only /metrics there"
+    );
+
+    let on_api = server.get("/metrics").await;
+    assert_eq!(on_api.status, StatusCode::NOT_FOUND, "{}", on_api.text());
+    check_problem(&on_api).expect("a problem+json 404");
+    assert_eq!(server.get("/healthz").await.status, StatusCode::OK);
+}
+
+/// `tah serve --metrics-listen ADDR`: its exit status and stderr.
+fn serve_with_metrics_listen(addr: &str) -> (std::process::ExitStatus, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_tah"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--provider", "mock"])
+        .arg("--database-url")
+        .arg(format!("sqlite://{}", dir.path().join("tah.db").display()))
+        .args(["--metrics-listen", addr])
+        .env_remove("TAH_METRICS_LISTEN")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run tah");
+    (
+        output.status,
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_bad_metrics_listen_address_fails_the_start() {
+    let (status, log) = serve_with_metrics_listen("not-an-address");
+    assert!(!status.success(), "it started: {log}");
+    assert!(log.contains("--metrics-listen"), "{log}");
+    assert!(log.contains("not-an-address"), "{log}");
+
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let (status, log) = serve_with_metrics_listen(&addr);
+    assert!(!status.success(), "it started on a taken port: {log}");
+    let says = format!("cannot listen on {addr} (--metrics-listen)");
+    assert!(log.contains(&says), "{log}");
+}

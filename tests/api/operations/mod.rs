@@ -5,11 +5,13 @@
 //!   with `finish_reason: budget` and an error naming the limit.
 //! - `steering`: `POST /runs?if_busy=reject|queue|interrupt` while a run is active.
 //! - `idempotency`: `Idempotency-Key`: replays, conflicts, concurrency, restarts, replicas.
-//! - `metrics`: `GET /metrics` parsed after known work.
+//! - `metrics`: `GET /metrics` parsed after known work, and on its own `--metrics-listen`.
 //! - `webhooks`: signed deliveries, retries, a kill -9, and the start-up checks.
+//! - `traces`: OpenTelemetry spans over OTLP/HTTP, decoded by a receiver of the test's own.
 
 mod budgets;
 mod idempotency;
 mod metrics;
 mod steering;
+mod traces;
 mod webhooks;
