@@ -466,6 +466,11 @@ pub struct BenchArgs {
     #[arg(long, env = "TAH_BENCH_API_TOKEN", hide_env_values = true)]
     pub api_token: Option<String>,
 
+    /// SSE subscribers connect to this server instead (e.g. http://127.0.0.1:8082, another
+    /// replica of the same PostgreSQL database), so events reach them through the database.
+    #[arg(long)]
+    pub subscribe_via: Option<String>,
+
     /// Database of the spawned server (default: SQLite in a temporary directory).
     #[arg(long)]
     pub database_url: Option<String>,
@@ -490,6 +495,12 @@ pub struct BenchArgs {
     /// live actor), then report the server's resident memory per idle session.
     #[arg(long)]
     pub idle_sessions: Option<usize>,
+
+    /// Instead of the turn workload: hold N SSE connections open on `--concurrency` idle
+    /// sessions, then report the server's resident memory per connection and its CPU over a
+    /// quiet interval between heartbeats.
+    #[arg(long, conflicts_with = "idle_sessions")]
+    pub idle_streams: Option<usize>,
 
     /// Print the figures as one JSON object instead of the report.
     #[arg(long)]

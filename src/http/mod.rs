@@ -30,6 +30,7 @@ mod problem;
 mod runs;
 pub mod server;
 mod sessions;
+mod sse;
 mod ui;
 
 use std::future::Future;

@@ -5,6 +5,7 @@
 
 use std::sync::{Arc, OnceLock};
 
+use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -27,15 +28,24 @@ pub struct Event {
     pub created_at: DateTime<Utc>,
     /// The event's JSON, rendered once however many subscribers are sent it.
     #[serde(skip)]
-    rendered: RenderedJson,
+    rendered: Rendered<Arc<str>>,
+    /// The event's SSE frame, encoded once and shared by every SSE subscriber.
+    #[serde(skip)]
+    frame: Rendered<Bytes>,
 }
 
-/// A lazily rendered JSON text; not part of an event's identity.
-#[derive(Debug, Clone, Default)]
-struct RenderedJson(OnceLock<Arc<str>>);
+/// A lazily rendered form of an event; not part of its identity.
+#[derive(Debug, Clone)]
+struct Rendered<T>(OnceLock<T>);
 
-impl PartialEq for RenderedJson {
-    fn eq(&self, _: &RenderedJson) -> bool {
+impl<T> Default for Rendered<T> {
+    fn default() -> Rendered<T> {
+        Rendered(OnceLock::new())
+    }
+}
+
+impl<T> PartialEq for Rendered<T> {
+    fn eq(&self, _: &Rendered<T>) -> bool {
         true
     }
 }
@@ -47,7 +57,8 @@ impl Event {
             seq,
             kind,
             created_at,
-            rendered: RenderedJson::default(),
+            rendered: Rendered::default(),
+            frame: Rendered::default(),
         }
     }
 
@@ -75,6 +86,33 @@ impl Event {
             .get_or_init(|| {
                 // Plain data with string keys: serialising it cannot fail.
                 serde_json::to_string(self).unwrap_or_default().into()
+            })
+            .clone()
+    }
+
+    /// The event as one Server-Sent Events frame, `id: <seq>`, `event: <type>`, `data: <json>`
+    /// and a blank line, encoded on first use: every subscriber writes the same bytes.
+    pub fn sse_frame(&self) -> Bytes {
+        self.frame
+            .0
+            .get_or_init(|| {
+                let type_name = self.type_name();
+                let mut frame = Vec::with_capacity(type_name.len() + 320);
+                frame.extend_from_slice(b"id: ");
+                frame.extend_from_slice(self.seq.to_string().as_bytes());
+                frame.extend_from_slice(b"\nevent: ");
+                frame.extend_from_slice(type_name.as_bytes());
+                frame.extend_from_slice(b"\ndata: ");
+                // Compact JSON has no raw line breaks (they are escaped inside strings), so
+                // the data is one line. Rendered in place unless the JSON already is.
+                match self.rendered.0.get() {
+                    Some(json) => frame.extend_from_slice(json.as_bytes()),
+                    None => {
+                        let _ = serde_json::to_writer(&mut frame, self);
+                    }
+                }
+                frame.extend_from_slice(b"\n\n");
+                Bytes::from(frame)
             })
             .clone()
     }
@@ -405,6 +443,24 @@ mod tests {
         assert_eq!(event.run_id(), Some(nil));
         let back: Event = serde_json::from_str(&event.json()).unwrap();
         assert_eq!(back, event);
+    }
+
+    #[test]
+    fn an_sse_frame_carries_the_id_type_and_json_on_one_data_line() {
+        let kind = EventKind::AssistantStream {
+            step_id: Uuid::nil(),
+            text: "two\nlines\r and \u{2028}".into(),
+        };
+        let at = chrono::DateTime::from_timestamp(0, 0).unwrap();
+        // Encoded from scratch, and after the JSON was rendered: the same bytes.
+        let fresh = Event::new(Uuid::nil(), 42, kind.clone(), at);
+        let rendered = Event::new(Uuid::nil(), 42, kind, at);
+        let json = rendered.json();
+        let expected = format!("id: 42\nevent: agent.assistant-stream\ndata: {json}\n\n");
+        assert_eq!(&fresh.sse_frame()[..], expected.as_bytes());
+        assert_eq!(&rendered.sse_frame()[..], expected.as_bytes());
+        assert_eq!(expected.matches('\n').count(), 4, "{expected:?}");
+        assert!(!expected.contains('\r'), "{expected:?}");
     }
 
     #[test]

@@ -46,6 +46,8 @@ impl Errors {
 pub struct Client {
     http: reqwest::Client,
     base: String,
+    /// Where SSE subscribers connect, when not to `base` (another replica).
+    events_base: Option<String>,
     token: Option<String>,
     pub errors: Errors,
 }
@@ -78,13 +80,24 @@ impl Client {
         Ok(Client {
             http,
             base: base.to_string(),
+            events_base: None,
             token,
             errors: Errors::default(),
         })
     }
 
+    /// SSE subscribers connect to `base` instead (e.g. another replica of the same database).
+    pub fn events_via(mut self, base: Option<String>) -> Client {
+        self.events_base = base.map(|b| b.trim_end_matches('/').to_string());
+        self
+    }
+
     fn request(&self, method: Method, path: &str) -> RequestBuilder {
-        let request = self.http.request(method, format!("{}{path}", self.base));
+        self.request_to(&self.base, method, path)
+    }
+
+    fn request_to(&self, base: &str, method: Method, path: &str) -> RequestBuilder {
+        let request = self.http.request(method, format!("{base}{path}"));
         match &self.token {
             Some(token) => request.header(AUTHORIZATION, format!("Bearer {token}")),
             None => request,
@@ -134,13 +147,33 @@ impl Client {
         Ok(response.json::<SessionView>().await?.last_seq)
     }
 
+    /// A sample of the server's `/metrics` without labels, if it has it.
+    pub async fn metric(&self, name: &str) -> anyhow::Result<Option<u64>> {
+        let response = self
+            .request(Method::GET, "/metrics")
+            .timeout(Duration::from_secs(60))
+            .send()
+            .await?;
+        let text = expect_status(response, StatusCode::OK, "GET /metrics")
+            .await?
+            .text()
+            .await?;
+        Ok(text.lines().find_map(|line| {
+            let (key, value) = line.split_once(' ')?;
+            (key == name)
+                .then(|| value.trim().parse::<f64>().ok())?
+                .map(|v| v as u64)
+        }))
+    }
+
     pub async fn open_events(
         &self,
         session: &str,
         after: i64,
     ) -> anyhow::Result<reqwest::Response> {
+        let base = self.events_base.as_deref().unwrap_or(&self.base);
         let mut request = self
-            .request(Method::GET, &format!("/v1/sessions/{session}/events"))
+            .request_to(base, Method::GET, &format!("/v1/sessions/{session}/events"))
             .header(ACCEPT, "text/event-stream");
         if after > 0 {
             request = request.header("Last-Event-ID", after.to_string());

@@ -9,6 +9,7 @@
 //! - `client`: the HTTP client and the error tally.
 //! - `subscriber`: SSE subscribers that check every event arrives once, in order.
 //! - `workload`: the turn workload and the idle-sessions workload.
+//! - `streams`: the idle-streams workload (many SSE connections held open).
 //! - `floor`: the same turns sent straight to the fake model.
 //! - `report`: the figures, as text or JSON.
 
@@ -16,6 +17,7 @@ mod client;
 mod floor;
 mod report;
 mod server;
+mod streams;
 mod subscriber;
 mod workload;
 
@@ -31,18 +33,29 @@ const TURN_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// A run of the load generator, start to report.
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
-    if args.idle_sessions.is_none() && args.turns == 0 {
+    if args.idle_sessions.is_none() && args.idle_streams.is_none() && args.turns == 0 {
         bail!("--turns must be at least 1");
     }
     if args.idle_sessions == Some(0) {
         bail!("--idle-sessions must be at least 1");
     }
+    if args.idle_streams == Some(0) {
+        bail!("--idle-streams must be at least 1");
+    }
+    // Every stream is a descriptor on each side; the spawned server inherits the limit.
+    let fds = streams::raise_fd_limit();
+    if let Some(n) = args.idle_streams {
+        if (n as u64).saturating_add(512) > fds {
+            bail!("--idle-streams {n} needs more open files than the limit allows ({fds})");
+        }
+    }
     let load_before = load_average();
     let env = Environment::start(&args).await?;
     let workload = async {
-        match args.idle_sessions {
-            Some(n) => workload::idle(&args, &env, n).await,
-            None => workload::turns(&args, &env).await,
+        match (args.idle_sessions, args.idle_streams) {
+            (Some(n), _) => workload::idle(&args, &env, n).await,
+            (None, Some(n)) => streams::idle_streams(&args, &env, n).await,
+            (None, None) => workload::turns(&args, &env).await,
         }
     };
     // On Ctrl-C, still stop the server and remove the temporary directory.

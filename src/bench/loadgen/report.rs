@@ -64,6 +64,7 @@ pub struct Report {
     pub ratio_p50: Option<f64>,
     pub subscribers: Option<SubscriberReport>,
     pub idle: Option<IdleReport>,
+    pub streams: Option<super::streams::StreamsReport>,
     /// The machine's 1-minute load average before the run, and its CPUs.
     pub load_average_1m: Option<f64>,
     pub cpus: usize,
@@ -105,7 +106,33 @@ impl Report {
                 self.tool_calls, self.pieces, self.piece_delay_ms
             )
         };
-        if let Some(idle) = &self.idle {
+        if let Some(streams) = &self.streams {
+            let _ = writeln!(
+                out,
+                "workload:         {} idle SSE streams over {} session(s), opened in {:.2} s",
+                streams.streams, streams.sessions, streams.open_s
+            );
+            let _ = writeln!(
+                out,
+                "server RSS:       {} kB before → {} kB after, {:.2} kB per stream ({} open by the server's metrics)",
+                streams.rss_before_kb,
+                streams.rss_after_kb,
+                streams.kb_per_stream,
+                streams
+                    .server_sse_subscribers
+                    .map_or_else(|| "?".to_string(), |n| n.to_string())
+            );
+            let _ = writeln!(
+                out,
+                "quiet interval:   {:.0} ms of server CPU in {:.1} s, {} heartbeats received",
+                streams.quiet_cpu_ms, streams.quiet_s, streams.quiet_heartbeats
+            );
+            let _ = writeln!(
+                out,
+                "heartbeat cycle:  {:.0} ms of server CPU in {:.1} s, {} heartbeats received",
+                streams.cycle_cpu_ms, streams.cycle_s, streams.cycle_heartbeats
+            );
+        } else if let Some(idle) = &self.idle {
             let _ = writeln!(
                 out,
                 "workload:         {} sessions, one turn each ({model}), {} at a time",
@@ -155,11 +182,13 @@ impl Report {
         if let Some(s) = &self.delta_to_client {
             let _ = writeln!(out, "delta → client:   {}", latency_line(s));
         }
-        let _ = writeln!(
-            out,
-            "events persisted: {} ({:.0} events/s)",
-            self.events_persisted, self.events_per_s
-        );
+        if self.streams.is_none() {
+            let _ = writeln!(
+                out,
+                "events persisted: {} ({:.0} events/s)",
+                self.events_persisted, self.events_per_s
+            );
+        }
         match (self.server_cpu_s, self.server_cpu_ms_per_turn) {
             (Some(cpu), Some(per_turn)) => {
                 let _ = writeln!(
@@ -179,7 +208,7 @@ impl Report {
                 kb as f64 / 1024.0
             );
         }
-        if self.idle.is_none() {
+        if self.idle.is_none() && self.streams.is_none() {
             let _ = writeln!(
                 out,
                 "load generator:   {:.2} s CPU (this process{})",

@@ -106,11 +106,10 @@ fn cpu(pid: Option<u32>) -> Option<f64> {
 pub async fn turns(args: &BenchArgs, env: &Environment) -> anyhow::Result<Report> {
     let c = args.concurrency;
     let s = args.subscribers;
-    let client = Arc::new(Client::new(
-        &env.base,
-        args.api_token.clone(),
-        c * (s + 1) + 8,
-    )?);
+    let client = Arc::new(
+        Client::new(&env.base, args.api_token.clone(), c * (s + 1) + 8)?
+            .events_via(args.subscribe_via.clone()),
+    );
     let stamps = s > 0;
     if args.warmup_turns > 0 {
         drive_session(client.clone(), args.warmup_turns, 0, false).await;

@@ -43,6 +43,53 @@ pub(super) async fn check_fence(
     Ok(())
 }
 
+/// Checks every fence of a batch (the `Fence` ops of all its groups) in one statement, in id
+/// order, before the batch's other ops: as [`check_fence`] does one by one. Lease columns are
+/// only written by the lease statements, never by a batch's ops, so checking them first is
+/// the same as checking each where it stands.
+pub(super) async fn check_fences(conn: &mut PgConnection, ops: &[&WriteOp]) -> StoreResult<()> {
+    let fences: Vec<(Uuid, Uuid, i64)> = ops
+        .iter()
+        .filter_map(|op| match op {
+            WriteOp::Fence {
+                session_id,
+                owner,
+                epoch,
+            } => Some((*session_id, *owner, *epoch)),
+            _ => None,
+        })
+        .collect();
+    match fences.as_slice() {
+        [] => return Ok(()),
+        [(session_id, owner, epoch)] => {
+            return check_fence(conn, *session_id, *owner, *epoch).await
+        }
+        _ => {}
+    }
+    let mut ids: Vec<Uuid> = fences.iter().map(|(id, _, _)| *id).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let held: Vec<(Uuid, Option<Uuid>, i64)> = sqlx::query_as(
+        "SELECT id, lease_owner, lease_epoch FROM sessions WHERE id = ANY($1) ORDER BY id \
+         FOR SHARE",
+    )
+    .bind(&ids)
+    .fetch_all(conn)
+    .await?;
+    for (session_id, owner, epoch) in fences {
+        // A session deleted in the meantime has nothing left to protect; a lease without an
+        // owner fences on its epoch alone (as `lease_owner = $2 AND …` is NULL, not false).
+        let Some((_, lease_owner, lease_epoch)) = held.iter().find(|row| row.0 == session_id)
+        else {
+            continue;
+        };
+        if lease_owner.is_some_and(|o| o != owner) || *lease_epoch != epoch {
+            return Err(StoreError::Fenced);
+        }
+    }
+    Ok(())
+}
+
 /// Announces the newest seq of each session the ops insert events into, inside the commit's
 /// transaction: PostgreSQL delivers the notifications only if it commits.
 pub(super) async fn announce_events(

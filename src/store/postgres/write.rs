@@ -26,7 +26,15 @@ pub(super) async fn commit(store: &PostgresStore, batch: &[&[WriteOp]]) -> Store
     let ops: Vec<&WriteOp> = batch.iter().flat_map(|ops| ops.iter()).collect();
     let mut tx = store.pool.begin().await?;
     lock_sessions(&mut tx, &ops).await?;
-    let mut rest = ops.as_slice();
+    // All fences in one statement; without them between the groups, the event inserts of
+    // consecutive groups (a streaming session's deltas) become one statement.
+    cluster::check_fences(&mut tx, &ops).await?;
+    let unfenced: Vec<&WriteOp> = ops
+        .iter()
+        .copied()
+        .filter(|op| !matches!(op, WriteOp::Fence { .. }))
+        .collect();
+    let mut rest = unfenced.as_slice();
     while !rest.is_empty() {
         // A run of consecutive event inserts (across groups) becomes one statement; order
         // relative to the other ops is kept, so a later op still sees these rows.

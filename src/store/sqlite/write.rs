@@ -20,6 +20,9 @@ use crate::model::{
 use crate::store::rows::{tokens, SESSION_TABLES};
 use crate::store::{StoreError, StoreResult, WriteOp};
 
+/// WAL pages after which a commit checkpoints (SQLite's default: 1,000).
+const WAL_AUTOCHECKPOINT_PAGES: i64 = 10_000;
+
 #[derive(Clone)]
 pub struct SqliteWriter {
     conn: Arc<Mutex<Connection>>,
@@ -60,6 +63,10 @@ impl SqliteWriter {
         conn.pragma_update(None, "synchronous", "NORMAL")
             .map_err(write_error)?;
         conn.pragma_update(None, "temp_store", "MEMORY")
+            .map_err(write_error)?;
+        // Checkpoint less often: a page rewritten by many commits is copied into the database
+        // once per checkpoint, so fewer checkpoints write less (the WAL grows to ~40 MB).
+        conn.pragma_update(None, "wal_autocheckpoint", WAL_AUTOCHECKPOINT_PAGES)
             .map_err(write_error)?;
         conn.set_prepared_statement_cache_capacity(64);
         Ok(SqliteWriter {
