@@ -88,15 +88,7 @@ pub enum WriteOp {
     },
     /// Records an artifact of a session, and its bytes unless bytes of that sha256 are stored
     /// already (by any session): content is stored once per sha256.
-    InsertArtifact {
-        session_id: Uuid,
-        artifact: ArtifactRecord,
-        /// Messages in the session's history when it was recorded (what a fork compares with).
-        message_count: i64,
-        /// The `seq` of its `artifact.created` event.
-        seq: i64,
-        content: Bytes,
-    },
+    InsertArtifact(NewArtifact),
     /// Copies the artifact records of `from` made while its history had at most `upto`
     /// messages (all when `None`) into `to`, ids included; the bytes are shared, not copied.
     CopyArtifacts {
@@ -122,6 +114,18 @@ pub enum WriteOp {
         error: String,
         at: chrono::DateTime<chrono::Utc>,
     },
+}
+
+/// An artifact to record, with its bytes (see [`WriteOp::InsertArtifact`]).
+#[derive(Debug, Clone)]
+pub struct NewArtifact {
+    pub session_id: Uuid,
+    pub artifact: ArtifactRecord,
+    /// Messages in the session's history when it was recorded (what a fork compares with).
+    pub message_count: i64,
+    /// The `seq` of its `artifact.created` event.
+    pub seq: i64,
+    pub content: Bytes,
 }
 
 /// Which versions an artifact list holds.

@@ -56,6 +56,45 @@ pub const ARTIFACT_COLUMNS: &str =
 pub const NEWEST_ARTIFACT: &str = "NOT EXISTS (SELECT 1 FROM artifacts n \
      WHERE n.session_id = a.session_id AND n.path = a.path AND n.version > a.version)";
 
+/// What a fork copies of one table from a session into another, inside the database: every
+/// row of the source (`$2`) that `within` keeps (`$3` = its bound), with `session_id` = the
+/// copy (`$1`) and the other columns as they are. SQLite numbers `$N` in order of appearance,
+/// so the same text binds alike on both backends.
+pub struct CopiedRows {
+    table: &'static str,
+    columns: &'static str,
+    within: &'static str,
+}
+
+/// Messages before index `$3`.
+pub const COPIED_MESSAGES: CopiedRows = CopiedRows {
+    table: "messages",
+    columns: MESSAGE_COLUMNS,
+    within: "idx < $3",
+};
+
+/// Artifacts made while the history had at most `$3` messages (ids kept; the bytes are shared).
+pub const COPIED_ARTIFACTS: CopiedRows = CopiedRows {
+    table: "artifacts",
+    columns: "id, path, version, size, sha256, media_type, step_id, run_id, message_count, seq, \
+              created_at",
+    within: "message_count <= $3",
+};
+
+impl CopiedRows {
+    pub fn sql(&self) -> String {
+        let CopiedRows {
+            table,
+            columns,
+            within,
+        } = self;
+        format!(
+            "INSERT INTO {table} (session_id, {columns}) SELECT $1, {columns} FROM {table} \
+             WHERE session_id = $2 AND {within}"
+        )
+    }
+}
+
 /// The tables whose rows belong to one session (`session_id`), deleted with it.
 /// (Deleting a session's artifacts also deletes the bytes no other session's artifact names.)
 pub const SESSION_TABLES: [&str; 6] = [
