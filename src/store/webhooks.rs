@@ -6,6 +6,7 @@
 use async_trait::async_trait;
 use uuid::Uuid;
 
+use super::rows::StoredRow;
 use super::StoreResult;
 
 /// A delivery a process has claimed and now attempts.
@@ -134,38 +135,90 @@ pub(super) mod sql {
     pub const LOG: &str = "SELECT {session_id} AS session_id, seq, url, status, attempts, \
          last_error, delivered_at FROM webhook_deliveries ORDER BY id LIMIT $1";
 
-    /// The statement for SQLite: numbered `?n` parameters, ids as they are stored (text).
-    pub fn sqlite(statement: &str) -> String {
-        if statement == CREATE_TRIGGER {
-            return SQLITE_TRIGGER.replace("{delivered}", DELIVERED_TYPE);
-        }
-        if statement == HAS_TRIGGER {
-            return SQLITE_HAS_TRIGGER.to_string();
-        }
-        statement
-            .replace(" {on_events}", "")
-            .replace('$', "?")
-            .replace(" {lock}", "")
-            .replace("{session_id}", "session_id")
+    /// How a backend spells what the statements leave open.
+    struct Dialect {
+        trigger: &'static str,
+        has_trigger: &'static str,
+        /// Replaces ` {on_events}`, ` {lock}` and `{session_id}`.
+        on_events: &'static str,
+        lock: &'static str,
+        session_id: &'static str,
+        /// The parameter sign (`$n` or `?n`).
+        parameter: &'static str,
     }
 
-    /// The statement for PostgreSQL: ids read as text.
+    /// Numbered `?n` parameters, ids as they are stored (text).
+    const SQLITE: Dialect = Dialect {
+        trigger: SQLITE_TRIGGER,
+        has_trigger: SQLITE_HAS_TRIGGER,
+        on_events: "",
+        lock: "",
+        session_id: "session_id",
+        parameter: "?",
+    };
+
+    /// Ids read as text.
+    const POSTGRES: Dialect = Dialect {
+        trigger: POSTGRES_TRIGGER,
+        has_trigger: POSTGRES_HAS_TRIGGER,
+        on_events: " ON events",
+        lock: " FOR UPDATE SKIP LOCKED",
+        session_id: "session_id::text",
+        parameter: "$",
+    };
+
+    /// The statement for SQLite.
+    pub fn sqlite(statement: &str) -> String {
+        spell(statement, &SQLITE)
+    }
+
+    /// The statement for PostgreSQL.
     pub fn postgres(statement: &str) -> String {
+        spell(statement, &POSTGRES)
+    }
+
+    fn spell(statement: &str, dialect: &Dialect) -> String {
         if statement == CREATE_TRIGGER {
-            return POSTGRES_TRIGGER.replace("{delivered}", DELIVERED_TYPE);
+            return dialect.trigger.replace("{delivered}", DELIVERED_TYPE);
         }
         if statement == HAS_TRIGGER {
-            return POSTGRES_HAS_TRIGGER.to_string();
+            return dialect.has_trigger.to_string();
         }
         statement
-            .replace("{on_events}", "ON events")
-            .replace("{lock}", "FOR UPDATE SKIP LOCKED")
-            .replace("{session_id}", "session_id::text")
+            .replace(" {on_events}", dialect.on_events)
+            .replace('$', dialect.parameter)
+            .replace(" {lock}", dialect.lock)
+            .replace("{session_id}", dialect.session_id)
     }
 }
 
+/// A claimed delivery as the claim returns it.
+pub(super) fn delivery_from<R: StoredRow>(row: &R) -> StoreResult<Delivery> {
+    Ok(Delivery {
+        id: row.get("id")?,
+        session_id: session_id(&row.get::<String>("session_id")?)?,
+        seq: row.get("seq")?,
+        url: row.get("url")?,
+        attempts: i64::from(row.get::<i32>("attempts")?),
+        created_at: row.get("created_at")?,
+    })
+}
+
+/// A row of the delivery log.
+pub(super) fn delivery_status_from<R: StoredRow>(row: &R) -> StoreResult<DeliveryStatus> {
+    Ok(DeliveryStatus {
+        session_id: session_id(&row.get::<String>("session_id")?)?,
+        seq: row.get("seq")?,
+        url: row.get("url")?,
+        status: row.get("status")?,
+        attempts: i64::from(row.get::<i32>("attempts")?),
+        last_error: row.get("last_error")?,
+        delivered_at: row.get("delivered_at")?,
+    })
+}
+
 /// Reads a stored session id (text on both backends as the statements read it).
-pub(super) fn session_id(text: &str) -> StoreResult<Uuid> {
+fn session_id(text: &str) -> StoreResult<Uuid> {
     text.parse()
         .map_err(|_| super::StoreError::Corrupt(format!("webhook delivery of session {text:?}")))
 }
@@ -229,7 +282,6 @@ macro_rules! webhook_queue_over_pool {
                 until: i64,
                 limit: i64,
             ) -> $crate::store::StoreResult<Vec<$crate::store::webhooks::Delivery>> {
-                use sqlx::Row;
                 use $crate::store::webhooks::sql;
                 let q = $sql;
                 // A read first: the claim is a write, and most polls find nothing due.
@@ -248,18 +300,7 @@ macro_rules! webhook_queue_over_pool {
                     .fetch_all(&self.pool)
                     .await?;
                 rows.iter()
-                    .map(|row| {
-                        Ok($crate::store::webhooks::Delivery {
-                            id: row.try_get("id")?,
-                            session_id: $crate::store::webhooks::session_id(
-                                &row.try_get::<String, _>("session_id")?,
-                            )?,
-                            seq: row.try_get("seq")?,
-                            url: row.try_get("url")?,
-                            attempts: i64::from(row.try_get::<i32, _>("attempts")?),
-                            created_at: row.try_get("created_at")?,
-                        })
-                    })
+                    .map($crate::store::webhooks::delivery_from)
                     .collect()
             }
 
@@ -288,25 +329,17 @@ macro_rules! webhook_queue_over_pool {
             ) -> $crate::store::StoreResult<()> {
                 use $crate::store::webhooks::sql;
                 let q = $sql;
-                match next {
-                    Some(next) => {
-                        sqlx::query(&q(sql::RETRY))
-                            .bind(id)
-                            .bind(claim)
-                            .bind(next)
-                            .bind(error)
-                            .execute(&self.pool)
-                            .await?
-                    }
-                    None => {
-                        sqlx::query(&q(sql::GIVE_UP))
-                            .bind(id)
-                            .bind(claim)
-                            .bind(error)
-                            .execute(&self.pool)
-                            .await?
-                    }
+                let statement = q(match next {
+                    Some(_) => sql::RETRY,
+                    None => sql::GIVE_UP,
+                });
+                let query = sqlx::query(&statement).bind(id).bind(claim);
+                // A retry binds when it is due (`$3`) before the error; giving up only the error.
+                let query = match next {
+                    Some(next) => query.bind(next),
+                    None => query,
                 };
+                query.bind(error).execute(&self.pool).await?;
                 Ok(())
             }
 
@@ -323,26 +356,13 @@ macro_rules! webhook_queue_over_pool {
                 &self,
                 limit: i64,
             ) -> $crate::store::StoreResult<Vec<$crate::store::webhooks::DeliveryStatus>> {
-                use sqlx::Row;
                 let q = $sql;
                 let rows = sqlx::query(&q($crate::store::webhooks::sql::LOG))
                     .bind(limit)
                     .fetch_all(&self.pool)
                     .await?;
                 rows.iter()
-                    .map(|row| {
-                        Ok($crate::store::webhooks::DeliveryStatus {
-                            session_id: $crate::store::webhooks::session_id(
-                                &row.try_get::<String, _>("session_id")?,
-                            )?,
-                            seq: row.try_get("seq")?,
-                            url: row.try_get("url")?,
-                            status: row.try_get("status")?,
-                            attempts: i64::from(row.try_get::<i32, _>("attempts")?),
-                            last_error: row.try_get("last_error")?,
-                            delivered_at: row.try_get("delivered_at")?,
-                        })
-                    })
+                    .map($crate::store::webhooks::delivery_status_from)
                     .collect()
             }
         }
