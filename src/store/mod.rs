@@ -137,6 +137,15 @@ pub enum ArtifactVersions {
     All,
 }
 
+/// Which artifacts of a session a list holds: the versions, those with `id > after` when
+/// given, at most `limit`.
+#[derive(Debug, Clone, Copy)]
+pub struct ArtifactQuery {
+    pub versions: ArtifactVersions,
+    pub after: Option<Uuid>,
+    pub limit: i64,
+}
+
 /// Filters and paging for the session list (newest first; the cursor is the last id seen).
 #[derive(Debug, Clone, Default)]
 pub struct SessionQuery {
@@ -193,13 +202,11 @@ pub trait Store: Send + Sync + 'static {
 
     async fn latest_checkpoint(&self, session_id: Uuid) -> StoreResult<Option<Checkpoint>>;
 
-    /// A session's artifacts in creation order (by id), with `id > after` when given.
+    /// A session's artifacts in creation order (by id), as `query` asks.
     async fn artifacts(
         &self,
         session_id: Uuid,
-        versions: ArtifactVersions,
-        after: Option<Uuid>,
-        limit: i64,
+        query: ArtifactQuery,
     ) -> StoreResult<Vec<ArtifactRecord>>;
     async fn artifact(&self, session_id: Uuid, id: Uuid) -> StoreResult<Option<ArtifactRecord>>;
     /// The newest version of `path` among a session's artifacts; 0 when it has none.

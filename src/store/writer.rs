@@ -282,9 +282,7 @@ mod tests {
         async fn artifacts(
             &self,
             _: Uuid,
-            _: crate::store::ArtifactVersions,
-            _: Option<Uuid>,
-            _: i64,
+            _: crate::store::ArtifactQuery,
         ) -> StoreResult<Vec<crate::model::ArtifactRecord>> {
             Ok(Vec::new())
         }

@@ -20,7 +20,7 @@ use crate::store::rows::{
     INTERRUPTED_SESSIONS, MESSAGE_COLUMNS, NEWEST_ARTIFACT, RUN_COLUMNS, SESSION_COLUMNS,
     STEP_COLUMNS,
 };
-use crate::store::{ArtifactVersions, SessionQuery, Store, StoreResult, WriteOp};
+use crate::store::{ArtifactQuery, ArtifactVersions, SessionQuery, Store, StoreResult, WriteOp};
 
 /// SQLite treats a negative `LIMIT` as "no limit"; PostgreSQL rejects it but reads a NULL
 /// limit as `LIMIT ALL`.
@@ -274,11 +274,9 @@ impl Store for PostgresStore {
     async fn artifacts(
         &self,
         session_id: Uuid,
-        versions: ArtifactVersions,
-        after: Option<Uuid>,
-        limit: i64,
+        query: ArtifactQuery,
     ) -> StoreResult<Vec<ArtifactRecord>> {
-        let newest = match versions {
+        let newest = match query.versions {
             ArtifactVersions::Newest => NEWEST_ARTIFACT,
             ArtifactVersions::All => "TRUE",
         };
@@ -288,8 +286,8 @@ impl Store for PostgresStore {
              ORDER BY a.id LIMIT $3"
         ))
         .bind(session_id)
-        .bind(after)
-        .bind(sql_limit(limit))
+        .bind(query.after)
+        .bind(sql_limit(query.limit))
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(artifact_from).collect()

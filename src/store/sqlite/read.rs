@@ -20,7 +20,9 @@ use crate::store::rows::{
     EVENT_COLUMNS, INTERRUPTED_SESSIONS, MESSAGE_COLUMNS, NEWEST_ARTIFACT, RUN_COLUMNS,
     SESSION_COLUMNS, STEP_COLUMNS,
 };
-use crate::store::{ArtifactVersions, SessionQuery, Store, StoreError, StoreResult, WriteOp};
+use crate::store::{
+    ArtifactQuery, ArtifactVersions, SessionQuery, Store, StoreError, StoreResult, WriteOp,
+};
 
 /// Ids, times and JSON are stored as text.
 impl StoredRow for SqliteRow {
@@ -317,11 +319,9 @@ impl Store for SqliteStore {
     async fn artifacts(
         &self,
         session_id: Uuid,
-        versions: ArtifactVersions,
-        after: Option<Uuid>,
-        limit: i64,
+        query: ArtifactQuery,
     ) -> StoreResult<Vec<ArtifactRecord>> {
-        let newest = match versions {
+        let newest = match query.versions {
             ArtifactVersions::Newest => NEWEST_ARTIFACT,
             ArtifactVersions::All => "1 = 1",
         };
@@ -331,8 +331,8 @@ impl Store for SqliteStore {
              ORDER BY a.id LIMIT ?3"
         ))
         .bind(session_id.to_string())
-        .bind(after.map(|id| id.to_string()))
-        .bind(limit)
+        .bind(query.after.map(|id| id.to_string()))
+        .bind(query.limit)
         .fetch_all(&self.pool)
         .await
         .map_err(|e| self.read_failed(e))?;
