@@ -514,23 +514,13 @@ fn approval_schema() -> Value {
 mod tests {
     use super::*;
     use crate::model::{Decision, Message, ResolvedBy, Role, ToolCall};
-    use crate::protocols::calls::tests::Log;
+    use crate::protocols::calls::tests::{adapt_log as run, types, Adapter, Log};
 
-    fn run(stream: &mut AgUiRun, log: &Log) -> (Vec<Value>, Vec<i64>) {
-        let mut out = Vec::new();
-        let mut parks = Vec::new();
-        for event in &log.events {
-            let pushed = stream.push(event);
-            out.extend(pushed.events);
-            if pushed.parked {
-                parks.push(event.seq);
-            }
+    impl Adapter for AgUiRun {
+        fn adapt(&mut self, event: &Event) -> (Vec<Value>, bool) {
+            let pushed = self.push(event);
+            (pushed.events, pushed.parked)
         }
-        (out, parks)
-    }
-
-    fn types(events: &[Value]) -> Vec<&str> {
-        events.iter().map(|c| c["type"].as_str().unwrap()).collect()
     }
 
     #[test]
@@ -540,8 +530,7 @@ mod tests {
         log.thinking(first, "Let me look.");
         log.text(first, "");
         log.completed(first, "", &[("c1", "list_files")]);
-        log.started("c1", "list_files");
-        log.finished("c1", "README.md", false);
+        log.ran("c1", "list_files", "README.md");
         let second = log.step(2);
         log.text(second, "A README.");
         log.completed(second, "A README.", &[]);
@@ -576,9 +565,7 @@ mod tests {
 
     #[test]
     fn approvals_end_the_run_with_interrupts_and_client_calls_with_pending_ids() {
-        let mut log = Log::new();
-        let step = log.step(1);
-        log.completed(step, "", &[("c1", "write_file")]);
+        let (mut log, _) = Log::first_step("", &[("c1", "write_file")]);
         log.ask("c1");
         let mut stream = AgUiRun::new("t", "r", 0, HashSet::new());
         let (_, parks) = run(&mut stream, &log);
@@ -590,9 +577,7 @@ mod tests {
         assert_eq!(interrupt["reason"], "tool_call");
         assert_eq!(interrupt["toolCallId"], "c1");
 
-        let mut log = Log::new();
-        let step = log.step(1);
-        log.completed(step, "", &[("c2", "ask_user")]);
+        let (mut log, _) = Log::first_step("", &[("c2", "ask_user")]);
         log.client("c2", "ask_user");
         let park = log.events.last().unwrap().seq;
         let mut stream = AgUiRun::new("t", "r", 0, HashSet::new());
@@ -626,9 +611,7 @@ mod tests {
 
     #[test]
     fn a_denied_call_gets_its_result_and_failures_are_run_errors() {
-        let mut log = Log::new();
-        let step = log.step(1);
-        log.completed(step, "", &[("c1", "write_file")]);
+        let (mut log, _) = Log::first_step("", &[("c1", "write_file")]);
         log.ask("c1");
         log.resolve("c1", Decision::Deny, ResolvedBy::User);
         log.finished("c1", "denied", true);
@@ -644,9 +627,7 @@ mod tests {
 
     #[test]
     fn a_client_that_joins_mid_run_gets_what_is_open_opened_again() {
-        let mut log = Log::new();
-        let first = log.step(1);
-        log.completed(first, "", &[("t1", "task")]);
+        let (mut log, _) = Log::first_step("", &[("t1", "task")]);
         log.push(EventKind::SubagentStarted {
             call_id: "t1".into(),
             session_id: Uuid::from_u128(55),
@@ -685,10 +666,11 @@ mod tests {
     }
 
     fn message(index: i64, role: Role, content: &str) -> Message {
-        Message {
-            index,
-            ..Message::new(role, content)
-        }
+        indexed(index, Message::new(role, content))
+    }
+
+    fn indexed(index: i64, message: Message) -> Message {
+        Message { index, ..message }
     }
 
     #[test]
@@ -703,10 +685,7 @@ mod tests {
             message(1, Role::User, "hello"),
             message(2, Role::Assistant, "hi"),
             message(3, Role::User, "ask the client"),
-            Message {
-                index: 4,
-                ..Message::assistant("", vec![call])
-            },
+            indexed(4, Message::assistant("", vec![call])),
         ];
         let client: Vec<InputMessage> = serde_json::from_value(json!([
             {"id": "u-1", "role": "user", "content": "ask the client"},
@@ -733,12 +712,9 @@ mod tests {
 
     #[test]
     fn a_snapshot_leaves_to_the_stream_what_follows_the_point_it_joins() {
-        let mut log = Log::new();
-        let step = log.step(1);
-        log.completed(step, "", &[("a", "write_file"), ("b", "list_files")]);
+        let (mut log, _) = Log::first_step("", &[("a", "write_file"), ("b", "list_files")]);
         log.ask("a");
-        log.started("b", "list_files");
-        log.finished("b", "README.md", false);
+        log.ran("b", "list_files", "README.md");
         let park = log.events.last().unwrap().seq;
         log.resolve("a", Decision::Deny, ResolvedBy::User);
         log.finished("a", "denied", true);
@@ -750,18 +726,9 @@ mod tests {
         // The history as read after the denial: both results are in.
         let history = vec![
             message(1, Role::User, "write"),
-            Message {
-                index: 2,
-                ..Message::assistant("", vec![call("a"), call("b")])
-            },
-            Message {
-                index: 3,
-                ..Message::tool_result("a", "denied")
-            },
-            Message {
-                index: 4,
-                ..Message::tool_result("b", "README.md")
-            },
+            indexed(2, Message::assistant("", vec![call("a"), call("b")])),
+            indexed(3, Message::tool_result("a", "denied")),
+            indexed(4, Message::tool_result("b", "README.md")),
         ];
         let (shown, early) = snapshot_view(&history, &log.events, park);
         let calls: Vec<_> = shown

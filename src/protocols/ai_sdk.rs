@@ -266,23 +266,13 @@ fn finish_reason_of(reason: &FinishReason) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocols::calls::tests::Log;
+    use crate::protocols::calls::tests::{adapt_log as chunks, types, Adapter, Log};
 
-    fn chunks(stream: &mut UiMessageStream, log: &Log) -> (Vec<Value>, Vec<i64>) {
-        let mut out = Vec::new();
-        let mut parks = Vec::new();
-        for event in &log.events {
-            let pushed = stream.push(event);
-            out.extend(pushed.chunks);
-            if pushed.parked {
-                parks.push(event.seq);
-            }
+    impl Adapter for UiMessageStream {
+        fn adapt(&mut self, event: &Event) -> (Vec<Value>, bool) {
+            let pushed = self.push(event);
+            (pushed.chunks, pushed.parked)
         }
-        (out, parks)
-    }
-
-    fn types(chunks: &[Value]) -> Vec<&str> {
-        chunks.iter().map(|c| c["type"].as_str().unwrap()).collect()
     }
 
     #[test]
@@ -292,8 +282,7 @@ mod tests {
         log.thinking(first, "I should ");
         log.thinking(first, "look.");
         log.completed(first, "", &[("c1", "list_files")]);
-        log.started("c1", "list_files");
-        log.finished("c1", "README.md", false);
+        log.ran("c1", "list_files", "README.md");
         let second = log.step(2);
         log.text(second, "It has ");
         log.text(second, "a README.");
@@ -330,9 +319,7 @@ mod tests {
 
     #[test]
     fn an_approval_parks_the_stream_and_the_next_one_continues_after_it() {
-        let mut log = Log::new();
-        let step = log.step(1);
-        log.completed(step, "", &[("c1", "write_file")]);
+        let (mut log, _) = Log::first_step("", &[("c1", "write_file")]);
         log.ask("c1");
         let park = log.events.last().unwrap().seq;
         let mut first = UiMessageStream::new(0);
@@ -377,9 +364,7 @@ mod tests {
 
     #[test]
     fn outputs_the_client_sent_are_not_sent_back() {
-        let mut log = Log::new();
-        let step = log.step(1);
-        log.completed(step, "", &[("c1", "ask_user")]);
+        let (mut log, _) = Log::first_step("", &[("c1", "ask_user")]);
         log.client("c1", "ask_user");
         let park = log.events.last().unwrap().seq;
         log.finished("c1", "{\"colour\":\"blue\"}", false);
@@ -393,9 +378,7 @@ mod tests {
 
     #[test]
     fn a_failed_run_ends_with_an_error_and_text_it_did_not_stream_is_sent_whole() {
-        let mut log = Log::new();
-        let step = log.step(1);
-        log.completed(step, "all at once", &[]);
+        let (mut log, _) = Log::first_step("all at once", &[]);
         log.push(EventKind::AgentFailed {
             run_id: log.run_id,
             error: "the provider refused".into(),
@@ -419,9 +402,7 @@ mod tests {
 
     #[test]
     fn tool_errors_and_cancels_are_told() {
-        let mut log = Log::new();
-        let step = log.step(1);
-        log.completed(step, "", &[("c1", "read_file")]);
+        let (mut log, _) = Log::first_step("", &[("c1", "read_file")]);
         log.started("c1", "read_file");
         log.finished("c1", "no such file", true);
         log.push(EventKind::AgentCancelled { run_id: log.run_id });

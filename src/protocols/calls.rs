@@ -210,6 +210,20 @@ pub(crate) mod tests {
             self.events.last().unwrap()
         }
 
+        /// A log whose first step completed with `text` and `calls` (ids and tools).
+        pub fn first_step(text: &str, calls: &[(&str, &str)]) -> (Log, Uuid) {
+            let mut log = Log::new();
+            let step = log.step(1);
+            log.completed(step, text, calls);
+            (log, step)
+        }
+
+        /// A call that ran and answered `output`.
+        pub fn ran(&mut self, call: &str, tool: &str, output: &str) {
+            self.started(call, tool);
+            self.finished(call, output, false);
+        }
+
         pub fn step(&mut self, n: u128) -> Uuid {
             let step = Uuid::from_u128(100 + n);
             self.push(EventKind::LlmStarted { step_id: step });
@@ -311,6 +325,30 @@ pub(crate) mod tests {
         }
     }
 
+    /// What a protocol adapter makes of each event: its output, and whether the run parked.
+    pub trait Adapter {
+        fn adapt(&mut self, event: &Event) -> (Vec<Value>, bool);
+    }
+
+    /// What `adapter` makes of the whole log, and the seqs at which the run parked.
+    pub fn adapt_log(adapter: &mut impl Adapter, log: &Log) -> (Vec<Value>, Vec<i64>) {
+        let mut out = Vec::new();
+        let mut parks = Vec::new();
+        for event in &log.events {
+            let (pushed, parked) = adapter.adapt(event);
+            out.extend(pushed);
+            if parked {
+                parks.push(event.seq);
+            }
+        }
+        (out, parks)
+    }
+
+    /// The `type` of each output.
+    pub fn types(out: &[Value]) -> Vec<&str> {
+        out.iter().map(|c| c["type"].as_str().unwrap()).collect()
+    }
+
     fn parks(log: &Log) -> Vec<i64> {
         let mut calls = RunCalls::default();
         log.events
@@ -322,17 +360,13 @@ pub(crate) mod tests {
 
     #[test]
     fn a_run_parks_once_every_call_has_its_outcome_or_waits() {
-        let mut log = Log::new();
-        let step = log.step(1);
-        log.completed(step, "", &[("a", "write_file"), ("b", "list_files")]);
+        let (mut log, _) = Log::first_step("", &[("a", "write_file"), ("b", "list_files")]);
         log.ask("a");
         // b is allowed: the run is not parked while b has not run.
-        log.started("b", "list_files");
-        log.finished("b", "README.md", false);
+        log.ran("b", "list_files", "README.md");
         let parked_at = log.events.last().unwrap().seq;
         log.resolve("a", Decision::Allow, ResolvedBy::User);
-        log.started("a", "write_file");
-        log.finished("a", "wrote", false);
+        log.ran("a", "write_file", "wrote");
         let step = log.step(2);
         log.completed(step, "done", &[]);
         log.done("done");
@@ -342,9 +376,7 @@ pub(crate) mod tests {
 
     #[test]
     fn waiting_calls_are_listed_with_what_they_wait_for() {
-        let mut log = Log::new();
-        let step = log.step(1);
-        log.completed(step, "", &[("a", "write_file"), ("c", "ask_user")]);
+        let (mut log, _) = Log::first_step("", &[("a", "write_file"), ("c", "ask_user")]);
         log.ask("a");
         log.client("c", "ask_user");
         let mut calls = RunCalls::default();
@@ -376,11 +408,8 @@ pub(crate) mod tests {
 
     #[test]
     fn a_run_without_calls_that_wait_never_parks() {
-        let mut log = Log::new();
-        let step = log.step(1);
-        log.completed(step, "", &[("a", "list_files")]);
-        log.started("a", "list_files");
-        log.finished("a", "x", false);
+        let (mut log, _) = Log::first_step("", &[("a", "list_files")]);
+        log.ran("a", "list_files", "x");
         log.done("x");
         assert!(parks(&log).is_empty());
     }
