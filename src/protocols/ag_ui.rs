@@ -427,27 +427,17 @@ impl AgUiRun {
             out.push(subagent_started(*session_id, call_id));
         }
         if let Some(step_id) = self.reasoning_open {
-            let id = reasoning_id(step_id);
-            out.push(json!({"type": "REASONING_START", "messageId": id}));
-            out.push(
-                json!({"type": "REASONING_MESSAGE_START", "messageId": id, "role": "reasoning"}),
-            );
+            out.extend(reasoning_start(step_id));
         }
         if let Some(step_id) = self.text_open {
-            out.push(
-                json!({"type": "TEXT_MESSAGE_START", "messageId": step_id.to_string(),
-                "role": "assistant"}),
-            );
+            out.push(text_start(step_id));
         }
     }
 
     fn open_text(&mut self, step_id: Uuid, out: &mut Vec<Value>) {
         if self.text_open != Some(step_id) {
             self.close_text(out);
-            out.push(
-                json!({"type": "TEXT_MESSAGE_START", "messageId": step_id.to_string(),
-                "role": "assistant"}),
-            );
+            out.push(text_start(step_id));
             self.text_open = Some(step_id);
             self.streamed_text.insert(step_id);
         }
@@ -463,11 +453,7 @@ impl AgUiRun {
         if self.reasoning_open != Some(step_id) {
             self.close_reasoning(out);
             self.close_text(out);
-            let id = reasoning_id(step_id);
-            out.push(json!({"type": "REASONING_START", "messageId": id}));
-            out.push(
-                json!({"type": "REASONING_MESSAGE_START", "messageId": id, "role": "reasoning"}),
-            );
+            out.extend(reasoning_start(step_id));
             self.reasoning_open = Some(step_id);
             self.streamed_reasoning.insert(step_id);
         }
@@ -489,6 +475,18 @@ impl AgUiRun {
 
 fn reasoning_id(step_id: Uuid) -> String {
     format!("{step_id}-reasoning")
+}
+
+fn text_start(step_id: Uuid) -> Value {
+    json!({"type": "TEXT_MESSAGE_START", "messageId": step_id.to_string(), "role": "assistant"})
+}
+
+fn reasoning_start(step_id: Uuid) -> [Value; 2] {
+    let id = reasoning_id(step_id);
+    [
+        json!({"type": "REASONING_START", "messageId": id}),
+        json!({"type": "REASONING_MESSAGE_START", "messageId": id, "role": "reasoning"}),
+    ]
 }
 
 fn subagent_started(session_id: Uuid, call_id: &str) -> Value {
@@ -515,6 +513,14 @@ mod tests {
     use super::*;
     use crate::model::{Decision, Message, ResolvedBy, Role, ToolCall};
     use crate::protocols::calls::tests::{adapt_log as run, types, Adapter, Log};
+
+    /// A run that shows one text message and finishes.
+    const ONE_TEXT_MESSAGE_THEN_FINISHED: [&str; 4] = [
+        "TEXT_MESSAGE_START",
+        "TEXT_MESSAGE_CONTENT",
+        "TEXT_MESSAGE_END",
+        "RUN_FINISHED",
+    ];
 
     impl Adapter for AgUiRun {
         fn adapt(&mut self, event: &Event) -> (Vec<Value>, bool) {
@@ -597,15 +603,7 @@ mod tests {
         let known = HashSet::from(["c2".to_string()]);
         let (out, parks) = run(&mut AgUiRun::new("t", "r2", park, known), &log);
         assert!(parks.is_empty());
-        assert_eq!(
-            types(&out),
-            [
-                "TEXT_MESSAGE_START",
-                "TEXT_MESSAGE_CONTENT",
-                "TEXT_MESSAGE_END",
-                "RUN_FINISHED"
-            ]
-        );
+        assert_eq!(types(&out), ONE_TEXT_MESSAGE_THEN_FINISHED);
         assert_eq!(out[3]["runId"], "r2");
     }
 
@@ -646,15 +644,7 @@ mod tests {
         log.completed(second, "Half done.", &[]);
         log.done("Half done.");
         let (out, _) = run(&mut AgUiRun::new("t", "r", joined, HashSet::new()), &log);
-        assert_eq!(
-            types(&out),
-            [
-                "TEXT_MESSAGE_START",
-                "TEXT_MESSAGE_CONTENT",
-                "TEXT_MESSAGE_END",
-                "RUN_FINISHED"
-            ]
-        );
+        assert_eq!(types(&out), ONE_TEXT_MESSAGE_THEN_FINISHED);
         assert_eq!(out[0]["messageId"], second.to_string());
         assert_eq!(out[1]["delta"], "done.");
 
