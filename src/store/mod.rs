@@ -156,31 +156,17 @@ pub struct SessionQuery {
     pub parent_id: Option<Uuid>,
 }
 
+/// What a session holds in order: its messages and events (by index and `seq`), and its
+/// runs and steps (rows with time-ordered ids, read a page or one at a time). Both backends
+/// have them from [`rows::SessionRows`]; every [`Store`] has them.
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
-    /// Applies every group of ops in one transaction: all or nothing.
-    async fn commit(&self, batch: &[&[WriteOp]]) -> StoreResult<()>;
-
-    async fn session(&self, id: Uuid) -> StoreResult<Option<SessionRecord>>;
-    async fn sessions(&self, query: &SessionQuery) -> StoreResult<Vec<SessionRecord>>;
-    /// Sessions stored as `running` or `waiting_tool` (runs a dead process left behind).
-    async fn active_sessions(&self) -> StoreResult<Vec<Uuid>>;
-    /// Sessions whose last run failed as `interrupted` (a crash or a stop cut it short): what
-    /// auto-resume continues at start.
-    async fn interrupted_sessions(&self) -> StoreResult<Vec<Uuid>>;
-
+pub trait SessionHistory: Send + Sync {
     /// Messages with `index > after`, in order, at most `limit`.
     async fn messages(&self, session_id: Uuid, after: i64, limit: i64)
         -> StoreResult<Vec<Message>>;
-    /// The index of the user message that starts turn `n` (0-based), if there is one.
-    async fn nth_user_message(&self, session_id: Uuid, n: u64) -> StoreResult<Option<i64>>;
-    /// The number of messages (= the next index).
-    async fn message_count(&self, session_id: Uuid) -> StoreResult<i64>;
 
     /// Events with `seq > after`, in order, at most `limit`.
     async fn events(&self, session_id: Uuid, after: i64, limit: i64) -> StoreResult<Vec<Event>>;
-    /// The newest `seq` (0 for an empty log).
-    async fn last_seq(&self, session_id: Uuid) -> StoreResult<i64>;
 
     /// Steps in creation order, with `id > after` when given.
     async fn steps(
@@ -199,6 +185,28 @@ pub trait Store: Send + Sync + 'static {
         limit: i64,
     ) -> StoreResult<Vec<RunRecord>>;
     async fn run(&self, session_id: Uuid, run_id: Uuid) -> StoreResult<Option<RunRecord>>;
+}
+
+#[async_trait]
+pub trait Store: SessionHistory + Send + Sync + 'static {
+    /// Applies every group of ops in one transaction: all or nothing.
+    async fn commit(&self, batch: &[&[WriteOp]]) -> StoreResult<()>;
+
+    async fn session(&self, id: Uuid) -> StoreResult<Option<SessionRecord>>;
+    async fn sessions(&self, query: &SessionQuery) -> StoreResult<Vec<SessionRecord>>;
+    /// Sessions stored as `running` or `waiting_tool` (runs a dead process left behind).
+    async fn active_sessions(&self) -> StoreResult<Vec<Uuid>>;
+    /// Sessions whose last run failed as `interrupted` (a crash or a stop cut it short): what
+    /// auto-resume continues at start.
+    async fn interrupted_sessions(&self) -> StoreResult<Vec<Uuid>>;
+
+    /// The index of the user message that starts turn `n` (0-based), if there is one.
+    async fn nth_user_message(&self, session_id: Uuid, n: u64) -> StoreResult<Option<i64>>;
+    /// The number of messages (= the next index).
+    async fn message_count(&self, session_id: Uuid) -> StoreResult<i64>;
+
+    /// The newest `seq` (0 for an empty log).
+    async fn last_seq(&self, session_id: Uuid) -> StoreResult<i64>;
 
     async fn latest_checkpoint(&self, session_id: Uuid) -> StoreResult<Option<Checkpoint>>;
 

@@ -10,17 +10,13 @@ use uuid::Uuid;
 
 use super::{write, PostgresStore};
 use crate::model::INTERRUPTED;
-use crate::model::{
-    ArtifactRecord, Checkpoint, Event, EventKind, Message, RunRecord, SessionRecord, SessionState,
-    StepRecord,
-};
+use crate::model::{ArtifactRecord, Checkpoint, Event, EventKind, SessionRecord, SessionState};
 use crate::store::rows::{
-    artifact_from, checkpoint_from, corrupt_event, listed_sessions, message_from, run_from,
-    session_from, step_from, Plain, StoredRow, ARTIFACT_COLUMNS, CHECKPOINT_COLUMNS, EVENT_COLUMNS,
-    INTERRUPTED_SESSIONS, MESSAGE_COLUMNS, NEWEST_ARTIFACT, RUN_COLUMNS, SESSION_COLUMNS,
-    STEP_COLUMNS,
+    artifact_from, checkpoint_from, corrupt_event, listed_sessions, session_from, versions_kept,
+    KeyedTable, LogPage, LogTable, Plain, RowKey, RowPage, SessionRows, StoredRow,
+    ARTIFACT_COLUMNS, CHECKPOINT_COLUMNS, INTERRUPTED_SESSIONS, SESSION_COLUMNS,
 };
-use crate::store::{ArtifactQuery, ArtifactVersions, SessionQuery, Store, StoreResult, WriteOp};
+use crate::store::{ArtifactQuery, SessionQuery, Store, StoreResult, WriteOp};
 
 /// SQLite treats a negative `LIMIT` as "no limit"; PostgreSQL rejects it but reads a NULL
 /// limit as `LIMIT ALL`.
@@ -59,32 +55,43 @@ impl StoredRow for PgRow {
     }
 }
 
-fn event_from(row: &PgRow) -> StoreResult<Event> {
-    let type_name: String = row.try_get("type")?;
-    let data: Value = row.try_get("data")?;
-    let kind =
-        EventKind::from_value_parts(&type_name, data).map_err(|e| corrupt_event(&type_name, e))?;
-    Ok(Event::new(
-        row.try_get("session_id")?,
-        row.try_get("seq")?,
-        kind,
-        row.try_get("created_at")?,
-    ))
-}
+#[async_trait]
+impl SessionRows for PostgresStore {
+    type Row = PgRow;
 
-/// Runs and steps: rows of a session with time-ordered ids, read a page or one at a time.
-impl PostgresStore {
-    async fn page<T>(
-        &self,
-        table: &str,
-        columns: &str,
-        session_id: Uuid,
-        after: Option<Uuid>,
-        limit: i64,
-        decode: fn(&PgRow) -> StoreResult<T>,
-    ) -> StoreResult<Vec<T>> {
+    fn event_from(row: &PgRow) -> StoreResult<Event> {
+        let type_name: String = row.try_get("type")?;
+        let data: Value = row.try_get("data")?;
+        let kind = EventKind::from_value_parts(&type_name, data)
+            .map_err(|e| corrupt_event(&type_name, e))?;
+        Ok(Event::new(
+            row.try_get("session_id")?,
+            row.try_get("seq")?,
+            kind,
+            row.try_get("created_at")?,
+        ))
+    }
+
+    async fn log_rows(&self, log: &LogTable, page: LogPage) -> StoreResult<Vec<PgRow>> {
+        let rows = sqlx::query(&log.select())
+            .bind(page.session_id)
+            .bind(page.after)
+            .bind(sql_limit(page.limit))
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows)
+    }
+
+    async fn page_rows(&self, page: RowPage) -> StoreResult<Vec<PgRow>> {
+        let RowPage {
+            table,
+            session_id,
+            after,
+            limit,
+        } = page;
+        let KeyedTable { name, columns } = table;
         let rows = sqlx::query(&format!(
-            "SELECT {columns} FROM {table} \
+            "SELECT {columns} FROM {name} \
              WHERE session_id = $1 AND ($2::uuid IS NULL OR id > $2) ORDER BY id LIMIT $3"
         ))
         .bind(session_id)
@@ -92,25 +99,19 @@ impl PostgresStore {
         .bind(sql_limit(limit))
         .fetch_all(&self.pool)
         .await?;
-        rows.iter().map(decode).collect()
+        Ok(rows)
     }
 
-    async fn one<T>(
-        &self,
-        table: &str,
-        columns: &str,
-        session_id: Uuid,
-        id: Uuid,
-        decode: fn(&PgRow) -> StoreResult<T>,
-    ) -> StoreResult<Option<T>> {
+    async fn one_row(&self, table: &KeyedTable, key: RowKey) -> StoreResult<Option<PgRow>> {
+        let KeyedTable { name, columns } = table;
         let row = sqlx::query(&format!(
-            "SELECT {columns} FROM {table} WHERE session_id = $1 AND id = $2"
+            "SELECT {columns} FROM {name} WHERE session_id = $1 AND id = $2"
         ))
-        .bind(session_id)
-        .bind(id)
+        .bind(key.session_id)
+        .bind(key.id)
         .fetch_optional(&self.pool)
         .await?;
-        row.as_ref().map(decode).transpose()
+        Ok(row)
     }
 }
 
@@ -170,24 +171,6 @@ impl Store for PostgresStore {
         rows.iter().map(|r| r.uuid("id")).collect()
     }
 
-    async fn messages(
-        &self,
-        session_id: Uuid,
-        after: i64,
-        limit: i64,
-    ) -> StoreResult<Vec<Message>> {
-        let rows = sqlx::query(&format!(
-            "SELECT {MESSAGE_COLUMNS} FROM messages \
-             WHERE session_id = $1 AND idx > $2 ORDER BY idx LIMIT $3"
-        ))
-        .bind(session_id)
-        .bind(after)
-        .bind(sql_limit(limit))
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(message_from).collect()
-    }
-
     async fn nth_user_message(&self, session_id: Uuid, n: u64) -> StoreResult<Option<i64>> {
         let row = sqlx::query(
             "SELECT idx FROM messages WHERE session_id = $1 AND role = 'user' \
@@ -209,55 +192,12 @@ impl Store for PostgresStore {
         Ok(row.try_get(0)?)
     }
 
-    async fn events(&self, session_id: Uuid, after: i64, limit: i64) -> StoreResult<Vec<Event>> {
-        let rows = sqlx::query(&format!(
-            "SELECT {EVENT_COLUMNS} FROM events \
-             WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3"
-        ))
-        .bind(session_id)
-        .bind(after)
-        .bind(sql_limit(limit))
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(event_from).collect()
-    }
-
     async fn last_seq(&self, session_id: Uuid) -> StoreResult<i64> {
         let row = sqlx::query("SELECT COALESCE(MAX(seq), 0) FROM events WHERE session_id = $1")
             .bind(session_id)
             .fetch_one(&self.pool)
             .await?;
         Ok(row.try_get(0)?)
-    }
-
-    async fn steps(
-        &self,
-        session_id: Uuid,
-        after: Option<Uuid>,
-        limit: i64,
-    ) -> StoreResult<Vec<StepRecord>> {
-        self.page("steps", STEP_COLUMNS, session_id, after, limit, step_from)
-            .await
-    }
-
-    async fn step(&self, session_id: Uuid, step_id: Uuid) -> StoreResult<Option<StepRecord>> {
-        self.one("steps", STEP_COLUMNS, session_id, step_id, step_from)
-            .await
-    }
-
-    async fn runs(
-        &self,
-        session_id: Uuid,
-        after: Option<Uuid>,
-        limit: i64,
-    ) -> StoreResult<Vec<RunRecord>> {
-        self.page("runs", RUN_COLUMNS, session_id, after, limit, run_from)
-            .await
-    }
-
-    async fn run(&self, session_id: Uuid, run_id: Uuid) -> StoreResult<Option<RunRecord>> {
-        self.one("runs", RUN_COLUMNS, session_id, run_id, run_from)
-            .await
     }
 
     async fn latest_checkpoint(&self, session_id: Uuid) -> StoreResult<Option<Checkpoint>> {
@@ -276,10 +216,7 @@ impl Store for PostgresStore {
         session_id: Uuid,
         query: ArtifactQuery,
     ) -> StoreResult<Vec<ArtifactRecord>> {
-        let newest = match query.versions {
-            ArtifactVersions::Newest => NEWEST_ARTIFACT,
-            ArtifactVersions::All => "TRUE",
-        };
+        let newest = versions_kept(query.versions);
         let rows = sqlx::query(&format!(
             "SELECT {ARTIFACT_COLUMNS} FROM artifacts a \
              WHERE a.session_id = $1 AND ($2::uuid IS NULL OR a.id > $2) AND {newest} \
