@@ -157,7 +157,7 @@ pub struct SessionQuery {
 }
 
 /// What a session holds in order: its messages and events (by index and `seq`), and its
-/// runs and steps (rows with time-ordered ids, read a page or one at a time). Both backends
+/// runs, steps and artifacts (rows with time-ordered ids, read a page or one at a time). Both backends
 /// have them from [`rows::SessionRows`]; every [`Store`] has them.
 #[async_trait]
 pub trait SessionHistory: Send + Sync {
@@ -185,6 +185,13 @@ pub trait SessionHistory: Send + Sync {
         limit: i64,
     ) -> StoreResult<Vec<RunRecord>>;
     async fn run(&self, session_id: Uuid, run_id: Uuid) -> StoreResult<Option<RunRecord>>;
+
+    /// A session's artifacts in creation order (by id), as `query` asks.
+    async fn artifacts(
+        &self,
+        session_id: Uuid,
+        query: ArtifactQuery,
+    ) -> StoreResult<Vec<ArtifactRecord>>;
 }
 
 #[async_trait]
@@ -210,12 +217,6 @@ pub trait Store: SessionHistory + Send + Sync + 'static {
 
     async fn latest_checkpoint(&self, session_id: Uuid) -> StoreResult<Option<Checkpoint>>;
 
-    /// A session's artifacts in creation order (by id), as `query` asks.
-    async fn artifacts(
-        &self,
-        session_id: Uuid,
-        query: ArtifactQuery,
-    ) -> StoreResult<Vec<ArtifactRecord>>;
     async fn artifact(&self, session_id: Uuid, id: Uuid) -> StoreResult<Option<ArtifactRecord>>;
     /// The newest version of `path` among a session's artifacts; 0 when it has none.
     async fn artifact_version(&self, session_id: Uuid, path: &str) -> StoreResult<i64>;

@@ -16,7 +16,7 @@ use serde_json::Value;
 use sqlx::{Decode, Postgres, Sqlite, Type};
 use uuid::Uuid;
 
-use super::{ArtifactVersions, SessionHistory, StoreError, StoreResult};
+use super::{ArtifactQuery, ArtifactVersions, SessionHistory, StoreError, StoreResult};
 use crate::model::{
     ArtifactRecord, Checkpoint, Event, FinishReason, Message, Role, RunKind, RunRecord, RunStatus,
     SessionRecord, SessionState, StepKind, StepRecord, StepStatus, ThinkingBlock, ToolCall, Usage,
@@ -146,6 +146,9 @@ pub trait SessionRows: Send + Sync {
 
     async fn page_rows(&self, page: RowPage) -> StoreResult<Vec<Self::Row>>;
 
+    /// The artifact records (`a.*`) a list holds.
+    async fn artifact_rows(&self, page: ArtifactPage) -> StoreResult<Vec<Self::Row>>;
+
     /// Rows of `log` of a session with its order column `> after`, in order, at most `limit`.
     async fn log_rows(&self, log: &LogTable, page: LogPage) -> StoreResult<Vec<Self::Row>>;
 
@@ -219,6 +222,13 @@ pub struct LogPage {
     pub session_id: Uuid,
     pub after: i64,
     pub limit: i64,
+}
+
+/// The artifacts of a session that `query` asks for.
+#[derive(Clone, Copy)]
+pub struct ArtifactPage {
+    pub session_id: Uuid,
+    pub query: ArtifactQuery,
 }
 
 /// One row of a session, by id.
@@ -303,6 +313,17 @@ impl<S: SessionRows> SessionHistory for S {
         };
         let row = self.one_row(&RUNS, key).await?;
         row.as_ref().map(run_from).transpose()
+    }
+
+    async fn artifacts(
+        &self,
+        session_id: Uuid,
+        query: ArtifactQuery,
+    ) -> StoreResult<Vec<ArtifactRecord>> {
+        let rows = self
+            .artifact_rows(ArtifactPage { session_id, query })
+            .await?;
+        rows.iter().map(artifact_from).collect()
     }
 }
 

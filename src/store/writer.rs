@@ -222,6 +222,13 @@ mod tests {
 
     #[async_trait]
     impl SessionHistory for FakeStore {
+        async fn artifacts(
+            &self,
+            _: Uuid,
+            _: crate::store::ArtifactQuery,
+        ) -> StoreResult<Vec<crate::model::ArtifactRecord>> {
+            Ok(Vec::new())
+        }
         async fn events(&self, _: Uuid, _: i64, _: i64) -> StoreResult<Vec<Event>> {
             Ok(Vec::new())
         }
@@ -282,13 +289,6 @@ mod tests {
         }
         async fn latest_checkpoint(&self, _: Uuid) -> StoreResult<Option<Checkpoint>> {
             Ok(None)
-        }
-        async fn artifacts(
-            &self,
-            _: Uuid,
-            _: crate::store::ArtifactQuery,
-        ) -> StoreResult<Vec<crate::model::ArtifactRecord>> {
-            Ok(Vec::new())
         }
         async fn artifact(
             &self,

@@ -5,6 +5,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::postgres::PgRow;
+use sqlx::Postgres;
 use sqlx::Row;
 use uuid::Uuid;
 
@@ -13,10 +14,10 @@ use crate::model::INTERRUPTED;
 use crate::model::{ArtifactRecord, Checkpoint, Event, EventKind, SessionRecord, SessionState};
 use crate::store::rows::{
     artifact_from, checkpoint_from, corrupt_event, listed_sessions, session_from, versions_kept,
-    KeyedTable, LogPage, LogTable, Plain, RowKey, RowPage, SessionRows, StoredRow,
+    ArtifactPage, KeyedTable, LogPage, LogTable, Plain, RowKey, RowPage, SessionRows, StoredRow,
     ARTIFACT_COLUMNS, CHECKPOINT_COLUMNS, INTERRUPTED_SESSIONS, SESSION_COLUMNS,
 };
-use crate::store::{ArtifactQuery, SessionQuery, Store, StoreResult, WriteOp};
+use crate::store::{SessionQuery, Store, StoreResult, WriteOp};
 
 /// SQLite treats a negative `LIMIT` as "no limit"; PostgreSQL rejects it but reads a NULL
 /// limit as `LIMIT ALL`.
@@ -55,6 +56,28 @@ impl StoredRow for PgRow {
     }
 }
 
+impl PostgresStore {
+    /// The rows of a page query: `$1` the session, `$2` the cursor, `$3` the limit.
+    async fn fetch_page<'q, A>(
+        &self,
+        sql: &'q str,
+        session_id: Uuid,
+        after: A,
+        limit: i64,
+    ) -> StoreResult<Vec<PgRow>>
+    where
+        A: 'q + Send + sqlx::Encode<'q, Postgres> + sqlx::Type<Postgres>,
+    {
+        let rows = sqlx::query(sql)
+            .bind(session_id)
+            .bind(after)
+            .bind(sql_limit(limit))
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows)
+    }
+}
+
 #[async_trait]
 impl SessionRows for PostgresStore {
     type Row = PgRow;
@@ -73,33 +96,30 @@ impl SessionRows for PostgresStore {
     }
 
     async fn log_rows(&self, log: &LogTable, page: LogPage) -> StoreResult<Vec<PgRow>> {
-        let rows = sqlx::query(&log.select())
-            .bind(page.session_id)
-            .bind(page.after)
-            .bind(sql_limit(page.limit))
-            .fetch_all(&self.pool)
-            .await?;
-        Ok(rows)
+        self.fetch_page(&log.select(), page.session_id, page.after, page.limit)
+            .await
+    }
+
+    async fn artifact_rows(&self, page: ArtifactPage) -> StoreResult<Vec<PgRow>> {
+        let ArtifactPage { session_id, query } = page;
+        let newest = versions_kept(query.versions);
+        let sql = format!(
+            "SELECT {ARTIFACT_COLUMNS} FROM artifacts a \
+             WHERE a.session_id = $1 AND ($2::uuid IS NULL OR a.id > $2) AND {newest} \
+             ORDER BY a.id LIMIT $3"
+        );
+        self.fetch_page(&sql, session_id, query.after, query.limit)
+            .await
     }
 
     async fn page_rows(&self, page: RowPage) -> StoreResult<Vec<PgRow>> {
-        let RowPage {
-            table,
-            session_id,
-            after,
-            limit,
-        } = page;
-        let KeyedTable { name, columns } = table;
-        let rows = sqlx::query(&format!(
+        let KeyedTable { name, columns } = page.table;
+        let sql = format!(
             "SELECT {columns} FROM {name} \
              WHERE session_id = $1 AND ($2::uuid IS NULL OR id > $2) ORDER BY id LIMIT $3"
-        ))
-        .bind(session_id)
-        .bind(after)
-        .bind(sql_limit(limit))
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(rows)
+        );
+        self.fetch_page(&sql, page.session_id, page.after, page.limit)
+            .await
     }
 
     async fn one_row(&self, table: &KeyedTable, key: RowKey) -> StoreResult<Option<PgRow>> {
@@ -209,25 +229,6 @@ impl Store for PostgresStore {
         .fetch_optional(&self.pool)
         .await?;
         row.as_ref().map(checkpoint_from).transpose()
-    }
-
-    async fn artifacts(
-        &self,
-        session_id: Uuid,
-        query: ArtifactQuery,
-    ) -> StoreResult<Vec<ArtifactRecord>> {
-        let newest = versions_kept(query.versions);
-        let rows = sqlx::query(&format!(
-            "SELECT {ARTIFACT_COLUMNS} FROM artifacts a \
-             WHERE a.session_id = $1 AND ($2::uuid IS NULL OR a.id > $2) AND {newest} \
-             ORDER BY a.id LIMIT $3"
-        ))
-        .bind(session_id)
-        .bind(query.after)
-        .bind(sql_limit(query.limit))
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(artifact_from).collect()
     }
 
     async fn artifact(&self, session_id: Uuid, id: Uuid) -> StoreResult<Option<ArtifactRecord>> {

@@ -14,10 +14,11 @@ use crate::model::INTERRUPTED;
 use crate::model::{ArtifactRecord, Checkpoint, Event, SessionRecord, SessionState};
 use crate::store::rows::{
     artifact_from, checkpoint_from, corrupt, corrupt_event, listed_sessions, session_from,
-    versions_kept, KeyedTable, LogPage, LogTable, Plain, RowKey, RowPage, SessionRows, StoredRow,
-    ARTIFACT_COLUMNS, CHECKPOINT_COLUMNS, INTERRUPTED_SESSIONS, SESSION_COLUMNS,
+    versions_kept, ArtifactPage, KeyedTable, LogPage, LogTable, Plain, RowKey, RowPage,
+    SessionRows, StoredRow, ARTIFACT_COLUMNS, CHECKPOINT_COLUMNS, INTERRUPTED_SESSIONS,
+    SESSION_COLUMNS,
 };
-use crate::store::{ArtifactQuery, SessionQuery, Store, StoreError, StoreResult, WriteOp};
+use crate::store::{SessionQuery, Store, StoreError, StoreResult, WriteOp};
 
 /// Ids, times and JSON are stored as text.
 impl StoredRow for SqliteRow {
@@ -97,21 +98,31 @@ impl SessionRows for SqliteStore {
             .map_err(|e| self.read_failed(e))
     }
 
+    async fn artifact_rows(&self, page: ArtifactPage) -> StoreResult<Vec<SqliteRow>> {
+        let ArtifactPage { session_id, query } = page;
+        let newest = versions_kept(query.versions);
+        sqlx::query(&format!(
+            "SELECT {ARTIFACT_COLUMNS} FROM artifacts a \
+             WHERE a.session_id = ?1 AND (?2 IS NULL OR a.id > ?2) AND {newest} \
+             ORDER BY a.id LIMIT ?3"
+        ))
+        .bind(session_id.to_string())
+        .bind(query.after.map(|id| id.to_string()))
+        .bind(query.limit)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| self.read_failed(e))
+    }
+
     async fn page_rows(&self, page: RowPage) -> StoreResult<Vec<SqliteRow>> {
-        let RowPage {
-            table,
-            session_id,
-            after,
-            limit,
-        } = page;
-        let KeyedTable { name, columns } = table;
+        let KeyedTable { name, columns } = page.table;
         sqlx::query(&format!(
             "SELECT {columns} FROM {name} \
              WHERE session_id = ?1 AND (?2 IS NULL OR id > ?2) ORDER BY id LIMIT ?3"
         ))
-        .bind(session_id.to_string())
-        .bind(after.map(|id| id.to_string()))
-        .bind(limit)
+        .bind(page.session_id.to_string())
+        .bind(page.after.map(|id| id.to_string()))
+        .bind(page.limit)
         .fetch_all(&self.pool)
         .await
         .map_err(|e| self.read_failed(e))
@@ -249,26 +260,6 @@ impl Store for SqliteStore {
         .await
         .map_err(|e| self.read_failed(e))?;
         row.as_ref().map(checkpoint_from).transpose()
-    }
-
-    async fn artifacts(
-        &self,
-        session_id: Uuid,
-        query: ArtifactQuery,
-    ) -> StoreResult<Vec<ArtifactRecord>> {
-        let newest = versions_kept(query.versions);
-        let rows = sqlx::query(&format!(
-            "SELECT {ARTIFACT_COLUMNS} FROM artifacts a \
-             WHERE a.session_id = ?1 AND (?2 IS NULL OR a.id > ?2) AND {newest} \
-             ORDER BY a.id LIMIT ?3"
-        ))
-        .bind(session_id.to_string())
-        .bind(query.after.map(|id| id.to_string()))
-        .bind(query.limit)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(|e| self.read_failed(e))?;
-        rows.iter().map(artifact_from).collect()
     }
 
     async fn artifact(&self, session_id: Uuid, id: Uuid) -> StoreResult<Option<ArtifactRecord>> {
