@@ -34,6 +34,21 @@ pub struct DeliveryStatus {
     pub delivered_at: Option<i64>,
 }
 
+/// A claim on deliveries: who holds it, from `now` until `until`.
+#[derive(Debug, Clone, Copy)]
+pub struct Claim<'a> {
+    pub owner: &'a str,
+    pub now: i64,
+    pub until: i64,
+}
+
+/// A failed attempt: its error, and when the delivery is tried again (`None`: given up).
+#[derive(Debug, Clone, Copy)]
+pub struct FailedAttempt<'a> {
+    pub error: &'a str,
+    pub next: Option<i64>,
+}
+
 #[async_trait]
 pub trait WebhookQueue: Send + Sync {
     /// Makes `urls` the endpoints later events are queued for; pending deliveries to any other
@@ -42,24 +57,16 @@ pub trait WebhookQueue: Send + Sync {
     /// Frees every claim (only a store used by one process at a time may: its claims can only
     /// be those of a process that died).
     async fn release_claims(&self) -> StoreResult<()>;
-    /// Claims at most `limit` deliveries that are due at `now` and not claimed, for `claim`
-    /// until `until`.
-    async fn claim_deliveries(
-        &self,
-        claim: &str,
-        now: i64,
-        until: i64,
-        limit: i64,
-    ) -> StoreResult<Vec<Delivery>>;
+    /// Claims at most `limit` deliveries that are due at `claim.now` and not claimed.
+    async fn claim_deliveries(&self, claim: Claim<'_>, limit: i64) -> StoreResult<Vec<Delivery>>;
     /// Records a delivery the endpoint accepted.
     async fn delivered(&self, id: i64, claim: &str, at: i64) -> StoreResult<()>;
-    /// Records a failed attempt: tried again at `next` if given, else given up.
+    /// Records a failed attempt of a delivery `claim` holds.
     async fn attempt_failed(
         &self,
         id: i64,
         claim: &str,
-        error: &str,
-        next: Option<i64>,
+        failed: FailedAttempt<'_>,
     ) -> StoreResult<()>;
     /// Forgets the deliveries made or given up that were queued before `before`.
     async fn purge_deliveries(&self, before: i64) -> StoreResult<u64>;
@@ -277,25 +284,23 @@ macro_rules! webhook_queue_over_pool {
 
             async fn claim_deliveries(
                 &self,
-                claim: &str,
-                now: i64,
-                until: i64,
+                claim: $crate::store::webhooks::Claim<'_>,
                 limit: i64,
             ) -> $crate::store::StoreResult<Vec<$crate::store::webhooks::Delivery>> {
                 use $crate::store::webhooks::sql;
                 let q = $sql;
                 // A read first: the claim is a write, and most polls find nothing due.
                 let due = sqlx::query(&q(sql::ANY_DUE))
-                    .bind(now)
+                    .bind(claim.now)
                     .fetch_optional(&self.pool)
                     .await?;
                 if due.is_none() {
                     return Ok(Vec::new());
                 }
                 let rows = sqlx::query(&q(sql::CLAIM))
-                    .bind(claim)
-                    .bind(until)
-                    .bind(now)
+                    .bind(claim.owner)
+                    .bind(claim.until)
+                    .bind(claim.now)
                     .bind(limit)
                     .fetch_all(&self.pool)
                     .await?;
@@ -324,22 +329,21 @@ macro_rules! webhook_queue_over_pool {
                 &self,
                 id: i64,
                 claim: &str,
-                error: &str,
-                next: Option<i64>,
+                failed: $crate::store::webhooks::FailedAttempt<'_>,
             ) -> $crate::store::StoreResult<()> {
                 use $crate::store::webhooks::sql;
                 let q = $sql;
-                let statement = q(match next {
+                let statement = q(match failed.next {
                     Some(_) => sql::RETRY,
                     None => sql::GIVE_UP,
                 });
                 let query = sqlx::query(&statement).bind(id).bind(claim);
                 // A retry binds when it is due (`$3`) before the error; giving up only the error.
-                let query = match next {
+                let query = match failed.next {
                     Some(next) => query.bind(next),
                     None => query,
                 };
-                query.bind(error).execute(&self.pool).await?;
+                query.bind(failed.error).execute(&self.pool).await?;
                 Ok(())
             }
 
