@@ -18,7 +18,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::calls::{RunCalls, Wait};
+use super::calls::{RunCalls, Streamed, Wait};
 
 mod snapshot;
 use crate::model::{ClientTool, Event, EventKind, RunStatus};
@@ -188,8 +188,7 @@ pub struct AgUiRun {
     calls: RunCalls,
     text_open: Option<Uuid>,
     reasoning_open: Option<Uuid>,
-    streamed_text: HashSet<Uuid>,
-    streamed_reasoning: HashSet<Uuid>,
+    streamed: Streamed,
     /// Sub-agents started and not finished, with their `task` call.
     subagents_open: HashMap<Uuid, String>,
     /// An event after `skip_through` has been shown.
@@ -213,8 +212,7 @@ impl AgUiRun {
             calls: RunCalls::default(),
             text_open: None,
             reasoning_open: None,
-            streamed_text: HashSet::new(),
-            streamed_reasoning: HashSet::new(),
+            streamed: Streamed::default(),
             subagents_open: HashMap::new(),
             past_skip: false,
         }
@@ -331,17 +329,17 @@ impl AgUiRun {
             EventKind::LlmCompleted {
                 step_id, message, ..
             } => {
-                let reasoning = message.thinking_text();
-                if !reasoning.is_empty() && !self.streamed_reasoning.contains(step_id) {
+                let (reasoning, text) = self.streamed.rest(*step_id, message);
+                if let Some(reasoning) = reasoning {
                     self.open_reasoning(*step_id, out);
                     out.push(json!({"type": "REASONING_MESSAGE_CONTENT",
                         "messageId": reasoning_id(*step_id), "delta": reasoning}));
                 }
                 self.close_reasoning(out);
-                if !message.content.is_empty() && !self.streamed_text.contains(step_id) {
+                if let Some(text) = text {
                     self.open_text(*step_id, out);
                     out.push(json!({"type": "TEXT_MESSAGE_CONTENT",
-                        "messageId": step_id.to_string(), "delta": message.content}));
+                        "messageId": step_id.to_string(), "delta": text}));
                 }
                 self.close_text(out);
                 for call in &message.tool_calls {
@@ -439,7 +437,7 @@ impl AgUiRun {
             self.close_text(out);
             out.push(text_start(step_id));
             self.text_open = Some(step_id);
-            self.streamed_text.insert(step_id);
+            self.streamed.text(step_id);
         }
     }
 
@@ -455,7 +453,7 @@ impl AgUiRun {
             self.close_text(out);
             out.extend(reasoning_start(step_id));
             self.reasoning_open = Some(step_id);
-            self.streamed_reasoning.insert(step_id);
+            self.streamed.reasoning(step_id);
         }
     }
 
@@ -512,7 +510,7 @@ fn approval_schema() -> Value {
 mod tests {
     use super::*;
     use crate::model::{Decision, Message, ResolvedBy, Role, ToolCall};
-    use crate::protocols::calls::tests::{adapt_log as run, types, Adapter, Log};
+    use crate::protocols::calls::tests::{adapt_log as run, types, Log};
 
     /// A run that shows one text message and finishes.
     const ONE_TEXT_MESSAGE_THEN_FINISHED: [&str; 4] = [
@@ -522,25 +520,9 @@ mod tests {
         "RUN_FINISHED",
     ];
 
-    impl Adapter for AgUiRun {
-        fn adapt(&mut self, event: &Event) -> (Vec<Value>, bool) {
-            let pushed = self.push(event);
-            (pushed.events, pushed.parked)
-        }
-    }
-
     #[test]
     fn a_turn_streams_reasoning_text_tool_calls_and_results() {
-        let mut log = Log::new();
-        let first = log.step(1);
-        log.thinking(first, "Let me look.");
-        log.text(first, "");
-        log.completed(first, "", &[("c1", "list_files")]);
-        log.ran("c1", "list_files", "README.md");
-        let second = log.step(2);
-        log.text(second, "A README.");
-        log.completed(second, "A README.", &[]);
-        log.done("A README.");
+        let (log, first, _) = Log::reasoned_turn(&["Let me look."], &[""], &["A README."]);
         let mut stream = AgUiRun::new("t", "r", 0, HashSet::new());
         let (out, parks) = run(&mut stream, &log);
         assert!(parks.is_empty());

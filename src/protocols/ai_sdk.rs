@@ -16,7 +16,7 @@ use std::collections::HashSet;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::calls::RunCalls;
+use super::calls::{RunCalls, Streamed};
 use crate::model::{Decision, Event, EventKind, FinishReason, ResolvedBy};
 
 /// The response header that tells the SDK the body is a UI message stream.
@@ -46,8 +46,7 @@ pub struct UiMessageStream {
     text_open: Option<Uuid>,
     reasoning_open: Option<Uuid>,
     /// LLM steps that streamed text (or reasoning): their `llm.completed` need not repeat it.
-    streamed_text: HashSet<Uuid>,
-    streamed_reasoning: HashSet<Uuid>,
+    streamed: Streamed,
     /// Calls a human denied: their tool part is `output-denied`, not an error.
     denied: HashSet<String>,
     /// Calls whose output the client sent with this request: its tool part has it already.
@@ -69,8 +68,7 @@ impl UiMessageStream {
             step_open: false,
             text_open: None,
             reasoning_open: None,
-            streamed_text: HashSet::new(),
-            streamed_reasoning: HashSet::new(),
+            streamed: Streamed::default(),
             denied: HashSet::new(),
             known_outputs,
         }
@@ -128,7 +126,7 @@ impl UiMessageStream {
                     self.close_text(out);
                     out.push(json!({"type": "text-start", "id": step_id.to_string()}));
                     self.text_open = Some(*step_id);
-                    self.streamed_text.insert(*step_id);
+                    self.streamed.text(*step_id);
                 }
                 if !text.is_empty() {
                     out.push(
@@ -141,16 +139,18 @@ impl UiMessageStream {
             } => {
                 // Whatever the step did not stream is sent whole (a provider that answered
                 // without streaming).
-                let reasoning = message.thinking_text();
-                if !reasoning.is_empty() && !self.streamed_reasoning.contains(step_id) {
+                let (reasoning, text) = self.streamed.rest(*step_id, message);
+                if let Some(reasoning) = reasoning {
                     self.open_reasoning(*step_id, out);
                     out.push(json!({"type": "reasoning-delta", "id": reasoning_id(*step_id), "delta": reasoning}));
                 }
                 self.close_reasoning(out);
-                if !message.content.is_empty() && !self.streamed_text.contains(step_id) {
+                if let Some(text) = text {
                     self.close_text(out);
                     out.push(json!({"type": "text-start", "id": step_id.to_string()}));
-                    out.push(json!({"type": "text-delta", "id": step_id.to_string(), "delta": message.content}));
+                    out.push(
+                        json!({"type": "text-delta", "id": step_id.to_string(), "delta": text}),
+                    );
                     self.text_open = Some(*step_id);
                 }
                 self.close_text(out);
@@ -218,7 +218,7 @@ impl UiMessageStream {
             self.close_text(out);
             out.push(json!({"type": "reasoning-start", "id": reasoning_id(step_id)}));
             self.reasoning_open = Some(step_id);
-            self.streamed_reasoning.insert(step_id);
+            self.streamed.reasoning(step_id);
         }
     }
 
@@ -266,28 +266,12 @@ fn finish_reason_of(reason: &FinishReason) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocols::calls::tests::{adapt_log as chunks, types, Adapter, Log};
-
-    impl Adapter for UiMessageStream {
-        fn adapt(&mut self, event: &Event) -> (Vec<Value>, bool) {
-            let pushed = self.push(event);
-            (pushed.chunks, pushed.parked)
-        }
-    }
+    use crate::protocols::calls::tests::{adapt_log as chunks, types, Log};
 
     #[test]
     fn a_turn_with_reasoning_text_and_a_tool_call_becomes_one_message() {
-        let mut log = Log::new();
-        let first = log.step(1);
-        log.thinking(first, "I should ");
-        log.thinking(first, "look.");
-        log.completed(first, "", &[("c1", "list_files")]);
-        log.ran("c1", "list_files", "README.md");
-        let second = log.step(2);
-        log.text(second, "It has ");
-        log.text(second, "a README.");
-        log.completed(second, "It has a README.", &[]);
-        log.done("It has a README.");
+        let (log, _, second) =
+            Log::reasoned_turn(&["I should ", "look."], &[], &["It has ", "a README."]);
         let (out, parks) = chunks(&mut UiMessageStream::new(0), &log);
         assert!(parks.is_empty());
         assert_eq!(

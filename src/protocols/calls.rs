@@ -5,10 +5,13 @@
 //!
 //! Pure: fed the run's events in order, it keeps no other state.
 
+use std::collections::HashSet;
+
 use chrono::{DateTime, Utc};
 use serde_json::Value;
+use uuid::Uuid;
 
-use crate::model::{Event, EventKind};
+use crate::model::{Event, EventKind, Message};
 
 /// What a call waits for.
 #[derive(Debug, Clone, PartialEq)]
@@ -176,10 +179,44 @@ pub fn last_park(events: &[Event]) -> Option<i64> {
     last
 }
 
+/// The steps whose reasoning and text an adapter has streamed.
+#[derive(Debug, Default)]
+pub struct Streamed {
+    reasoning: HashSet<Uuid>,
+    text: HashSet<Uuid>,
+}
+
+impl Streamed {
+    pub fn reasoning(&mut self, step_id: Uuid) {
+        self.reasoning.insert(step_id);
+    }
+
+    pub fn text(&mut self, step_id: Uuid) {
+        self.text.insert(step_id);
+    }
+
+    /// What the message of a completed step holds that its stream did not carry (a provider
+    /// that answered without streaming): its reasoning and its text, each sent whole.
+    pub fn rest<'m>(
+        &self,
+        step_id: Uuid,
+        message: &'m Message,
+    ) -> (Option<String>, Option<&'m str>) {
+        let reasoning = message.thinking_text();
+        let reasoning =
+            (!reasoning.is_empty() && !self.reasoning.contains(&step_id)).then_some(reasoning);
+        let text = (!message.content.is_empty() && !self.text.contains(&step_id))
+            .then_some(message.content.as_str());
+        (reasoning, text)
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
     use crate::model::{Decision, FinishReason, Message, ResolvedBy, RunKind, ToolCall, Usage};
+    use crate::protocols::ag_ui::AgUiRun;
+    use crate::protocols::ai_sdk::UiMessageStream;
     use serde_json::json;
     use uuid::Uuid;
 
@@ -216,6 +253,34 @@ pub(crate) mod tests {
             let step = log.step(1);
             log.completed(step, text, calls);
             (log, step)
+        }
+
+        /// A turn of two steps: the first reasons in `thinking` pieces (then streams
+        /// `first_text`) and calls `list_files` as `c1`, which runs; the second answers in
+        /// `answer` pieces, and the run finishes with that answer.
+        pub fn reasoned_turn(
+            thinking: &[&str],
+            first_text: &[&str],
+            answer: &[&str],
+        ) -> (Log, Uuid, Uuid) {
+            let mut log = Log::new();
+            let first = log.step(1);
+            for piece in thinking {
+                log.thinking(first, piece);
+            }
+            for piece in first_text {
+                log.text(first, piece);
+            }
+            log.completed(first, "", &[("c1", "list_files")]);
+            log.ran("c1", "list_files", "README.md");
+            let second = log.step(2);
+            for piece in answer {
+                log.text(second, piece);
+            }
+            let text = answer.concat();
+            log.completed(second, &text, &[]);
+            log.done(&text);
+            (log, first, second)
         }
 
         /// A call that ran and answered `output`.
@@ -328,6 +393,20 @@ pub(crate) mod tests {
     /// What a protocol adapter makes of each event: its output, and whether the run parked.
     pub trait Adapter {
         fn adapt(&mut self, event: &Event) -> (Vec<Value>, bool);
+    }
+
+    impl Adapter for AgUiRun {
+        fn adapt(&mut self, event: &Event) -> (Vec<Value>, bool) {
+            let pushed = self.push(event);
+            (pushed.events, pushed.parked)
+        }
+    }
+
+    impl Adapter for UiMessageStream {
+        fn adapt(&mut self, event: &Event) -> (Vec<Value>, bool) {
+            let pushed = self.push(event);
+            (pushed.chunks, pushed.parked)
+        }
     }
 
     /// What `adapter` makes of the whole log, and the seqs at which the run parked.
