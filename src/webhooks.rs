@@ -28,7 +28,7 @@ use sha2::Sha256;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::store::webhooks::Delivery;
+use crate::store::webhooks::{Claim, Delivery, FailedAttempt};
 use crate::store::{Store, StoreResult};
 
 /// The event types that are delivered.
@@ -196,9 +196,12 @@ impl Dispatcher {
             return Ok(Vec::new());
         };
         let now = now_ms();
-        queue
-            .claim_deliveries(&self.claim, now, now + CLAIM_MS, BATCH)
-            .await
+        let claim = Claim {
+            owner: &self.claim,
+            now,
+            until: now + CLAIM_MS,
+        };
+        queue.claim_deliveries(claim, BATCH).await
     }
 
     /// Forgets the deliveries older than the log keeps.
@@ -225,8 +228,10 @@ impl Dispatcher {
                     .attempt_failed(
                         delivery.id,
                         &self.claim,
-                        "the event no longer exists (its session was deleted)",
-                        None,
+                        FailedAttempt {
+                            error: "the event no longer exists (its session was deleted)",
+                            next: None,
+                        },
                     )
                     .await
             }
@@ -249,7 +254,14 @@ impl Dispatcher {
                     ),
                 }
                 queue
-                    .attempt_failed(delivery.id, &self.claim, &error, next)
+                    .attempt_failed(
+                        delivery.id,
+                        &self.claim,
+                        FailedAttempt {
+                            error: &error,
+                            next,
+                        },
+                    )
                     .await
             }
         };

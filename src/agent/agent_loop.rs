@@ -14,6 +14,7 @@ pub trait AgentLoop: Send + Sync {
     fn name(&self) -> &'static str;
 
     /// Runs one turn: with `input`, a new one; without, the interrupted turn is continued.
+    /// Unless a loop says otherwise, it runs the default turn ([`run_turn`]).
     fn run<'a, J: Journal + 'a>(
         &'a self,
         journal: &'a mut J,
@@ -21,7 +22,9 @@ pub trait AgentLoop: Send + Sync {
         settings: &'a AgentSettings,
         input: Option<String>,
         cancel: &'a CancellationToken,
-    ) -> BoxFuture<'a, Result<TurnOutcome, AgentError<J::Error>>>;
+    ) -> BoxFuture<'a, Result<TurnOutcome, AgentError<J::Error>>> {
+        Box::pin(run_turn(journal, deps, settings, input, cancel))
+    }
 }
 
 /// The seed's default loop: call the model with the projected context, run the tools it asks
@@ -33,16 +36,5 @@ pub struct DefaultLoop;
 impl AgentLoop for DefaultLoop {
     fn name(&self) -> &'static str {
         "default"
-    }
-
-    fn run<'a, J: Journal + 'a>(
-        &'a self,
-        journal: &'a mut J,
-        deps: &'a AgentDeps,
-        settings: &'a AgentSettings,
-        input: Option<String>,
-        cancel: &'a CancellationToken,
-    ) -> BoxFuture<'a, Result<TurnOutcome, AgentError<J::Error>>> {
-        Box::pin(run_turn(journal, deps, settings, input, cancel))
     }
 }

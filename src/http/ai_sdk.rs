@@ -27,7 +27,7 @@ use super::AppState;
 use crate::model::{Decision, RunRecord};
 use crate::protocols::ai_sdk::{UiMessageStream, DONE, STREAM_HEADER};
 use crate::protocols::calls::{last_park, RunCalls, Wait};
-use crate::session::{ApprovalAnswer, Pending, RunRequest, RunStarted, SessionError};
+use crate::session::{ApprovalAnswer, Pending, RunRequest, RunStarted, SessionError, Subscription};
 
 pub fn routes() -> Router<AppState> {
     Router::new()
@@ -166,16 +166,21 @@ async fn start(state: AppState, id: Uuid, request: RunRequest) -> Result<Respons
             }))
         }
     };
+    Ok(whole_run(&state, id, &run, live))
+}
+
+/// A run's stream from its first event, then live (`live` was subscribed before it is read).
+fn whole_run(state: &AppState, id: Uuid, run: &RunRecord, live: Subscription) -> Response {
     let events = state
         .sessions
         .stream_from(id, run.start_seq - 1, live, Some(run.id));
-    Ok(stream(
-        &state,
+    stream(
+        state,
         id,
-        &run,
+        run,
         events,
         UiMessageStream::new(/*skip_through*/ 0),
-    ))
+    )
 }
 
 fn stream(
@@ -351,14 +356,5 @@ async fn replay_active(state: AppState, id: &str) -> Result<Response, Problem> {
     let Some(run) = run else {
         return Ok(StatusCode::NO_CONTENT.into_response());
     };
-    let events = state
-        .sessions
-        .stream_from(id, run.start_seq - 1, live, Some(run.id));
-    Ok(stream(
-        &state,
-        id,
-        &run,
-        events,
-        UiMessageStream::new(/*skip_through*/ 0),
-    ))
+    Ok(whole_run(&state, id, &run, live))
 }

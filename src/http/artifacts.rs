@@ -18,7 +18,7 @@ use super::paging::{page_by_id, CursorQuery, Page};
 use super::problem::{parse_id, ApiQuery, Problem};
 use super::AppState;
 use crate::model::ArtifactRecord;
-use crate::store::{ArtifactVersions, Store};
+use crate::store::{ArtifactQuery, ArtifactVersions, Store};
 
 pub fn routes() -> Router<AppState> {
     Router::new()
@@ -54,7 +54,12 @@ async fn list(
         limit: q.limit,
     };
     let read = |store: Arc<dyn Store>, id, after, limit| async move {
-        store.artifacts(id, versions, after, limit).await
+        let query = ArtifactQuery {
+            versions,
+            after,
+            limit,
+        };
+        store.artifacts(id, query).await
     };
     page_by_id(&state, &id, &paging, read, |a| a.id).await
 }

@@ -181,10 +181,13 @@ fn next_move(request: &ModelRequest) -> (String, Vec<ToolCall>) {
     let has_tool = |name: &str| request.tools.iter().any(|t| t.name == name);
     let turn = &request.messages[last_user.map(|i| i + 1).unwrap_or(0)..];
     let next_index = request.messages.last().map_or(0, |m| m.index + 1);
-    if let Some(reply) = delegation(&input, request, turn, next_index) {
-        return reply;
-    }
-    if let Some(reply) = chosen_tool_move(&input, request, turn, next_index) {
+    let asked = Asked {
+        input: &input,
+        request,
+        turn,
+        next_index,
+    };
+    if let Some(reply) = delegation(asked).or_else(|| chosen_tool_move(asked)) {
         return reply;
     }
     if !has_tool("list_files") {
@@ -242,19 +245,25 @@ fn next_move(request: &ModelRequest) -> (String, Vec<ToolCall>) {
     )
 }
 
+/// What a move of the mock is chosen from: the last user input, the request, the messages
+/// after that input, and the history index the reply will get.
+#[derive(Clone, Copy)]
+struct Asked<'a> {
+    input: &'a str,
+    request: &'a ModelRequest,
+    turn: &'a [Message],
+    next_index: i64,
+}
+
 /// The call an input asks for by name ("call `…` with {…}", "write a note", "run `…`", "ask the
 /// client"), then the
 /// answer once its result is in; `None` for any other input.
-fn chosen_tool_move(
-    input: &str,
-    request: &ModelRequest,
-    turn: &[Message],
-    next_index: i64,
-) -> Option<(String, Vec<ToolCall>)> {
-    let lower = input.to_lowercase();
-    let offered = |name: &str| request.tools.iter().any(|t| t.name == name);
-    let quoted = backticked(input);
-    let (name, arguments) = if let Some(named) = named_call(input).filter(|(n, _)| offered(n)) {
+fn chosen_tool_move(asked: Asked<'_>) -> Option<(String, Vec<ToolCall>)> {
+    let lower = asked.input.to_lowercase();
+    let offered = |name: &str| asked.request.tools.iter().any(|t| t.name == name);
+    let quoted = backticked(asked.input);
+    let (name, arguments) = if let Some(named) = named_call(asked.input).filter(|(n, _)| offered(n))
+    {
         named
     } else if lower.contains("write a note") && offered("write_file") {
         let path = match lower.find("write a note to `") {
@@ -263,7 +272,7 @@ fn chosen_tool_move(
         };
         (
             "write_file".to_string(),
-            json!({"path": path, "content": format!("{input}\n")}),
+            json!({"path": path, "content": format!("{}\n", asked.input)}),
         )
     } else if lower.contains("edit the note") && quoted.len() >= 2 && offered("edit_file") {
         let path = quoted.get(2).map_or("notes.md", String::as_str);
@@ -271,23 +280,24 @@ fn chosen_tool_move(
             "edit_file".to_string(),
             json!({"path": path, "old_string": quoted[0], "new_string": quoted[1]}),
         )
-    } else if let Some(command) = backticked_command(input).filter(|_| offered("shell")) {
+    } else if let Some(command) = backticked_command(asked.input).filter(|_| offered("shell")) {
         ("shell".to_string(), json!({"command": command}))
     } else if lower.contains("ask the client") {
-        let tool = request
+        let tool = asked
+            .request
             .tools
             .iter()
             .find(|t| !BUILTIN_TOOLS.contains(&t.name.as_str()) && t.name != "task")?;
-        (tool.name.clone(), json!({"question": input}))
+        (tool.name.clone(), json!({"question": asked.input}))
     } else {
         return None;
     };
-    let result = turn.iter().find(|m| m.role == Role::Tool);
+    let result = asked.turn.iter().find(|m| m.role == Role::Tool);
     Some(match result {
         None => (
             String::new(),
             vec![ToolCall {
-                id: format!("call_{next_index}_0"),
+                id: format!("call_{}_0", asked.next_index),
                 name,
                 arguments,
             }],
@@ -301,15 +311,10 @@ fn chosen_tool_move(
 
 /// "delegate" (or "delegate N"): N `task` calls in one reply, each handing the input on as
 /// part i of N, then one answer quoting every sub-agent once all their results are in.
-fn delegation(
-    input: &str,
-    request: &ModelRequest,
-    turn: &[Message],
-    next_index: i64,
-) -> Option<(String, Vec<ToolCall>)> {
-    let lower = input.to_lowercase();
+fn delegation(asked: Asked<'_>) -> Option<(String, Vec<ToolCall>)> {
+    let lower = asked.input.to_lowercase();
     let at = lower.find("delegate")?;
-    if !request.tools.iter().any(|t| t.name == "task") {
+    if !asked.request.tools.iter().any(|t| t.name == "task") {
         return None;
     }
     let count = lower[at + "delegate".len()..]
@@ -318,15 +323,15 @@ fn delegation(
         .and_then(|w| w.parse::<usize>().ok())
         .unwrap_or(1)
         .clamp(1, 8);
-    let results: Vec<&Message> = turn.iter().filter(|m| m.role == Role::Tool).collect();
+    let results: Vec<&Message> = asked.turn.iter().filter(|m| m.role == Role::Tool).collect();
     if results.is_empty() {
         let calls = (0..count)
             .map(|i| ToolCall {
-                id: format!("call_{next_index}_{i}"),
+                id: format!("call_{}_{i}", asked.next_index),
                 name: "task".to_string(),
                 arguments: json!({
                     "description": format!("part {} of {count}", i + 1),
-                    "prompt": format!("{input} (part {} of {count})", i + 1),
+                    "prompt": format!("{} (part {} of {count})", asked.input, i + 1),
                 }),
             })
             .collect();
@@ -484,6 +489,20 @@ mod tests {
             .collect()
     }
 
+    /// A history that asks `input` after a system prompt.
+    fn asked(input: &str) -> Vec<Message> {
+        vec![
+            Message::new(Role::System, "sys"),
+            Message::new(Role::User, input),
+        ]
+    }
+
+    /// Adds `reply` and the output of its first call to `history`.
+    fn answer_first_call(history: &mut Vec<Message>, reply: &ModelReply, output: &str) {
+        history.push(Message::assistant("", reply.tool_calls.clone()));
+        history.push(Message::tool_result(&reply.tool_calls[0].id, output));
+    }
+
     fn request(messages: Vec<Message>) -> ModelRequest {
         ModelRequest {
             messages,
@@ -494,27 +513,20 @@ mod tests {
 
     #[test]
     fn a_turn_lists_then_reads_then_answers() {
-        let mut history = vec![
-            Message::new(Role::System, "sys"),
-            Message::new(Role::User, "what is here?"),
-        ];
+        let mut history = asked("what is here?");
         let first = reply_to(&request(history.clone()));
         assert_eq!(first.tool_calls[0].name, "list_files");
         assert_eq!(first.finish_reason, "tool_calls");
-        history.push(Message::assistant("", first.tool_calls.clone()));
-        history.push(Message::tool_result(
-            &first.tool_calls[0].id,
-            "src/\nREADME.md\nCargo.toml",
-        ));
+        answer_first_call(&mut history, &first, "src/\nREADME.md\nCargo.toml");
         let second = reply_to(&request(history.clone()));
         assert_eq!(second.tool_calls[0].name, "read_file");
         assert_eq!(second.tool_calls[0].arguments["path"], "README.md");
         assert_ne!(second.tool_calls[0].id, first.tool_calls[0].id);
-        history.push(Message::assistant("", second.tool_calls.clone()));
-        history.push(Message::tool_result(
-            &second.tool_calls[0].id,
+        answer_first_call(
+            &mut history,
+            &second,
             "# Demo\n\nDemo is a small project. It does things.",
-        ));
+        );
         let third = reply_to(&request(history));
         assert!(third.tool_calls.is_empty());
         assert_eq!(third.finish_reason, "stop");
@@ -552,11 +564,7 @@ mod tests {
             first.tool_calls[0].arguments,
             json!({"path": "/srv/notes.txt"})
         );
-        history.push(Message::assistant("", first.tool_calls.clone()));
-        history.push(Message::tool_result(
-            &first.tool_calls[0].id,
-            "ship on Friday",
-        ));
+        answer_first_call(&mut history, &first, "ship on Friday");
         let second = ask(&history);
         assert!(second.tool_calls.is_empty());
         assert_eq!(
@@ -658,10 +666,7 @@ mod tests {
 
     #[test]
     fn an_input_about_thinking_gets_reasoning_before_each_move() {
-        let mut history = vec![
-            Message::new(Role::System, "sys"),
-            Message::new(Role::User, "Think hard: what is here?"),
-        ];
+        let mut history = asked("Think hard: what is here?");
         let first = reply_to(&request(history.clone()));
         assert_eq!(first.tool_calls[0].name, "list_files");
         let [ThinkingBlock::Thinking {
@@ -675,8 +680,7 @@ mod tests {
             thinking,
             "The user asked: \"Think hard: what is here?\". Before I answer I call list_files."
         );
-        history.push(Message::assistant("", first.tool_calls.clone()));
-        history.push(Message::tool_result(&first.tool_calls[0].id, "src/"));
+        answer_first_call(&mut history, &first, "src/");
         let answer = reply_to(&request(history));
         assert!(answer.tool_calls.is_empty());
         assert!(answer.thinking[0].text().ends_with("so I answer now."));

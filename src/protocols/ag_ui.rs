@@ -18,7 +18,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::calls::{RunCalls, Wait};
+use super::calls::{RunCalls, Streamed, Wait};
 
 mod snapshot;
 use crate::model::{ClientTool, Event, EventKind, RunStatus};
@@ -188,8 +188,7 @@ pub struct AgUiRun {
     calls: RunCalls,
     text_open: Option<Uuid>,
     reasoning_open: Option<Uuid>,
-    streamed_text: HashSet<Uuid>,
-    streamed_reasoning: HashSet<Uuid>,
+    streamed: Streamed,
     /// Sub-agents started and not finished, with their `task` call.
     subagents_open: HashMap<Uuid, String>,
     /// An event after `skip_through` has been shown.
@@ -213,8 +212,7 @@ impl AgUiRun {
             calls: RunCalls::default(),
             text_open: None,
             reasoning_open: None,
-            streamed_text: HashSet::new(),
-            streamed_reasoning: HashSet::new(),
+            streamed: Streamed::default(),
             subagents_open: HashMap::new(),
             past_skip: false,
         }
@@ -331,17 +329,17 @@ impl AgUiRun {
             EventKind::LlmCompleted {
                 step_id, message, ..
             } => {
-                let reasoning = message.thinking_text();
-                if !reasoning.is_empty() && !self.streamed_reasoning.contains(step_id) {
+                let (reasoning, text) = self.streamed.rest(*step_id, message);
+                if let Some(reasoning) = reasoning {
                     self.open_reasoning(*step_id, out);
                     out.push(json!({"type": "REASONING_MESSAGE_CONTENT",
                         "messageId": reasoning_id(*step_id), "delta": reasoning}));
                 }
                 self.close_reasoning(out);
-                if !message.content.is_empty() && !self.streamed_text.contains(step_id) {
+                if let Some(text) = text {
                     self.open_text(*step_id, out);
                     out.push(json!({"type": "TEXT_MESSAGE_CONTENT",
-                        "messageId": step_id.to_string(), "delta": message.content}));
+                        "messageId": step_id.to_string(), "delta": text}));
                 }
                 self.close_text(out);
                 for call in &message.tool_calls {
@@ -427,29 +425,19 @@ impl AgUiRun {
             out.push(subagent_started(*session_id, call_id));
         }
         if let Some(step_id) = self.reasoning_open {
-            let id = reasoning_id(step_id);
-            out.push(json!({"type": "REASONING_START", "messageId": id}));
-            out.push(
-                json!({"type": "REASONING_MESSAGE_START", "messageId": id, "role": "reasoning"}),
-            );
+            out.extend(reasoning_start(step_id));
         }
         if let Some(step_id) = self.text_open {
-            out.push(
-                json!({"type": "TEXT_MESSAGE_START", "messageId": step_id.to_string(),
-                "role": "assistant"}),
-            );
+            out.push(text_start(step_id));
         }
     }
 
     fn open_text(&mut self, step_id: Uuid, out: &mut Vec<Value>) {
         if self.text_open != Some(step_id) {
             self.close_text(out);
-            out.push(
-                json!({"type": "TEXT_MESSAGE_START", "messageId": step_id.to_string(),
-                "role": "assistant"}),
-            );
+            out.push(text_start(step_id));
             self.text_open = Some(step_id);
-            self.streamed_text.insert(step_id);
+            self.streamed.text(step_id);
         }
     }
 
@@ -463,13 +451,9 @@ impl AgUiRun {
         if self.reasoning_open != Some(step_id) {
             self.close_reasoning(out);
             self.close_text(out);
-            let id = reasoning_id(step_id);
-            out.push(json!({"type": "REASONING_START", "messageId": id}));
-            out.push(
-                json!({"type": "REASONING_MESSAGE_START", "messageId": id, "role": "reasoning"}),
-            );
+            out.extend(reasoning_start(step_id));
             self.reasoning_open = Some(step_id);
-            self.streamed_reasoning.insert(step_id);
+            self.streamed.reasoning(step_id);
         }
     }
 
@@ -489,6 +473,18 @@ impl AgUiRun {
 
 fn reasoning_id(step_id: Uuid) -> String {
     format!("{step_id}-reasoning")
+}
+
+fn text_start(step_id: Uuid) -> Value {
+    json!({"type": "TEXT_MESSAGE_START", "messageId": step_id.to_string(), "role": "assistant"})
+}
+
+fn reasoning_start(step_id: Uuid) -> [Value; 2] {
+    let id = reasoning_id(step_id);
+    [
+        json!({"type": "REASONING_START", "messageId": id}),
+        json!({"type": "REASONING_MESSAGE_START", "messageId": id, "role": "reasoning"}),
+    ]
 }
 
 fn subagent_started(session_id: Uuid, call_id: &str) -> Value {
@@ -514,38 +510,19 @@ fn approval_schema() -> Value {
 mod tests {
     use super::*;
     use crate::model::{Decision, Message, ResolvedBy, Role, ToolCall};
-    use crate::protocols::calls::tests::Log;
+    use crate::protocols::calls::tests::{adapt_log as run, types, Log};
 
-    fn run(stream: &mut AgUiRun, log: &Log) -> (Vec<Value>, Vec<i64>) {
-        let mut out = Vec::new();
-        let mut parks = Vec::new();
-        for event in &log.events {
-            let pushed = stream.push(event);
-            out.extend(pushed.events);
-            if pushed.parked {
-                parks.push(event.seq);
-            }
-        }
-        (out, parks)
-    }
-
-    fn types(events: &[Value]) -> Vec<&str> {
-        events.iter().map(|c| c["type"].as_str().unwrap()).collect()
-    }
+    /// A run that shows one text message and finishes.
+    const ONE_TEXT_MESSAGE_THEN_FINISHED: [&str; 4] = [
+        "TEXT_MESSAGE_START",
+        "TEXT_MESSAGE_CONTENT",
+        "TEXT_MESSAGE_END",
+        "RUN_FINISHED",
+    ];
 
     #[test]
     fn a_turn_streams_reasoning_text_tool_calls_and_results() {
-        let mut log = Log::new();
-        let first = log.step(1);
-        log.thinking(first, "Let me look.");
-        log.text(first, "");
-        log.completed(first, "", &[("c1", "list_files")]);
-        log.started("c1", "list_files");
-        log.finished("c1", "README.md", false);
-        let second = log.step(2);
-        log.text(second, "A README.");
-        log.completed(second, "A README.", &[]);
-        log.done("A README.");
+        let (log, first, _) = Log::reasoned_turn(&["Let me look."], &[""], &["A README."]);
         let mut stream = AgUiRun::new("t", "r", 0, HashSet::new());
         let (out, parks) = run(&mut stream, &log);
         assert!(parks.is_empty());
@@ -576,9 +553,7 @@ mod tests {
 
     #[test]
     fn approvals_end_the_run_with_interrupts_and_client_calls_with_pending_ids() {
-        let mut log = Log::new();
-        let step = log.step(1);
-        log.completed(step, "", &[("c1", "write_file")]);
+        let (mut log, _) = Log::first_step("", &[("c1", "write_file")]);
         log.ask("c1");
         let mut stream = AgUiRun::new("t", "r", 0, HashSet::new());
         let (_, parks) = run(&mut stream, &log);
@@ -590,9 +565,7 @@ mod tests {
         assert_eq!(interrupt["reason"], "tool_call");
         assert_eq!(interrupt["toolCallId"], "c1");
 
-        let mut log = Log::new();
-        let step = log.step(1);
-        log.completed(step, "", &[("c2", "ask_user")]);
+        let (mut log, _) = Log::first_step("", &[("c2", "ask_user")]);
         log.client("c2", "ask_user");
         let park = log.events.last().unwrap().seq;
         let mut stream = AgUiRun::new("t", "r", 0, HashSet::new());
@@ -612,23 +585,13 @@ mod tests {
         let known = HashSet::from(["c2".to_string()]);
         let (out, parks) = run(&mut AgUiRun::new("t", "r2", park, known), &log);
         assert!(parks.is_empty());
-        assert_eq!(
-            types(&out),
-            [
-                "TEXT_MESSAGE_START",
-                "TEXT_MESSAGE_CONTENT",
-                "TEXT_MESSAGE_END",
-                "RUN_FINISHED"
-            ]
-        );
+        assert_eq!(types(&out), ONE_TEXT_MESSAGE_THEN_FINISHED);
         assert_eq!(out[3]["runId"], "r2");
     }
 
     #[test]
     fn a_denied_call_gets_its_result_and_failures_are_run_errors() {
-        let mut log = Log::new();
-        let step = log.step(1);
-        log.completed(step, "", &[("c1", "write_file")]);
+        let (mut log, _) = Log::first_step("", &[("c1", "write_file")]);
         log.ask("c1");
         log.resolve("c1", Decision::Deny, ResolvedBy::User);
         log.finished("c1", "denied", true);
@@ -644,9 +607,7 @@ mod tests {
 
     #[test]
     fn a_client_that_joins_mid_run_gets_what_is_open_opened_again() {
-        let mut log = Log::new();
-        let first = log.step(1);
-        log.completed(first, "", &[("t1", "task")]);
+        let (mut log, _) = Log::first_step("", &[("t1", "task")]);
         log.push(EventKind::SubagentStarted {
             call_id: "t1".into(),
             session_id: Uuid::from_u128(55),
@@ -665,15 +626,7 @@ mod tests {
         log.completed(second, "Half done.", &[]);
         log.done("Half done.");
         let (out, _) = run(&mut AgUiRun::new("t", "r", joined, HashSet::new()), &log);
-        assert_eq!(
-            types(&out),
-            [
-                "TEXT_MESSAGE_START",
-                "TEXT_MESSAGE_CONTENT",
-                "TEXT_MESSAGE_END",
-                "RUN_FINISHED"
-            ]
-        );
+        assert_eq!(types(&out), ONE_TEXT_MESSAGE_THEN_FINISHED);
         assert_eq!(out[0]["messageId"], second.to_string());
         assert_eq!(out[1]["delta"], "done.");
 
@@ -685,10 +638,11 @@ mod tests {
     }
 
     fn message(index: i64, role: Role, content: &str) -> Message {
-        Message {
-            index,
-            ..Message::new(role, content)
-        }
+        indexed(index, Message::new(role, content))
+    }
+
+    fn indexed(index: i64, message: Message) -> Message {
+        Message { index, ..message }
     }
 
     #[test]
@@ -703,10 +657,7 @@ mod tests {
             message(1, Role::User, "hello"),
             message(2, Role::Assistant, "hi"),
             message(3, Role::User, "ask the client"),
-            Message {
-                index: 4,
-                ..Message::assistant("", vec![call])
-            },
+            indexed(4, Message::assistant("", vec![call])),
         ];
         let client: Vec<InputMessage> = serde_json::from_value(json!([
             {"id": "u-1", "role": "user", "content": "ask the client"},
@@ -733,12 +684,9 @@ mod tests {
 
     #[test]
     fn a_snapshot_leaves_to_the_stream_what_follows_the_point_it_joins() {
-        let mut log = Log::new();
-        let step = log.step(1);
-        log.completed(step, "", &[("a", "write_file"), ("b", "list_files")]);
+        let (mut log, _) = Log::first_step("", &[("a", "write_file"), ("b", "list_files")]);
         log.ask("a");
-        log.started("b", "list_files");
-        log.finished("b", "README.md", false);
+        log.ran("b", "list_files", "README.md");
         let park = log.events.last().unwrap().seq;
         log.resolve("a", Decision::Deny, ResolvedBy::User);
         log.finished("a", "denied", true);
@@ -750,18 +698,9 @@ mod tests {
         // The history as read after the denial: both results are in.
         let history = vec![
             message(1, Role::User, "write"),
-            Message {
-                index: 2,
-                ..Message::assistant("", vec![call("a"), call("b")])
-            },
-            Message {
-                index: 3,
-                ..Message::tool_result("a", "denied")
-            },
-            Message {
-                index: 4,
-                ..Message::tool_result("b", "README.md")
-            },
+            indexed(2, Message::assistant("", vec![call("a"), call("b")])),
+            indexed(3, Message::tool_result("a", "denied")),
+            indexed(4, Message::tool_result("b", "README.md")),
         ];
         let (shown, early) = snapshot_view(&history, &log.events, park);
         let calls: Vec<_> = shown

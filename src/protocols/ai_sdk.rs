@@ -16,7 +16,7 @@ use std::collections::HashSet;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::calls::RunCalls;
+use super::calls::{RunCalls, Streamed};
 use crate::model::{Decision, Event, EventKind, FinishReason, ResolvedBy};
 
 /// The response header that tells the SDK the body is a UI message stream.
@@ -46,8 +46,7 @@ pub struct UiMessageStream {
     text_open: Option<Uuid>,
     reasoning_open: Option<Uuid>,
     /// LLM steps that streamed text (or reasoning): their `llm.completed` need not repeat it.
-    streamed_text: HashSet<Uuid>,
-    streamed_reasoning: HashSet<Uuid>,
+    streamed: Streamed,
     /// Calls a human denied: their tool part is `output-denied`, not an error.
     denied: HashSet<String>,
     /// Calls whose output the client sent with this request: its tool part has it already.
@@ -69,8 +68,7 @@ impl UiMessageStream {
             step_open: false,
             text_open: None,
             reasoning_open: None,
-            streamed_text: HashSet::new(),
-            streamed_reasoning: HashSet::new(),
+            streamed: Streamed::default(),
             denied: HashSet::new(),
             known_outputs,
         }
@@ -128,7 +126,7 @@ impl UiMessageStream {
                     self.close_text(out);
                     out.push(json!({"type": "text-start", "id": step_id.to_string()}));
                     self.text_open = Some(*step_id);
-                    self.streamed_text.insert(*step_id);
+                    self.streamed.text(*step_id);
                 }
                 if !text.is_empty() {
                     out.push(
@@ -141,16 +139,18 @@ impl UiMessageStream {
             } => {
                 // Whatever the step did not stream is sent whole (a provider that answered
                 // without streaming).
-                let reasoning = message.thinking_text();
-                if !reasoning.is_empty() && !self.streamed_reasoning.contains(step_id) {
+                let (reasoning, text) = self.streamed.rest(*step_id, message);
+                if let Some(reasoning) = reasoning {
                     self.open_reasoning(*step_id, out);
                     out.push(json!({"type": "reasoning-delta", "id": reasoning_id(*step_id), "delta": reasoning}));
                 }
                 self.close_reasoning(out);
-                if !message.content.is_empty() && !self.streamed_text.contains(step_id) {
+                if let Some(text) = text {
                     self.close_text(out);
                     out.push(json!({"type": "text-start", "id": step_id.to_string()}));
-                    out.push(json!({"type": "text-delta", "id": step_id.to_string(), "delta": message.content}));
+                    out.push(
+                        json!({"type": "text-delta", "id": step_id.to_string(), "delta": text}),
+                    );
                     self.text_open = Some(*step_id);
                 }
                 self.close_text(out);
@@ -218,7 +218,7 @@ impl UiMessageStream {
             self.close_text(out);
             out.push(json!({"type": "reasoning-start", "id": reasoning_id(step_id)}));
             self.reasoning_open = Some(step_id);
-            self.streamed_reasoning.insert(step_id);
+            self.streamed.reasoning(step_id);
         }
     }
 
@@ -266,39 +266,12 @@ fn finish_reason_of(reason: &FinishReason) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocols::calls::tests::Log;
-
-    fn chunks(stream: &mut UiMessageStream, log: &Log) -> (Vec<Value>, Vec<i64>) {
-        let mut out = Vec::new();
-        let mut parks = Vec::new();
-        for event in &log.events {
-            let pushed = stream.push(event);
-            out.extend(pushed.chunks);
-            if pushed.parked {
-                parks.push(event.seq);
-            }
-        }
-        (out, parks)
-    }
-
-    fn types(chunks: &[Value]) -> Vec<&str> {
-        chunks.iter().map(|c| c["type"].as_str().unwrap()).collect()
-    }
+    use crate::protocols::calls::tests::{adapt_log as chunks, types, Log};
 
     #[test]
     fn a_turn_with_reasoning_text_and_a_tool_call_becomes_one_message() {
-        let mut log = Log::new();
-        let first = log.step(1);
-        log.thinking(first, "I should ");
-        log.thinking(first, "look.");
-        log.completed(first, "", &[("c1", "list_files")]);
-        log.started("c1", "list_files");
-        log.finished("c1", "README.md", false);
-        let second = log.step(2);
-        log.text(second, "It has ");
-        log.text(second, "a README.");
-        log.completed(second, "It has a README.", &[]);
-        log.done("It has a README.");
+        let (log, _, second) =
+            Log::reasoned_turn(&["I should ", "look."], &[], &["It has ", "a README."]);
         let (out, parks) = chunks(&mut UiMessageStream::new(0), &log);
         assert!(parks.is_empty());
         assert_eq!(
@@ -330,9 +303,7 @@ mod tests {
 
     #[test]
     fn an_approval_parks_the_stream_and_the_next_one_continues_after_it() {
-        let mut log = Log::new();
-        let step = log.step(1);
-        log.completed(step, "", &[("c1", "write_file")]);
+        let (mut log, _) = Log::first_step("", &[("c1", "write_file")]);
         log.ask("c1");
         let park = log.events.last().unwrap().seq;
         let mut first = UiMessageStream::new(0);
@@ -377,9 +348,7 @@ mod tests {
 
     #[test]
     fn outputs_the_client_sent_are_not_sent_back() {
-        let mut log = Log::new();
-        let step = log.step(1);
-        log.completed(step, "", &[("c1", "ask_user")]);
+        let (mut log, _) = Log::first_step("", &[("c1", "ask_user")]);
         log.client("c1", "ask_user");
         let park = log.events.last().unwrap().seq;
         log.finished("c1", "{\"colour\":\"blue\"}", false);
@@ -393,9 +362,7 @@ mod tests {
 
     #[test]
     fn a_failed_run_ends_with_an_error_and_text_it_did_not_stream_is_sent_whole() {
-        let mut log = Log::new();
-        let step = log.step(1);
-        log.completed(step, "all at once", &[]);
+        let (mut log, _) = Log::first_step("all at once", &[]);
         log.push(EventKind::AgentFailed {
             run_id: log.run_id,
             error: "the provider refused".into(),
@@ -419,9 +386,7 @@ mod tests {
 
     #[test]
     fn tool_errors_and_cancels_are_told() {
-        let mut log = Log::new();
-        let step = log.step(1);
-        log.completed(step, "", &[("c1", "read_file")]);
+        let (mut log, _) = Log::first_step("", &[("c1", "read_file")]);
         log.started("c1", "read_file");
         log.finished("c1", "no such file", true);
         log.push(EventKind::AgentCancelled { run_id: log.run_id });

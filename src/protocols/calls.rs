@@ -5,10 +5,13 @@
 //!
 //! Pure: fed the run's events in order, it keeps no other state.
 
+use std::collections::HashSet;
+
 use chrono::{DateTime, Utc};
 use serde_json::Value;
+use uuid::Uuid;
 
-use crate::model::{Event, EventKind};
+use crate::model::{Event, EventKind, Message};
 
 /// What a call waits for.
 #[derive(Debug, Clone, PartialEq)]
@@ -176,10 +179,44 @@ pub fn last_park(events: &[Event]) -> Option<i64> {
     last
 }
 
+/// The steps whose reasoning and text an adapter has streamed.
+#[derive(Debug, Default)]
+pub struct Streamed {
+    reasoning: HashSet<Uuid>,
+    text: HashSet<Uuid>,
+}
+
+impl Streamed {
+    pub fn reasoning(&mut self, step_id: Uuid) {
+        self.reasoning.insert(step_id);
+    }
+
+    pub fn text(&mut self, step_id: Uuid) {
+        self.text.insert(step_id);
+    }
+
+    /// What the message of a completed step holds that its stream did not carry (a provider
+    /// that answered without streaming): its reasoning and its text, each sent whole.
+    pub fn rest<'m>(
+        &self,
+        step_id: Uuid,
+        message: &'m Message,
+    ) -> (Option<String>, Option<&'m str>) {
+        let reasoning = message.thinking_text();
+        let reasoning =
+            (!reasoning.is_empty() && !self.reasoning.contains(&step_id)).then_some(reasoning);
+        let text = (!message.content.is_empty() && !self.text.contains(&step_id))
+            .then_some(message.content.as_str());
+        (reasoning, text)
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
     use crate::model::{Decision, FinishReason, Message, ResolvedBy, RunKind, ToolCall, Usage};
+    use crate::protocols::ag_ui::AgUiRun;
+    use crate::protocols::ai_sdk::UiMessageStream;
     use serde_json::json;
     use uuid::Uuid;
 
@@ -208,6 +245,48 @@ pub(crate) mod tests {
             self.events
                 .push(Event::new(Uuid::from_u128(1), seq, kind, at));
             self.events.last().unwrap()
+        }
+
+        /// A log whose first step completed with `text` and `calls` (ids and tools).
+        pub fn first_step(text: &str, calls: &[(&str, &str)]) -> (Log, Uuid) {
+            let mut log = Log::new();
+            let step = log.step(1);
+            log.completed(step, text, calls);
+            (log, step)
+        }
+
+        /// A turn of two steps: the first reasons in `thinking` pieces (then streams
+        /// `first_text`) and calls `list_files` as `c1`, which runs; the second answers in
+        /// `answer` pieces, and the run finishes with that answer.
+        pub fn reasoned_turn(
+            thinking: &[&str],
+            first_text: &[&str],
+            answer: &[&str],
+        ) -> (Log, Uuid, Uuid) {
+            let mut log = Log::new();
+            let first = log.step(1);
+            for piece in thinking {
+                log.thinking(first, piece);
+            }
+            for piece in first_text {
+                log.text(first, piece);
+            }
+            log.completed(first, "", &[("c1", "list_files")]);
+            log.ran("c1", "list_files", "README.md");
+            let second = log.step(2);
+            for piece in answer {
+                log.text(second, piece);
+            }
+            let text = answer.concat();
+            log.completed(second, &text, &[]);
+            log.done(&text);
+            (log, first, second)
+        }
+
+        /// A call that ran and answered `output`.
+        pub fn ran(&mut self, call: &str, tool: &str, output: &str) {
+            self.started(call, tool);
+            self.finished(call, output, false);
         }
 
         pub fn step(&mut self, n: u128) -> Uuid {
@@ -311,6 +390,44 @@ pub(crate) mod tests {
         }
     }
 
+    /// What a protocol adapter makes of each event: its output, and whether the run parked.
+    pub trait Adapter {
+        fn adapt(&mut self, event: &Event) -> (Vec<Value>, bool);
+    }
+
+    impl Adapter for AgUiRun {
+        fn adapt(&mut self, event: &Event) -> (Vec<Value>, bool) {
+            let pushed = self.push(event);
+            (pushed.events, pushed.parked)
+        }
+    }
+
+    impl Adapter for UiMessageStream {
+        fn adapt(&mut self, event: &Event) -> (Vec<Value>, bool) {
+            let pushed = self.push(event);
+            (pushed.chunks, pushed.parked)
+        }
+    }
+
+    /// What `adapter` makes of the whole log, and the seqs at which the run parked.
+    pub fn adapt_log(adapter: &mut impl Adapter, log: &Log) -> (Vec<Value>, Vec<i64>) {
+        let mut out = Vec::new();
+        let mut parks = Vec::new();
+        for event in &log.events {
+            let (pushed, parked) = adapter.adapt(event);
+            out.extend(pushed);
+            if parked {
+                parks.push(event.seq);
+            }
+        }
+        (out, parks)
+    }
+
+    /// The `type` of each output.
+    pub fn types(out: &[Value]) -> Vec<&str> {
+        out.iter().map(|c| c["type"].as_str().unwrap()).collect()
+    }
+
     fn parks(log: &Log) -> Vec<i64> {
         let mut calls = RunCalls::default();
         log.events
@@ -322,17 +439,13 @@ pub(crate) mod tests {
 
     #[test]
     fn a_run_parks_once_every_call_has_its_outcome_or_waits() {
-        let mut log = Log::new();
-        let step = log.step(1);
-        log.completed(step, "", &[("a", "write_file"), ("b", "list_files")]);
+        let (mut log, _) = Log::first_step("", &[("a", "write_file"), ("b", "list_files")]);
         log.ask("a");
         // b is allowed: the run is not parked while b has not run.
-        log.started("b", "list_files");
-        log.finished("b", "README.md", false);
+        log.ran("b", "list_files", "README.md");
         let parked_at = log.events.last().unwrap().seq;
         log.resolve("a", Decision::Allow, ResolvedBy::User);
-        log.started("a", "write_file");
-        log.finished("a", "wrote", false);
+        log.ran("a", "write_file", "wrote");
         let step = log.step(2);
         log.completed(step, "done", &[]);
         log.done("done");
@@ -342,9 +455,7 @@ pub(crate) mod tests {
 
     #[test]
     fn waiting_calls_are_listed_with_what_they_wait_for() {
-        let mut log = Log::new();
-        let step = log.step(1);
-        log.completed(step, "", &[("a", "write_file"), ("c", "ask_user")]);
+        let (mut log, _) = Log::first_step("", &[("a", "write_file"), ("c", "ask_user")]);
         log.ask("a");
         log.client("c", "ask_user");
         let mut calls = RunCalls::default();
@@ -376,11 +487,8 @@ pub(crate) mod tests {
 
     #[test]
     fn a_run_without_calls_that_wait_never_parks() {
-        let mut log = Log::new();
-        let step = log.step(1);
-        log.completed(step, "", &[("a", "list_files")]);
-        log.started("a", "list_files");
-        log.finished("a", "x", false);
+        let (mut log, _) = Log::first_step("", &[("a", "list_files")]);
+        log.ran("a", "list_files", "x");
         log.done("x");
         assert!(parks(&log).is_empty());
     }

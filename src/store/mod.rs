@@ -88,15 +88,7 @@ pub enum WriteOp {
     },
     /// Records an artifact of a session, and its bytes unless bytes of that sha256 are stored
     /// already (by any session): content is stored once per sha256.
-    InsertArtifact {
-        session_id: Uuid,
-        artifact: ArtifactRecord,
-        /// Messages in the session's history when it was recorded (what a fork compares with).
-        message_count: i64,
-        /// The `seq` of its `artifact.created` event.
-        seq: i64,
-        content: Bytes,
-    },
+    InsertArtifact(NewArtifact),
     /// Copies the artifact records of `from` made while its history had at most `upto`
     /// messages (all when `None`) into `to`, ids included; the bytes are shared, not copied.
     CopyArtifacts {
@@ -124,6 +116,18 @@ pub enum WriteOp {
     },
 }
 
+/// An artifact to record, with its bytes (see [`WriteOp::InsertArtifact`]).
+#[derive(Debug, Clone)]
+pub struct NewArtifact {
+    pub session_id: Uuid,
+    pub artifact: ArtifactRecord,
+    /// Messages in the session's history when it was recorded (what a fork compares with).
+    pub message_count: i64,
+    /// The `seq` of its `artifact.created` event.
+    pub seq: i64,
+    pub content: Bytes,
+}
+
 /// Which versions an artifact list holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ArtifactVersions {
@@ -131,6 +135,15 @@ pub enum ArtifactVersions {
     Newest,
     /// Every version of every path.
     All,
+}
+
+/// Which artifacts of a session a list holds: the versions, those with `id > after` when
+/// given, at most `limit`.
+#[derive(Debug, Clone, Copy)]
+pub struct ArtifactQuery {
+    pub versions: ArtifactVersions,
+    pub after: Option<Uuid>,
+    pub limit: i64,
 }
 
 /// Filters and paging for the session list (newest first; the cursor is the last id seen).
@@ -143,31 +156,17 @@ pub struct SessionQuery {
     pub parent_id: Option<Uuid>,
 }
 
+/// What a session holds in order: its messages and events (by index and `seq`), and its
+/// runs, steps and artifacts (rows with time-ordered ids, read a page or one at a time). Both backends
+/// have them from [`rows::SessionRows`]; every [`Store`] has them.
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
-    /// Applies every group of ops in one transaction: all or nothing.
-    async fn commit(&self, batch: &[&[WriteOp]]) -> StoreResult<()>;
-
-    async fn session(&self, id: Uuid) -> StoreResult<Option<SessionRecord>>;
-    async fn sessions(&self, query: &SessionQuery) -> StoreResult<Vec<SessionRecord>>;
-    /// Sessions stored as `running` or `waiting_tool` (runs a dead process left behind).
-    async fn active_sessions(&self) -> StoreResult<Vec<Uuid>>;
-    /// Sessions whose last run failed as `interrupted` (a crash or a stop cut it short): what
-    /// auto-resume continues at start.
-    async fn interrupted_sessions(&self) -> StoreResult<Vec<Uuid>>;
-
+pub trait SessionHistory: Send + Sync {
     /// Messages with `index > after`, in order, at most `limit`.
     async fn messages(&self, session_id: Uuid, after: i64, limit: i64)
         -> StoreResult<Vec<Message>>;
-    /// The index of the user message that starts turn `n` (0-based), if there is one.
-    async fn nth_user_message(&self, session_id: Uuid, n: u64) -> StoreResult<Option<i64>>;
-    /// The number of messages (= the next index).
-    async fn message_count(&self, session_id: Uuid) -> StoreResult<i64>;
 
     /// Events with `seq > after`, in order, at most `limit`.
     async fn events(&self, session_id: Uuid, after: i64, limit: i64) -> StoreResult<Vec<Event>>;
-    /// The newest `seq` (0 for an empty log).
-    async fn last_seq(&self, session_id: Uuid) -> StoreResult<i64>;
 
     /// Steps in creation order, with `id > after` when given.
     async fn steps(
@@ -187,16 +186,37 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<Vec<RunRecord>>;
     async fn run(&self, session_id: Uuid, run_id: Uuid) -> StoreResult<Option<RunRecord>>;
 
-    async fn latest_checkpoint(&self, session_id: Uuid) -> StoreResult<Option<Checkpoint>>;
-
-    /// A session's artifacts in creation order (by id), with `id > after` when given.
+    /// A session's artifacts in creation order (by id), as `query` asks.
     async fn artifacts(
         &self,
         session_id: Uuid,
-        versions: ArtifactVersions,
-        after: Option<Uuid>,
-        limit: i64,
+        query: ArtifactQuery,
     ) -> StoreResult<Vec<ArtifactRecord>>;
+}
+
+#[async_trait]
+pub trait Store: SessionHistory + Send + Sync + 'static {
+    /// Applies every group of ops in one transaction: all or nothing.
+    async fn commit(&self, batch: &[&[WriteOp]]) -> StoreResult<()>;
+
+    async fn session(&self, id: Uuid) -> StoreResult<Option<SessionRecord>>;
+    async fn sessions(&self, query: &SessionQuery) -> StoreResult<Vec<SessionRecord>>;
+    /// Sessions stored as `running` or `waiting_tool` (runs a dead process left behind).
+    async fn active_sessions(&self) -> StoreResult<Vec<Uuid>>;
+    /// Sessions whose last run failed as `interrupted` (a crash or a stop cut it short): what
+    /// auto-resume continues at start.
+    async fn interrupted_sessions(&self) -> StoreResult<Vec<Uuid>>;
+
+    /// The index of the user message that starts turn `n` (0-based), if there is one.
+    async fn nth_user_message(&self, session_id: Uuid, n: u64) -> StoreResult<Option<i64>>;
+    /// The number of messages (= the next index).
+    async fn message_count(&self, session_id: Uuid) -> StoreResult<i64>;
+
+    /// The newest `seq` (0 for an empty log).
+    async fn last_seq(&self, session_id: Uuid) -> StoreResult<i64>;
+
+    async fn latest_checkpoint(&self, session_id: Uuid) -> StoreResult<Option<Checkpoint>>;
+
     async fn artifact(&self, session_id: Uuid, id: Uuid) -> StoreResult<Option<ArtifactRecord>>;
     /// The newest version of `path` among a session's artifacts; 0 when it has none.
     async fn artifact_version(&self, session_id: Uuid, path: &str) -> StoreResult<i64>;

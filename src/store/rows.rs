@@ -9,14 +9,16 @@
 
 use std::fmt::Display;
 
+use async_trait::async_trait;
+
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::{Decode, Postgres, Sqlite, Type};
 use uuid::Uuid;
 
-use super::{StoreError, StoreResult};
+use super::{ArtifactQuery, ArtifactVersions, SessionHistory, StoreError, StoreResult};
 use crate::model::{
-    ArtifactRecord, Checkpoint, FinishReason, Message, Role, RunKind, RunRecord, RunStatus,
+    ArtifactRecord, Checkpoint, Event, FinishReason, Message, Role, RunKind, RunRecord, RunStatus,
     SessionRecord, SessionState, StepKind, StepRecord, StepStatus, ThinkingBlock, ToolCall, Usage,
 };
 
@@ -53,8 +55,55 @@ pub const ARTIFACT_COLUMNS: &str =
     "a.id, a.path, a.version, a.size, a.sha256, a.media_type, a.step_id, a.run_id, a.created_at";
 
 /// The condition that keeps only the newest version of each path (`a` = the artifacts table).
-pub const NEWEST_ARTIFACT: &str = "NOT EXISTS (SELECT 1 FROM artifacts n \
+const NEWEST_ARTIFACT: &str = "NOT EXISTS (SELECT 1 FROM artifacts n \
      WHERE n.session_id = a.session_id AND n.path = a.path AND n.version > a.version)";
+
+/// The condition on the artifacts table (`a`) that keeps the versions a list holds.
+pub fn versions_kept(versions: ArtifactVersions) -> &'static str {
+    match versions {
+        ArtifactVersions::Newest => NEWEST_ARTIFACT,
+        ArtifactVersions::All => "TRUE",
+    }
+}
+
+/// What a fork copies of one table from a session into another, inside the database: every
+/// row of the source (`$2`) that `within` keeps (`$3` = its bound), with `session_id` = the
+/// copy (`$1`) and the other columns as they are. SQLite numbers `$N` in order of appearance,
+/// so the same text binds alike on both backends.
+pub struct CopiedRows {
+    table: &'static str,
+    columns: &'static str,
+    within: &'static str,
+}
+
+/// Messages before index `$3`.
+pub const COPIED_MESSAGES: CopiedRows = CopiedRows {
+    table: "messages",
+    columns: MESSAGE_COLUMNS,
+    within: "idx < $3",
+};
+
+/// Artifacts made while the history had at most `$3` messages (ids kept; the bytes are shared).
+pub const COPIED_ARTIFACTS: CopiedRows = CopiedRows {
+    table: "artifacts",
+    columns: "id, path, version, size, sha256, media_type, step_id, run_id, message_count, seq, \
+              created_at",
+    within: "message_count <= $3",
+};
+
+impl CopiedRows {
+    pub fn sql(&self) -> String {
+        let CopiedRows {
+            table,
+            columns,
+            within,
+        } = self;
+        format!(
+            "INSERT INTO {table} (session_id, {columns}) SELECT $1, {columns} FROM {table} \
+             WHERE session_id = $2 AND {within}"
+        )
+    }
+}
 
 /// The tables whose rows belong to one session (`session_id`), deleted with it.
 /// (Deleting a session's artifacts also deletes the bytes no other session's artifact names.)
@@ -87,6 +136,195 @@ pub trait StoredRow {
     fn opt_time(&self, col: &str) -> StoreResult<Option<DateTime<Utc>>>;
     fn json(&self, col: &str) -> StoreResult<Value>;
     fn opt_json(&self, col: &str) -> StoreResult<Option<Value>>;
+}
+
+/// How a backend reads the rows of a session's table with time-ordered ids (`runs`, `steps`):
+/// a page after a cursor, or one by id. [`SessionHistory`] follows from it.
+#[async_trait]
+pub trait SessionRows: Send + Sync {
+    type Row: StoredRow + Send + Sync;
+
+    async fn page_rows(&self, page: RowPage) -> StoreResult<Vec<Self::Row>>;
+
+    /// The artifact records (`a.*`) a list holds.
+    async fn artifact_rows(&self, page: ArtifactPage) -> StoreResult<Vec<Self::Row>>;
+
+    /// Rows of `log` of a session with its order column `> after`, in order, at most `limit`.
+    async fn log_rows(&self, log: &LogTable, page: LogPage) -> StoreResult<Vec<Self::Row>>;
+
+    /// An event as the backend stores its `data`.
+    fn event_from(row: &Self::Row) -> StoreResult<Event>;
+
+    async fn one_row(&self, table: &KeyedTable, key: RowKey) -> StoreResult<Option<Self::Row>>;
+}
+
+/// A table of rows of a session with time-ordered ids, and the columns a record is read from.
+pub struct KeyedTable {
+    pub name: &'static str,
+    pub columns: &'static str,
+}
+
+const STEPS: KeyedTable = KeyedTable {
+    name: "steps",
+    columns: STEP_COLUMNS,
+};
+
+const RUNS: KeyedTable = KeyedTable {
+    name: "runs",
+    columns: RUN_COLUMNS,
+};
+
+/// Rows of `table` of a session: with `id > after` when given, in id order, at most `limit`.
+pub struct RowPage {
+    pub table: &'static KeyedTable,
+    pub session_id: Uuid,
+    pub after: Option<Uuid>,
+    pub limit: i64,
+}
+
+/// A table of a session in the order of an integer column (messages by index, events by seq).
+pub struct LogTable {
+    pub name: &'static str,
+    pub columns: &'static str,
+    pub order: &'static str,
+}
+
+impl LogTable {
+    /// The page: `$1` the session, `$2` the order column's bound, `$3` the limit.
+    pub fn select(&self) -> String {
+        let LogTable {
+            name,
+            columns,
+            order,
+        } = self;
+        format!(
+            "SELECT {columns} FROM {name} \
+             WHERE session_id = $1 AND {order} > $2 ORDER BY {order} LIMIT $3"
+        )
+    }
+}
+
+const MESSAGES: LogTable = LogTable {
+    name: "messages",
+    columns: MESSAGE_COLUMNS,
+    order: "idx",
+};
+
+const EVENTS: LogTable = LogTable {
+    name: "events",
+    columns: EVENT_COLUMNS,
+    order: "seq",
+};
+
+/// Rows of a session after `after` in the table's order, at most `limit`.
+#[derive(Clone, Copy)]
+pub struct LogPage {
+    pub session_id: Uuid,
+    pub after: i64,
+    pub limit: i64,
+}
+
+/// The artifacts of a session that `query` asks for.
+#[derive(Clone, Copy)]
+pub struct ArtifactPage {
+    pub session_id: Uuid,
+    pub query: ArtifactQuery,
+}
+
+/// One row of a session, by id.
+#[derive(Clone, Copy)]
+pub struct RowKey {
+    pub session_id: Uuid,
+    pub id: Uuid,
+}
+
+#[async_trait]
+impl<S: SessionRows> SessionHistory for S {
+    async fn messages(
+        &self,
+        session_id: Uuid,
+        after: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<Message>> {
+        let page = LogPage {
+            session_id,
+            after,
+            limit,
+        };
+        let rows = self.log_rows(&MESSAGES, page).await?;
+        rows.iter().map(message_from).collect()
+    }
+
+    async fn events(&self, session_id: Uuid, after: i64, limit: i64) -> StoreResult<Vec<Event>> {
+        let page = LogPage {
+            session_id,
+            after,
+            limit,
+        };
+        let rows = self.log_rows(&EVENTS, page).await?;
+        rows.iter().map(S::event_from).collect()
+    }
+
+    async fn steps(
+        &self,
+        session_id: Uuid,
+        after: Option<Uuid>,
+        limit: i64,
+    ) -> StoreResult<Vec<StepRecord>> {
+        let page = RowPage {
+            table: &STEPS,
+            session_id,
+            after,
+            limit,
+        };
+        let rows = self.page_rows(page).await?;
+        rows.iter().map(step_from).collect()
+    }
+
+    async fn step(&self, session_id: Uuid, step_id: Uuid) -> StoreResult<Option<StepRecord>> {
+        let key = RowKey {
+            session_id,
+            id: step_id,
+        };
+        let row = self.one_row(&STEPS, key).await?;
+        row.as_ref().map(step_from).transpose()
+    }
+
+    async fn runs(
+        &self,
+        session_id: Uuid,
+        after: Option<Uuid>,
+        limit: i64,
+    ) -> StoreResult<Vec<RunRecord>> {
+        let page = RowPage {
+            table: &RUNS,
+            session_id,
+            after,
+            limit,
+        };
+        let rows = self.page_rows(page).await?;
+        rows.iter().map(run_from).collect()
+    }
+
+    async fn run(&self, session_id: Uuid, run_id: Uuid) -> StoreResult<Option<RunRecord>> {
+        let key = RowKey {
+            session_id,
+            id: run_id,
+        };
+        let row = self.one_row(&RUNS, key).await?;
+        row.as_ref().map(run_from).transpose()
+    }
+
+    async fn artifacts(
+        &self,
+        session_id: Uuid,
+        query: ArtifactQuery,
+    ) -> StoreResult<Vec<ArtifactRecord>> {
+        let rows = self
+            .artifact_rows(ArtifactPage { session_id, query })
+            .await?;
+        rows.iter().map(artifact_from).collect()
+    }
 }
 
 /// A stored value that cannot be decoded: its column and the value as stored.

@@ -6,6 +6,7 @@
 use async_trait::async_trait;
 use uuid::Uuid;
 
+use super::rows::StoredRow;
 use super::StoreResult;
 
 /// A delivery a process has claimed and now attempts.
@@ -33,6 +34,21 @@ pub struct DeliveryStatus {
     pub delivered_at: Option<i64>,
 }
 
+/// A claim on deliveries: who holds it, from `now` until `until`.
+#[derive(Debug, Clone, Copy)]
+pub struct Claim<'a> {
+    pub owner: &'a str,
+    pub now: i64,
+    pub until: i64,
+}
+
+/// A failed attempt: its error, and when the delivery is tried again (`None`: given up).
+#[derive(Debug, Clone, Copy)]
+pub struct FailedAttempt<'a> {
+    pub error: &'a str,
+    pub next: Option<i64>,
+}
+
 #[async_trait]
 pub trait WebhookQueue: Send + Sync {
     /// Makes `urls` the endpoints later events are queued for; pending deliveries to any other
@@ -41,24 +57,16 @@ pub trait WebhookQueue: Send + Sync {
     /// Frees every claim (only a store used by one process at a time may: its claims can only
     /// be those of a process that died).
     async fn release_claims(&self) -> StoreResult<()>;
-    /// Claims at most `limit` deliveries that are due at `now` and not claimed, for `claim`
-    /// until `until`.
-    async fn claim_deliveries(
-        &self,
-        claim: &str,
-        now: i64,
-        until: i64,
-        limit: i64,
-    ) -> StoreResult<Vec<Delivery>>;
+    /// Claims at most `limit` deliveries that are due at `claim.now` and not claimed.
+    async fn claim_deliveries(&self, claim: Claim<'_>, limit: i64) -> StoreResult<Vec<Delivery>>;
     /// Records a delivery the endpoint accepted.
     async fn delivered(&self, id: i64, claim: &str, at: i64) -> StoreResult<()>;
-    /// Records a failed attempt: tried again at `next` if given, else given up.
+    /// Records a failed attempt of a delivery `claim` holds.
     async fn attempt_failed(
         &self,
         id: i64,
         claim: &str,
-        error: &str,
-        next: Option<i64>,
+        failed: FailedAttempt<'_>,
     ) -> StoreResult<()>;
     /// Forgets the deliveries made or given up that were queued before `before`.
     async fn purge_deliveries(&self, before: i64) -> StoreResult<u64>;
@@ -134,38 +142,90 @@ pub(super) mod sql {
     pub const LOG: &str = "SELECT {session_id} AS session_id, seq, url, status, attempts, \
          last_error, delivered_at FROM webhook_deliveries ORDER BY id LIMIT $1";
 
-    /// The statement for SQLite: numbered `?n` parameters, ids as they are stored (text).
-    pub fn sqlite(statement: &str) -> String {
-        if statement == CREATE_TRIGGER {
-            return SQLITE_TRIGGER.replace("{delivered}", DELIVERED_TYPE);
-        }
-        if statement == HAS_TRIGGER {
-            return SQLITE_HAS_TRIGGER.to_string();
-        }
-        statement
-            .replace(" {on_events}", "")
-            .replace('$', "?")
-            .replace(" {lock}", "")
-            .replace("{session_id}", "session_id")
+    /// How a backend spells what the statements leave open.
+    struct Dialect {
+        trigger: &'static str,
+        has_trigger: &'static str,
+        /// Replaces ` {on_events}`, ` {lock}` and `{session_id}`.
+        on_events: &'static str,
+        lock: &'static str,
+        session_id: &'static str,
+        /// The parameter sign (`$n` or `?n`).
+        parameter: &'static str,
     }
 
-    /// The statement for PostgreSQL: ids read as text.
+    /// Numbered `?n` parameters, ids as they are stored (text).
+    const SQLITE: Dialect = Dialect {
+        trigger: SQLITE_TRIGGER,
+        has_trigger: SQLITE_HAS_TRIGGER,
+        on_events: "",
+        lock: "",
+        session_id: "session_id",
+        parameter: "?",
+    };
+
+    /// Ids read as text.
+    const POSTGRES: Dialect = Dialect {
+        trigger: POSTGRES_TRIGGER,
+        has_trigger: POSTGRES_HAS_TRIGGER,
+        on_events: " ON events",
+        lock: " FOR UPDATE SKIP LOCKED",
+        session_id: "session_id::text",
+        parameter: "$",
+    };
+
+    /// The statement for SQLite.
+    pub fn sqlite(statement: &str) -> String {
+        spell(statement, &SQLITE)
+    }
+
+    /// The statement for PostgreSQL.
     pub fn postgres(statement: &str) -> String {
+        spell(statement, &POSTGRES)
+    }
+
+    fn spell(statement: &str, dialect: &Dialect) -> String {
         if statement == CREATE_TRIGGER {
-            return POSTGRES_TRIGGER.replace("{delivered}", DELIVERED_TYPE);
+            return dialect.trigger.replace("{delivered}", DELIVERED_TYPE);
         }
         if statement == HAS_TRIGGER {
-            return POSTGRES_HAS_TRIGGER.to_string();
+            return dialect.has_trigger.to_string();
         }
         statement
-            .replace("{on_events}", "ON events")
-            .replace("{lock}", "FOR UPDATE SKIP LOCKED")
-            .replace("{session_id}", "session_id::text")
+            .replace(" {on_events}", dialect.on_events)
+            .replace('$', dialect.parameter)
+            .replace(" {lock}", dialect.lock)
+            .replace("{session_id}", dialect.session_id)
     }
 }
 
+/// A claimed delivery as the claim returns it.
+pub(super) fn delivery_from<R: StoredRow>(row: &R) -> StoreResult<Delivery> {
+    Ok(Delivery {
+        id: row.get("id")?,
+        session_id: session_id(&row.get::<String>("session_id")?)?,
+        seq: row.get("seq")?,
+        url: row.get("url")?,
+        attempts: i64::from(row.get::<i32>("attempts")?),
+        created_at: row.get("created_at")?,
+    })
+}
+
+/// A row of the delivery log.
+pub(super) fn delivery_status_from<R: StoredRow>(row: &R) -> StoreResult<DeliveryStatus> {
+    Ok(DeliveryStatus {
+        session_id: session_id(&row.get::<String>("session_id")?)?,
+        seq: row.get("seq")?,
+        url: row.get("url")?,
+        status: row.get("status")?,
+        attempts: i64::from(row.get::<i32>("attempts")?),
+        last_error: row.get("last_error")?,
+        delivered_at: row.get("delivered_at")?,
+    })
+}
+
 /// Reads a stored session id (text on both backends as the statements read it).
-pub(super) fn session_id(text: &str) -> StoreResult<Uuid> {
+fn session_id(text: &str) -> StoreResult<Uuid> {
     text.parse()
         .map_err(|_| super::StoreError::Corrupt(format!("webhook delivery of session {text:?}")))
 }
@@ -224,42 +284,28 @@ macro_rules! webhook_queue_over_pool {
 
             async fn claim_deliveries(
                 &self,
-                claim: &str,
-                now: i64,
-                until: i64,
+                claim: $crate::store::webhooks::Claim<'_>,
                 limit: i64,
             ) -> $crate::store::StoreResult<Vec<$crate::store::webhooks::Delivery>> {
-                use sqlx::Row;
                 use $crate::store::webhooks::sql;
                 let q = $sql;
                 // A read first: the claim is a write, and most polls find nothing due.
                 let due = sqlx::query(&q(sql::ANY_DUE))
-                    .bind(now)
+                    .bind(claim.now)
                     .fetch_optional(&self.pool)
                     .await?;
                 if due.is_none() {
                     return Ok(Vec::new());
                 }
                 let rows = sqlx::query(&q(sql::CLAIM))
-                    .bind(claim)
-                    .bind(until)
-                    .bind(now)
+                    .bind(claim.owner)
+                    .bind(claim.until)
+                    .bind(claim.now)
                     .bind(limit)
                     .fetch_all(&self.pool)
                     .await?;
                 rows.iter()
-                    .map(|row| {
-                        Ok($crate::store::webhooks::Delivery {
-                            id: row.try_get("id")?,
-                            session_id: $crate::store::webhooks::session_id(
-                                &row.try_get::<String, _>("session_id")?,
-                            )?,
-                            seq: row.try_get("seq")?,
-                            url: row.try_get("url")?,
-                            attempts: i64::from(row.try_get::<i32, _>("attempts")?),
-                            created_at: row.try_get("created_at")?,
-                        })
-                    })
+                    .map($crate::store::webhooks::delivery_from)
                     .collect()
             }
 
@@ -283,30 +329,21 @@ macro_rules! webhook_queue_over_pool {
                 &self,
                 id: i64,
                 claim: &str,
-                error: &str,
-                next: Option<i64>,
+                failed: $crate::store::webhooks::FailedAttempt<'_>,
             ) -> $crate::store::StoreResult<()> {
                 use $crate::store::webhooks::sql;
                 let q = $sql;
-                match next {
-                    Some(next) => {
-                        sqlx::query(&q(sql::RETRY))
-                            .bind(id)
-                            .bind(claim)
-                            .bind(next)
-                            .bind(error)
-                            .execute(&self.pool)
-                            .await?
-                    }
-                    None => {
-                        sqlx::query(&q(sql::GIVE_UP))
-                            .bind(id)
-                            .bind(claim)
-                            .bind(error)
-                            .execute(&self.pool)
-                            .await?
-                    }
+                let statement = q(match failed.next {
+                    Some(_) => sql::RETRY,
+                    None => sql::GIVE_UP,
+                });
+                let query = sqlx::query(&statement).bind(id).bind(claim);
+                // A retry binds when it is due (`$3`) before the error; giving up only the error.
+                let query = match failed.next {
+                    Some(next) => query.bind(next),
+                    None => query,
                 };
+                query.bind(failed.error).execute(&self.pool).await?;
                 Ok(())
             }
 
@@ -323,26 +360,13 @@ macro_rules! webhook_queue_over_pool {
                 &self,
                 limit: i64,
             ) -> $crate::store::StoreResult<Vec<$crate::store::webhooks::DeliveryStatus>> {
-                use sqlx::Row;
                 let q = $sql;
                 let rows = sqlx::query(&q($crate::store::webhooks::sql::LOG))
                     .bind(limit)
                     .fetch_all(&self.pool)
                     .await?;
                 rows.iter()
-                    .map(|row| {
-                        Ok($crate::store::webhooks::DeliveryStatus {
-                            session_id: $crate::store::webhooks::session_id(
-                                &row.try_get::<String, _>("session_id")?,
-                            )?,
-                            seq: row.try_get("seq")?,
-                            url: row.try_get("url")?,
-                            status: row.try_get("status")?,
-                            attempts: i64::from(row.try_get::<i32, _>("attempts")?),
-                            last_error: row.try_get("last_error")?,
-                            delivered_at: row.try_get("delivered_at")?,
-                        })
-                    })
+                    .map($crate::store::webhooks::delivery_status_from)
                     .collect()
             }
         }

@@ -211,13 +211,42 @@ mod tests {
     use crate::model::{
         Checkpoint, EventKind, Message, RunRecord, SessionRecord, SessionState, StepRecord,
     };
-    use crate::store::SessionQuery;
+    use crate::store::{SessionHistory, SessionQuery};
 
     /// A store that refuses (as fenced) every transaction that deletes `refused`, and records
     /// how many groups each transaction it was asked for held.
     struct FakeStore {
         refused: Uuid,
         transactions: Mutex<Vec<usize>>,
+    }
+
+    #[async_trait]
+    impl SessionHistory for FakeStore {
+        async fn artifacts(
+            &self,
+            _: Uuid,
+            _: crate::store::ArtifactQuery,
+        ) -> StoreResult<Vec<crate::model::ArtifactRecord>> {
+            Ok(Vec::new())
+        }
+        async fn events(&self, _: Uuid, _: i64, _: i64) -> StoreResult<Vec<Event>> {
+            Ok(Vec::new())
+        }
+        async fn messages(&self, _: Uuid, _: i64, _: i64) -> StoreResult<Vec<Message>> {
+            Ok(Vec::new())
+        }
+        async fn steps(&self, _: Uuid, _: Option<Uuid>, _: i64) -> StoreResult<Vec<StepRecord>> {
+            Ok(Vec::new())
+        }
+        async fn step(&self, _: Uuid, _: Uuid) -> StoreResult<Option<StepRecord>> {
+            Ok(None)
+        }
+        async fn runs(&self, _: Uuid, _: Option<Uuid>, _: i64) -> StoreResult<Vec<RunRecord>> {
+            Ok(Vec::new())
+        }
+        async fn run(&self, _: Uuid, _: Uuid) -> StoreResult<Option<RunRecord>> {
+            Ok(None)
+        }
     }
 
     #[async_trait]
@@ -249,44 +278,17 @@ mod tests {
         async fn interrupted_sessions(&self) -> StoreResult<Vec<Uuid>> {
             Ok(Vec::new())
         }
-        async fn messages(&self, _: Uuid, _: i64, _: i64) -> StoreResult<Vec<Message>> {
-            Ok(Vec::new())
-        }
         async fn nth_user_message(&self, _: Uuid, _: u64) -> StoreResult<Option<i64>> {
             Ok(None)
         }
         async fn message_count(&self, _: Uuid) -> StoreResult<i64> {
             Ok(0)
         }
-        async fn events(&self, _: Uuid, _: i64, _: i64) -> StoreResult<Vec<Event>> {
-            Ok(Vec::new())
-        }
         async fn last_seq(&self, _: Uuid) -> StoreResult<i64> {
             Ok(0)
         }
-        async fn steps(&self, _: Uuid, _: Option<Uuid>, _: i64) -> StoreResult<Vec<StepRecord>> {
-            Ok(Vec::new())
-        }
-        async fn step(&self, _: Uuid, _: Uuid) -> StoreResult<Option<StepRecord>> {
-            Ok(None)
-        }
-        async fn runs(&self, _: Uuid, _: Option<Uuid>, _: i64) -> StoreResult<Vec<RunRecord>> {
-            Ok(Vec::new())
-        }
-        async fn run(&self, _: Uuid, _: Uuid) -> StoreResult<Option<RunRecord>> {
-            Ok(None)
-        }
         async fn latest_checkpoint(&self, _: Uuid) -> StoreResult<Option<Checkpoint>> {
             Ok(None)
-        }
-        async fn artifacts(
-            &self,
-            _: Uuid,
-            _: crate::store::ArtifactVersions,
-            _: Option<Uuid>,
-            _: i64,
-        ) -> StoreResult<Vec<crate::model::ArtifactRecord>> {
-            Ok(Vec::new())
         }
         async fn artifact(
             &self,

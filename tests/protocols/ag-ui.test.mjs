@@ -6,12 +6,12 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 
 import { HttpAgent } from '@ag-ui/client';
 
 import { agUiConversation, storedConversation, thinkingText } from './support/compare.mjs';
-import { startTah } from './support/server.mjs';
+import { suiteServer } from './support/server.mjs';
 
 const askUser = {
   name: 'ask_user',
@@ -39,13 +39,7 @@ async function assertSameConversation(agent, server, sessionId) {
 }
 
 describe('@ag-ui/client HttpAgent against tah (mock model)', () => {
-  let server;
-  before(async () => {
-    server = await startTah();
-  });
-  after(async () => {
-    await server?.close();
-  });
+  const server = suiteServer();
 
   test('a turn streams text, reasoning, tool calls and results as tah records them', async () => {
     const sessionId = await server.createSession();
@@ -163,13 +157,7 @@ describe('@ag-ui/client HttpAgent against tah (mock model)', () => {
 });
 
 describe('@ag-ui/client joining a run in progress', () => {
-  let server;
-  before(async () => {
-    server = await startTah({ mockDelayMs: 15 });
-  });
-  after(async () => {
-    await server?.close();
-  });
+  const server = suiteServer({ mockDelayMs: 15 });
 
   test('a second client follows the rest of the run, and its next snapshot is the history', async () => {
     const sessionId = await server.createSession();
@@ -195,13 +183,7 @@ describe('@ag-ui/client joining a run in progress', () => {
 });
 
 describe('@ag-ui/client against tah (fake OpenAI-compatible model)', () => {
-  let server;
-  before(async () => {
-    server = await startTah({ model: 'fake', pieces: 6 });
-  });
-  after(async () => {
-    await server?.close();
-  });
+  const server = suiteServer({ model: 'fake', pieces: 6 });
 
   test('a turn of a real provider client is the stored turn', async () => {
     const sessionId = await server.createSession();
@@ -213,13 +195,7 @@ describe('@ag-ui/client against tah (fake OpenAI-compatible model)', () => {
 });
 
 describe('bad AG-UI inputs get problem+json', () => {
-  let server;
-  before(async () => {
-    server = await startTah();
-  });
-  after(async () => {
-    await server?.close();
-  });
+  const server = suiteServer();
 
   test('each is a 4xx with a detail', async () => {
     const sessionId = await server.createSession();

@@ -5,7 +5,7 @@
 
 import assert from 'node:assert/strict';
 import { createRequire } from 'node:module';
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 
@@ -13,7 +13,7 @@ import * as ai7 from 'ai';
 import * as ai6 from 'ai6';
 
 import { assertUiMessageIsTurn } from './support/compare.mjs';
-import { lastTurn, startTah, until } from './support/server.mjs';
+import { lastTurn, startTah, suiteServer, until } from './support/server.mjs';
 
 const require = createRequire(import.meta.url);
 const versions = [
@@ -56,13 +56,7 @@ const toolPart = (message, id) => message.parts.find((p) => p.toolCallId === id)
 
 for (const [version, ai] of versions) {
   describe(`${version} against tah (mock model)`, () => {
-    let server;
-    before(async () => {
-      server = await startTah();
-    });
-    after(async () => {
-      await server?.close();
-    });
+    const server = suiteServer();
 
     test('a turn with tool calls and reasoning is one assistant message', async () => {
       const sessionId = await server.createSession();
@@ -183,13 +177,7 @@ for (const [version, ai] of versions) {
 }
 
 describe('ai against tah (fake OpenAI-compatible model)', () => {
-  let server;
-  before(async () => {
-    server = await startTah({ model: 'fake', pieces: 7 });
-  });
-  after(async () => {
-    await server?.close();
-  });
+  const server = suiteServer({ model: 'fake', pieces: 7 });
 
   test('a turn streamed by a real provider client is the stored turn', async () => {
     const sessionId = await server.createSession();
@@ -203,13 +191,7 @@ describe('ai against tah (fake OpenAI-compatible model)', () => {
 });
 
 describe('bad requests get problem+json', () => {
-  let server;
-  before(async () => {
-    server = await startTah();
-  });
-  after(async () => {
-    await server?.close();
-  });
+  const server = suiteServer();
 
   test('each is a 4xx with a detail', async () => {
     const sessionId = await server.createSession();

@@ -13,7 +13,7 @@ import { after, before, describe, test } from 'node:test';
 import { build } from 'esbuild';
 import { GlobalRegistrator } from '@happy-dom/global-registrator';
 
-import { lastTurn, startTah, until } from './support/server.mjs';
+import { lastTurn, startTah, suiteServer, until } from './support/server.mjs';
 
 const examples = join(dirname(fileURLToPath(import.meta.url)), 'examples');
 
@@ -34,13 +34,7 @@ test('the README section shows the examples exactly as they are run here', () =>
 });
 
 describe('the AG-UI client example', () => {
-  let server;
-  before(async () => {
-    server = await startTah();
-  });
-  after(async () => {
-    await server?.close();
-  });
+  const server = suiteServer();
 
   /** Runs the example, answering each prompt it writes on stderr with the next answer. */
   function runExample(sessionId, question, answers) {

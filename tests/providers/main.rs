@@ -110,6 +110,22 @@ async fn run(client: &dyn ModelClient, request: ModelRequest) -> Items {
         .expect("the stream finishes")
 }
 
+/// The request a client of `flavor` sends for `request` (the fake answers `ok`), with its
+/// configuration changed by `configure` first. Nothing is retried: the request sent is the
+/// first one.
+async fn request_sent(
+    flavor: Flavor,
+    configure: impl FnOnce(&mut HttpModelConfig),
+    request: ModelRequest,
+) -> support::fakes::Recorded {
+    let server = fake(flavor, vec![Reply::sse(text_reply(flavor, &["ok"]))]).await;
+    let mut cfg = config(&server.base_url, 0);
+    configure(&mut cfg);
+    done(&run(&*client_with(flavor, cfg), request).await);
+    assert!(server.violations().is_empty(), "{:?}", server.violations());
+    server.requests().remove(0)
+}
+
 fn deltas(items: &[Result<StreamItem, LlmError>]) -> Vec<String> {
     items
         .iter()

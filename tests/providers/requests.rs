@@ -7,7 +7,7 @@ use tah::model::{ToolCall, ToolSchema};
 use tah::llm::wire::HttpModelConfig;
 use tah::llm::ModelRequest;
 
-use crate::support::fakes::{Flavor, Recorded, Reply};
+use crate::support::fakes::Flavor;
 use crate::*;
 
 /// The history of the request-shape tests: system, user, assistant with two tool calls, two
@@ -45,18 +45,14 @@ fn shaped_request() -> ModelRequest {
     }
 }
 
-/// The request a client of `flavor` sends for `request` (the fake answers `ok`), with its
-/// configuration changed by `configure` first.
-async fn request_sent(
-    flavor: Flavor,
-    configure: impl FnOnce(&mut HttpModelConfig),
-    request: ModelRequest,
-) -> Recorded {
-    let server = fake(flavor, vec![Reply::sse(text_reply(flavor, &["ok"]))]).await;
-    let mut cfg = config(&server.base_url, 3);
-    configure(&mut cfg);
-    done(&run(&*client_with(flavor, cfg), request).await);
-    server.requests().remove(0)
+/// A request body: what both dialects send of the model, the reply's token limit and
+/// streaming, and `rest`.
+fn body_with(rest: Value) -> Value {
+    let mut body = json!({"model": "test-model", "max_tokens": 1024, "stream": true});
+    if let (Some(body), Value::Object(rest)) = (body.as_object_mut(), rest) {
+        body.extend(rest);
+    }
+    body
 }
 
 #[tokio::test]
@@ -67,10 +63,7 @@ async fn openai_request_shape() {
     assert_eq!(sent.headers["content-type"], "application/json");
     assert_eq!(
         sent.body,
-        json!({
-            "model": "test-model",
-            "max_tokens": 1024,
-            "stream": true,
+        body_with(json!({
             "stream_options": {"include_usage": true},
             "messages": [
                 {"role": "system", "content": "You are helpful."},
@@ -90,7 +83,7 @@ async fn openai_request_shape() {
                 "description": "List files.",
                 "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
             }}],
-        })
+        }))
     );
 
     // Without a key no Authorization header is sent; without tools no `tools` field; an
@@ -116,10 +109,7 @@ async fn anthropic_request_shape() {
     assert!(!sent.headers.contains_key("authorization"));
     assert_eq!(
         sent.body,
-        json!({
-            "model": "test-model",
-            "max_tokens": 1024,
-            "stream": true,
+        body_with(json!({
             "system": "You are helpful.",
             "messages": [
                 {"role": "user", "content": "What is in here?"},
@@ -140,7 +130,7 @@ async fn anthropic_request_shape() {
                 "description": "List files.",
                 "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}},
             }],
-        })
+        }))
     );
     let roles: Vec<&str> = sent.body["messages"]
         .as_array()

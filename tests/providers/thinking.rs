@@ -8,7 +8,7 @@ use tah::llm::wire::HttpModelConfig;
 use tah::model::{ThinkingBlock, ToolCall};
 
 use crate::support::fakes::anthropic::{blocks_reply, Block};
-use crate::support::fakes::{self, FakeToolCall, Flavor, Recorded, Reply};
+use crate::support::fakes::{self, FakeToolCall, Flavor, Reply};
 use crate::*;
 
 /// The reasoning streamed, in order.
@@ -148,20 +148,6 @@ async fn anthropic_thinking_split_inside_characters_arrives_whole() {
     assert_eq!(reply.thinking, [signed(text, SIGNATURE)]);
     assert_eq!(reply.text, "ok 🎉");
     assert_eq!(reply.finish_reason, "stop");
-}
-
-/// The request a client sends for `request`, configured by `configure` (the fake answers `ok`).
-async fn request_sent(
-    flavor: Flavor,
-    configure: impl FnOnce(&mut HttpModelConfig),
-    request: ModelRequest,
-) -> Recorded {
-    let server = fake(flavor, vec![Reply::sse(text_reply(flavor, &["ok"]))]).await;
-    let mut cfg = config(&server.base_url, 0);
-    configure(&mut cfg);
-    done(&run(&*client_with(flavor, cfg), request).await);
-    assert!(server.violations().is_empty(), "{:?}", server.violations());
-    server.requests().remove(0)
 }
 
 fn call(id: &str) -> ToolCall {

@@ -6,10 +6,11 @@ use std::sync::Arc;
 use chrono::Duration;
 use serde_json::json;
 use tah::model::{
-    new_id, now, Checkpoint, ClientTool, FinishReason, RunKind, RunStatus, SessionState, StepKind,
-    StepStatus, Usage,
+    new_id, now, Checkpoint, ClientTool, FinishReason, RunKind, RunRecord, RunStatus, SessionState,
+    StepKind, StepStatus, Usage,
 };
 use tah::store::{Store, WriteOp};
+use uuid::Uuid;
 
 use crate::builders::*;
 
@@ -25,10 +26,7 @@ async fn runs_upsert(store: Arc<dyn Store>) {
     assert!(store.runs(s.id, None, 10).await.expect("runs").is_empty());
     let r = run(s.id);
     commit(&store, vec![WriteOp::UpsertRun(r.clone())]).await;
-    assert_same(
-        &store.run(s.id, r.id).await.expect("read").expect("present"),
-        &r,
-    );
+    assert_same(&stored_run(&store, s.id, r.id).await, &r);
 
     // Finishing updates the result columns, never the identity of the run.
     let mut done = r.clone();
@@ -47,8 +45,7 @@ async fn runs_upsert(store: Arc<dyn Store>) {
     attempt.start_seq = 99;
     attempt.created_at = r.created_at + Duration::seconds(9);
     commit(&store, vec![WriteOp::UpsertRun(attempt)]).await;
-    let got = store.run(s.id, r.id).await.expect("read").expect("present");
-    assert_same(&got, &done);
+    assert_same(&stored_run(&store, s.id, r.id).await, &done);
 
     let mut failed = run(s.id);
     failed.kind = RunKind::Resume;
@@ -71,6 +68,15 @@ async fn runs_upsert(store: Arc<dyn Store>) {
     assert!(store.run(s.id, new_id()).await.expect("read").is_none());
 }
 
+/// The run as read back; it must be there.
+async fn stored_run(store: &Arc<dyn Store>, session_id: Uuid, run_id: Uuid) -> RunRecord {
+    store
+        .run(session_id, run_id)
+        .await
+        .expect("read")
+        .expect("present")
+}
+
 /// The tools a run declared for itself come back as they went in, and finishing the run
 /// leaves them as they were.
 async fn runs_keep_their_client_tools(store: Arc<dyn Store>) {
@@ -83,27 +89,17 @@ async fn runs_keep_their_client_tools(store: Arc<dyn Store>) {
         timeout_s: Some(30),
     }];
     commit(&store, vec![WriteOp::UpsertRun(r.clone())]).await;
-    assert_same(
-        &store.run(s.id, r.id).await.expect("read").expect("present"),
-        &r,
-    );
+    assert_same(&stored_run(&store, s.id, r.id).await, &r);
     let mut done = r.clone();
     done.status = RunStatus::Completed;
     done.finished_at = Some(now());
     let mut rewritten = done.clone();
     rewritten.client_tools.clear();
     commit(&store, vec![WriteOp::UpsertRun(rewritten)]).await;
-    assert_same(
-        &store.run(s.id, r.id).await.expect("read").expect("present"),
-        &done,
-    );
+    assert_same(&stored_run(&store, s.id, r.id).await, &done);
     let plain = run(s.id);
     commit(&store, vec![WriteOp::UpsertRun(plain.clone())]).await;
-    let got = store
-        .run(s.id, plain.id)
-        .await
-        .expect("read")
-        .expect("present");
+    let got = stored_run(&store, s.id, plain.id).await;
     assert!(got.client_tools.is_empty());
 }
 

@@ -392,6 +392,12 @@ impl Api {
             .await
     }
 
+    /// How many LLM calls a session's steps record.
+    pub async fn llm_step_count(&self, id: &str) -> usize {
+        let steps = self.steps(id).await;
+        steps.iter().filter(|s| s["type"] == "llm").count()
+    }
+
     pub async fn runs(&self, id: &str) -> Vec<Value> {
         self.pages(&format!("/v1/sessions/{id}/runs"), "cursor")
             .await

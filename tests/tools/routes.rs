@@ -2,20 +2,25 @@
 //! creation, and bad input on every new route (a 4xx problem, nothing changed).
 
 use reqwest::{Method, StatusCode};
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::support::{ServerOptions, TestServer};
+
+/// The names of a `GET /v1/tools` answer, in order.
+fn tool_names(tools: &Value) -> Vec<&str> {
+    tools["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect()
+}
 
 #[tokio::test]
 async fn the_tool_list_says_what_a_new_session_gets() {
     let server = TestServer::start(ServerOptions::new()).await;
     let tools = server.get_ok("/v1/tools").await;
-    let names: Vec<&str> = tools["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|t| t["name"].as_str())
-        .collect();
+    let names = tool_names(&tools);
     for name in tah::model::BUILTIN_TOOLS {
         assert!(names.contains(&name), "{name} missing from {names:?}");
     }
@@ -27,12 +32,7 @@ async fn the_tool_list_says_what_a_new_session_gets() {
     let narrowed =
         TestServer::start(ServerOptions::new().args(&["--tools", "list_files,read_file"])).await;
     let tools = narrowed.get_ok("/v1/tools").await;
-    let names: Vec<&str> = tools["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|t| t["name"].as_str())
-        .collect();
+    let names = tool_names(&tools);
     // `task` (sub-agents) is not a tool of the workspace: --max-subagent-depth governs it.
     assert_eq!(names, ["list_files", "read_file", "task"], "{tools}");
 }

@@ -55,9 +55,19 @@ impl EarlierCalls {
     }
 }
 
+/// The answer to an earlier run's call: an ended run's call is never run again, so its
+/// input is not checked.
 fn approval_check(call_id: &str, answer: &ApprovalAnswer) -> Check {
+    checked_approval(call_id, answer, |_, _| Ok(()))
+}
+
+/// The answer to a call, whose replaced input (if any) `check_input` must accept.
+fn checked_approval(
+    call_id: &str,
+    answer: &ApprovalAnswer,
+    check_input: impl Fn(&str, &Value) -> Result<(), String> + Send + 'static,
+) -> Check {
     let (call_id, answer) = (call_id.to_string(), answer.clone());
-    // An ended run's call is never run again: its input is not checked.
     Box::new(move |waiting: &mut Waiting| {
         waiting
             .answer_approval(
@@ -65,7 +75,7 @@ fn approval_check(call_id: &str, answer: &ApprovalAnswer) -> Check {
                 answer.decision,
                 answer.reason.clone(),
                 answer.input.clone(),
-                |_, _| Ok(()),
+                &check_input,
             )
             .map(|a| calls::map(a, Given::Approval))
     })
@@ -122,17 +132,8 @@ pub(super) async fn approve(
                 return Ok(());
             }
             let tools = actor.deps.agent.tools.clone();
-            let (id, parked_answer) = (call_id.clone(), answer.clone());
-            let parked: Check = Box::new(move |waiting: &mut Waiting| {
-                waiting
-                    .answer_approval(
-                        &id,
-                        parked_answer.decision,
-                        parked_answer.reason.clone(),
-                        parked_answer.input.clone(),
-                        |tool, input| tools.validate_input(tool, input).map_err(|e| e.to_string()),
-                    )
-                    .map(|a| calls::map(a, Given::Approval))
+            let parked = checked_approval(&call_id, &answer, move |tool, input| {
+                tools.validate_input(tool, input).map_err(|e| e.to_string())
             });
             let earlier = approval_check(&call_id, &answer);
             let checked = actor.with_parked(&call_id, parked, earlier).await;

@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use super::journal::RunJournal;
 use crate::model::{self, ArtifactRecord, EventKind};
-use crate::store::{StoreError, WriteOp};
+use crate::store::{NewArtifact, StoreError, WriteOp};
 use crate::tools::Artifact;
 
 /// Above this size the digest is computed on the blocking pool, off the actor's thread.
@@ -79,14 +79,14 @@ impl RunJournal<'_> {
     /// for each artifact its bytes, its record and its `artifact.created` event.
     pub(super) fn record_artifacts(&mut self, keeping: Keeping) {
         for (artifact, content) in keeping.kept {
-            self.batch.ops.push(WriteOp::InsertArtifact {
+            self.batch.ops.push(WriteOp::InsertArtifact(NewArtifact {
                 session_id: self.id,
                 artifact: artifact.clone(),
                 message_count: self.core.record.message_count,
                 // The seq of the event pushed next.
                 seq: self.core.next_seq,
                 content,
-            });
+            }));
             self.batch
                 .event(self.core, EventKind::ArtifactCreated { artifact });
         }

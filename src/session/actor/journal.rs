@@ -211,6 +211,17 @@ impl<'a> RunJournal<'a> {
         self.sink.queue(batch).await
     }
 
+    /// Records a message of the user's (one queued while the run was busy, or not) and waits
+    /// for it to be durable.
+    async fn append_user_message(&mut self, input: String, queued: bool) -> Result<(), StoreError> {
+        let message = self
+            .batch
+            .message(self.core, Message::new(Role::User, input));
+        self.batch
+            .event(self.core, EventKind::UserMessage { message, queued });
+        self.flush_now().await
+    }
+
     fn step(&self, id: Uuid, kind: StepKind, status: StepStatus, request: Value) -> StepRecord {
         StepRecord {
             id,
@@ -361,17 +372,7 @@ impl Journal for RunJournal<'_> {
     }
 
     async fn user_message(&mut self, input: String) -> Result<(), StoreError> {
-        let message = self
-            .batch
-            .message(self.core, Message::new(Role::User, input));
-        self.batch.event(
-            self.core,
-            EventKind::UserMessage {
-                message,
-                queued: false,
-            },
-        );
-        self.flush_now().await
+        self.append_user_message(input, /*queued*/ false).await
     }
 
     fn take_queued(&mut self) -> Vec<String> {
@@ -379,17 +380,7 @@ impl Journal for RunJournal<'_> {
     }
 
     async fn queued_message(&mut self, input: String) -> Result<(), StoreError> {
-        let message = self
-            .batch
-            .message(self.core, Message::new(Role::User, input));
-        self.batch.event(
-            self.core,
-            EventKind::UserMessage {
-                message,
-                queued: true,
-            },
-        );
-        self.flush_now().await
+        self.append_user_message(input, /*queued*/ true).await
     }
 
     async fn summary_appended(&mut self, summary: Summary, auto: bool) -> Result<(), StoreError> {

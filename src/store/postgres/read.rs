@@ -5,22 +5,19 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::postgres::PgRow;
+use sqlx::Postgres;
 use sqlx::Row;
 use uuid::Uuid;
 
 use super::{write, PostgresStore};
 use crate::model::INTERRUPTED;
-use crate::model::{
-    ArtifactRecord, Checkpoint, Event, EventKind, Message, RunRecord, SessionRecord, SessionState,
-    StepRecord,
-};
+use crate::model::{ArtifactRecord, Checkpoint, Event, EventKind, SessionRecord, SessionState};
 use crate::store::rows::{
-    artifact_from, checkpoint_from, corrupt_event, listed_sessions, message_from, run_from,
-    session_from, step_from, Plain, StoredRow, ARTIFACT_COLUMNS, CHECKPOINT_COLUMNS, EVENT_COLUMNS,
-    INTERRUPTED_SESSIONS, MESSAGE_COLUMNS, NEWEST_ARTIFACT, RUN_COLUMNS, SESSION_COLUMNS,
-    STEP_COLUMNS,
+    artifact_from, checkpoint_from, corrupt_event, listed_sessions, session_from, versions_kept,
+    ArtifactPage, KeyedTable, LogPage, LogTable, Plain, RowKey, RowPage, SessionRows, StoredRow,
+    ARTIFACT_COLUMNS, CHECKPOINT_COLUMNS, INTERRUPTED_SESSIONS, SESSION_COLUMNS,
 };
-use crate::store::{ArtifactVersions, SessionQuery, Store, StoreResult, WriteOp};
+use crate::store::{SessionQuery, Store, StoreResult, WriteOp};
 
 /// SQLite treats a negative `LIMIT` as "no limit"; PostgreSQL rejects it but reads a NULL
 /// limit as `LIMIT ALL`.
@@ -59,58 +56,82 @@ impl StoredRow for PgRow {
     }
 }
 
-fn event_from(row: &PgRow) -> StoreResult<Event> {
-    let type_name: String = row.try_get("type")?;
-    let data: Value = row.try_get("data")?;
-    let kind =
-        EventKind::from_value_parts(&type_name, data).map_err(|e| corrupt_event(&type_name, e))?;
-    Ok(Event::new(
-        row.try_get("session_id")?,
-        row.try_get("seq")?,
-        kind,
-        row.try_get("created_at")?,
-    ))
+impl PostgresStore {
+    /// The rows of a page query: `$1` the session, `$2` the cursor, `$3` the limit.
+    async fn fetch_page<'q, A>(
+        &self,
+        sql: &'q str,
+        session_id: Uuid,
+        after: A,
+        limit: i64,
+    ) -> StoreResult<Vec<PgRow>>
+    where
+        A: 'q + Send + sqlx::Encode<'q, Postgres> + sqlx::Type<Postgres>,
+    {
+        let rows = sqlx::query(sql)
+            .bind(session_id)
+            .bind(after)
+            .bind(sql_limit(limit))
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows)
+    }
 }
 
-/// Runs and steps: rows of a session with time-ordered ids, read a page or one at a time.
-impl PostgresStore {
-    async fn page<T>(
-        &self,
-        table: &str,
-        columns: &str,
-        session_id: Uuid,
-        after: Option<Uuid>,
-        limit: i64,
-        decode: fn(&PgRow) -> StoreResult<T>,
-    ) -> StoreResult<Vec<T>> {
-        let rows = sqlx::query(&format!(
-            "SELECT {columns} FROM {table} \
-             WHERE session_id = $1 AND ($2::uuid IS NULL OR id > $2) ORDER BY id LIMIT $3"
+#[async_trait]
+impl SessionRows for PostgresStore {
+    type Row = PgRow;
+
+    fn event_from(row: &PgRow) -> StoreResult<Event> {
+        let type_name: String = row.try_get("type")?;
+        let data: Value = row.try_get("data")?;
+        let kind = EventKind::from_value_parts(&type_name, data)
+            .map_err(|e| corrupt_event(&type_name, e))?;
+        Ok(Event::new(
+            row.try_get("session_id")?,
+            row.try_get("seq")?,
+            kind,
+            row.try_get("created_at")?,
         ))
-        .bind(session_id)
-        .bind(after)
-        .bind(sql_limit(limit))
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(decode).collect()
     }
 
-    async fn one<T>(
-        &self,
-        table: &str,
-        columns: &str,
-        session_id: Uuid,
-        id: Uuid,
-        decode: fn(&PgRow) -> StoreResult<T>,
-    ) -> StoreResult<Option<T>> {
+    async fn log_rows(&self, log: &LogTable, page: LogPage) -> StoreResult<Vec<PgRow>> {
+        self.fetch_page(&log.select(), page.session_id, page.after, page.limit)
+            .await
+    }
+
+    async fn artifact_rows(&self, page: ArtifactPage) -> StoreResult<Vec<PgRow>> {
+        let ArtifactPage { session_id, query } = page;
+        let newest = versions_kept(query.versions);
+        let sql = format!(
+            "SELECT {ARTIFACT_COLUMNS} FROM artifacts a \
+             WHERE a.session_id = $1 AND ($2::uuid IS NULL OR a.id > $2) AND {newest} \
+             ORDER BY a.id LIMIT $3"
+        );
+        self.fetch_page(&sql, session_id, query.after, query.limit)
+            .await
+    }
+
+    async fn page_rows(&self, page: RowPage) -> StoreResult<Vec<PgRow>> {
+        let KeyedTable { name, columns } = page.table;
+        let sql = format!(
+            "SELECT {columns} FROM {name} \
+             WHERE session_id = $1 AND ($2::uuid IS NULL OR id > $2) ORDER BY id LIMIT $3"
+        );
+        self.fetch_page(&sql, page.session_id, page.after, page.limit)
+            .await
+    }
+
+    async fn one_row(&self, table: &KeyedTable, key: RowKey) -> StoreResult<Option<PgRow>> {
+        let KeyedTable { name, columns } = table;
         let row = sqlx::query(&format!(
-            "SELECT {columns} FROM {table} WHERE session_id = $1 AND id = $2"
+            "SELECT {columns} FROM {name} WHERE session_id = $1 AND id = $2"
         ))
-        .bind(session_id)
-        .bind(id)
+        .bind(key.session_id)
+        .bind(key.id)
         .fetch_optional(&self.pool)
         .await?;
-        row.as_ref().map(decode).transpose()
+        Ok(row)
     }
 }
 
@@ -170,24 +191,6 @@ impl Store for PostgresStore {
         rows.iter().map(|r| r.uuid("id")).collect()
     }
 
-    async fn messages(
-        &self,
-        session_id: Uuid,
-        after: i64,
-        limit: i64,
-    ) -> StoreResult<Vec<Message>> {
-        let rows = sqlx::query(&format!(
-            "SELECT {MESSAGE_COLUMNS} FROM messages \
-             WHERE session_id = $1 AND idx > $2 ORDER BY idx LIMIT $3"
-        ))
-        .bind(session_id)
-        .bind(after)
-        .bind(sql_limit(limit))
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(message_from).collect()
-    }
-
     async fn nth_user_message(&self, session_id: Uuid, n: u64) -> StoreResult<Option<i64>> {
         let row = sqlx::query(
             "SELECT idx FROM messages WHERE session_id = $1 AND role = 'user' \
@@ -209,55 +212,12 @@ impl Store for PostgresStore {
         Ok(row.try_get(0)?)
     }
 
-    async fn events(&self, session_id: Uuid, after: i64, limit: i64) -> StoreResult<Vec<Event>> {
-        let rows = sqlx::query(&format!(
-            "SELECT {EVENT_COLUMNS} FROM events \
-             WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3"
-        ))
-        .bind(session_id)
-        .bind(after)
-        .bind(sql_limit(limit))
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(event_from).collect()
-    }
-
     async fn last_seq(&self, session_id: Uuid) -> StoreResult<i64> {
         let row = sqlx::query("SELECT COALESCE(MAX(seq), 0) FROM events WHERE session_id = $1")
             .bind(session_id)
             .fetch_one(&self.pool)
             .await?;
         Ok(row.try_get(0)?)
-    }
-
-    async fn steps(
-        &self,
-        session_id: Uuid,
-        after: Option<Uuid>,
-        limit: i64,
-    ) -> StoreResult<Vec<StepRecord>> {
-        self.page("steps", STEP_COLUMNS, session_id, after, limit, step_from)
-            .await
-    }
-
-    async fn step(&self, session_id: Uuid, step_id: Uuid) -> StoreResult<Option<StepRecord>> {
-        self.one("steps", STEP_COLUMNS, session_id, step_id, step_from)
-            .await
-    }
-
-    async fn runs(
-        &self,
-        session_id: Uuid,
-        after: Option<Uuid>,
-        limit: i64,
-    ) -> StoreResult<Vec<RunRecord>> {
-        self.page("runs", RUN_COLUMNS, session_id, after, limit, run_from)
-            .await
-    }
-
-    async fn run(&self, session_id: Uuid, run_id: Uuid) -> StoreResult<Option<RunRecord>> {
-        self.one("runs", RUN_COLUMNS, session_id, run_id, run_from)
-            .await
     }
 
     async fn latest_checkpoint(&self, session_id: Uuid) -> StoreResult<Option<Checkpoint>> {
@@ -269,30 +229,6 @@ impl Store for PostgresStore {
         .fetch_optional(&self.pool)
         .await?;
         row.as_ref().map(checkpoint_from).transpose()
-    }
-
-    async fn artifacts(
-        &self,
-        session_id: Uuid,
-        versions: ArtifactVersions,
-        after: Option<Uuid>,
-        limit: i64,
-    ) -> StoreResult<Vec<ArtifactRecord>> {
-        let newest = match versions {
-            ArtifactVersions::Newest => NEWEST_ARTIFACT,
-            ArtifactVersions::All => "TRUE",
-        };
-        let rows = sqlx::query(&format!(
-            "SELECT {ARTIFACT_COLUMNS} FROM artifacts a \
-             WHERE a.session_id = $1 AND ($2::uuid IS NULL OR a.id > $2) AND {newest} \
-             ORDER BY a.id LIMIT $3"
-        ))
-        .bind(session_id)
-        .bind(after)
-        .bind(sql_limit(limit))
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(artifact_from).collect()
     }
 
     async fn artifact(&self, session_id: Uuid, id: Uuid) -> StoreResult<Option<ArtifactRecord>> {

@@ -9,17 +9,19 @@ use std::borrow::Cow;
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sqlx::postgres::PgConnection;
+use sqlx::postgres::{PgArguments, PgConnection};
+use sqlx::query::Query;
 use sqlx::types::Json;
+use sqlx::Postgres;
 use uuid::Uuid;
 
 use super::{cluster, PostgresStore};
 use crate::model::{
-    ArtifactRecord, Checkpoint, Event, FinishReason, Message, RunRecord, SessionRecord, StepRecord,
-    ThinkingBlock, ToolCall,
+    Checkpoint, Event, FinishReason, Message, RunRecord, SessionRecord, StepRecord, ThinkingBlock,
+    ToolCall,
 };
-use crate::store::rows::{tokens, SESSION_TABLES};
-use crate::store::{StoreResult, WriteOp};
+use crate::store::rows::{tokens, CopiedRows, COPIED_ARTIFACTS, COPIED_MESSAGES, SESSION_TABLES};
+use crate::store::{NewArtifact, StoreResult, WriteOp};
 
 /// Applies every group of ops in one transaction: all or nothing.
 pub(super) async fn commit(store: &PostgresStore, batch: &[&[WriteOp]]) -> StoreResult<()> {
@@ -92,16 +94,12 @@ async fn apply(conn: &mut PgConnection, op: &WriteOp) -> StoreResult<()> {
             session_id,
             message,
         } => insert_message(conn, *session_id, message).await?,
-        WriteOp::CopyMessages { from, to, upto } => copy_messages(conn, *from, *to, *upto).await?,
-        WriteOp::InsertArtifact {
-            session_id,
-            artifact,
-            message_count,
-            seq,
-            content,
-        } => insert_artifact(conn, *session_id, artifact, *message_count, *seq, content).await?,
+        WriteOp::CopyMessages { from, to, upto } => {
+            copy_rows(conn, &COPIED_MESSAGES, *from, *to, *upto).await?
+        }
+        WriteOp::InsertArtifact(a) => insert_artifact(conn, a).await?,
         WriteOp::CopyArtifacts { from, to, upto } => {
-            copy_artifacts(conn, *from, *to, *upto).await?
+            copy_rows(conn, &COPIED_ARTIFACTS, *from, *to, *upto).await?
         }
         WriteOp::UpsertRun(r) => upsert_run(conn, r).await?,
         WriteOp::UpsertStep(s) => upsert_step(conn, s).await?,
@@ -123,48 +121,52 @@ async fn apply(conn: &mut PgConnection, op: &WriteOp) -> StoreResult<()> {
 }
 
 async fn insert_session(conn: &mut PgConnection, s: &SessionRecord) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "INSERT INTO sessions (id, parent_id, title, metadata, options, system_prompt, state, \
-         error, input_tokens, output_tokens, last_run_id, created_at, updated_at) \
+    let options = options_value(s);
+    let insert = sqlx::query(
+        "INSERT INTO sessions (title, metadata, options, state, error, input_tokens, \
+         output_tokens, last_run_id, updated_at, id, parent_id, system_prompt, created_at) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
-    )
-    .bind(s.id)
-    .bind(s.parent_id)
-    .bind(opt_text(&s.title))
-    .bind(json(&s.metadata))
-    .bind(json(&options_value(s)))
-    .bind(opt_text(&s.system_prompt))
-    .bind(s.state.as_str())
-    .bind(opt_text(&s.error))
-    .bind(tokens(s.usage.input_tokens))
-    .bind(tokens(s.usage.output_tokens))
-    .bind(s.last_run_id)
-    .bind(s.created_at)
-    .bind(s.updated_at)
-    .execute(conn)
-    .await?;
+    );
+    bind_mutable(insert, s, &options)
+        .bind(s.id)
+        .bind(s.parent_id)
+        .bind(opt_text(&s.system_prompt))
+        .bind(s.created_at)
+        .execute(conn)
+        .await?;
     Ok(())
 }
 
 async fn update_session(conn: &mut PgConnection, s: &SessionRecord) -> Result<(), sqlx::Error> {
-    sqlx::query(
+    let options = options_value(s);
+    let update = sqlx::query(
         "UPDATE sessions SET title = $1, metadata = $2, options = $3, state = $4, error = $5, \
          input_tokens = $6, output_tokens = $7, last_run_id = $8, updated_at = $9 \
          WHERE id = $10",
-    )
-    .bind(opt_text(&s.title))
-    .bind(json(&s.metadata))
-    .bind(json(&options_value(s)))
-    .bind(s.state.as_str())
-    .bind(opt_text(&s.error))
-    .bind(tokens(s.usage.input_tokens))
-    .bind(tokens(s.usage.output_tokens))
-    .bind(s.last_run_id)
-    .bind(s.updated_at)
-    .bind(s.id)
-    .execute(conn)
-    .await?;
+    );
+    bind_mutable(update, s, &options)
+        .bind(s.id)
+        .execute(conn)
+        .await?;
     Ok(())
+}
+
+/// Binds `$1` to `$9` of both session statements: the columns an update rewrites.
+fn bind_mutable<'q>(
+    query: Query<'q, Postgres, PgArguments>,
+    s: &'q SessionRecord,
+    options: &'q Value,
+) -> Query<'q, Postgres, PgArguments> {
+    query
+        .bind(opt_text(&s.title))
+        .bind(json(&s.metadata))
+        .bind(json(options))
+        .bind(s.state.as_str())
+        .bind(opt_text(&s.error))
+        .bind(tokens(s.usage.input_tokens))
+        .bind(tokens(s.usage.output_tokens))
+        .bind(s.last_run_id)
+        .bind(s.updated_at)
 }
 
 fn options_value(s: &SessionRecord) -> serde_json::Value {
@@ -229,34 +231,25 @@ async fn insert_message(
     Ok(())
 }
 
-async fn copy_messages(
+/// Copies rows of `from` into `to` (a fork), all of them when `upto` is `None`.
+async fn copy_rows(
     conn: &mut PgConnection,
+    rows: &CopiedRows,
     from: Uuid,
     to: Uuid,
     upto: Option<i64>,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "INSERT INTO messages (session_id, idx, role, content, thinking, tool_calls, \
-         tool_call_id, created_at) \
-         SELECT $1, idx, role, content, thinking, tool_calls, tool_call_id, created_at \
-         FROM messages WHERE session_id = $2 AND idx < $3",
-    )
-    .bind(to)
-    .bind(from)
-    .bind(upto.unwrap_or(i64::MAX))
-    .execute(conn)
-    .await?;
+    sqlx::query(&rows.sql())
+        .bind(to)
+        .bind(from)
+        .bind(upto.unwrap_or(i64::MAX))
+        .execute(conn)
+        .await?;
     Ok(())
 }
 
-async fn insert_artifact(
-    conn: &mut PgConnection,
-    session_id: Uuid,
-    a: &ArtifactRecord,
-    message_count: i64,
-    seq: i64,
-    content: &[u8],
-) -> Result<(), sqlx::Error> {
+async fn insert_artifact(conn: &mut PgConnection, new: &NewArtifact) -> Result<(), sqlx::Error> {
+    let a = &new.artifact;
     // Bytes stored already are not written again, but their row is locked (an update that
     // changes nothing) until the commit, so that a concurrent delete of the last session that
     // named them waits and then sees this artifact.
@@ -266,7 +259,7 @@ async fn insert_artifact(
     )
     .bind(&a.sha256)
     .bind(size(a.size))
-    .bind(content)
+    .bind(new.content.as_ref())
     .bind(a.created_at)
     .execute(&mut *conn)
     .await?;
@@ -275,7 +268,7 @@ async fn insert_artifact(
          step_id, run_id, message_count, seq, created_at) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
     )
-    .bind(session_id)
+    .bind(new.session_id)
     .bind(a.id)
     .bind(text(&a.path))
     .bind(a.version)
@@ -284,8 +277,8 @@ async fn insert_artifact(
     .bind(text(&a.media_type))
     .bind(a.step_id)
     .bind(a.run_id)
-    .bind(message_count)
-    .bind(seq)
+    .bind(new.message_count)
+    .bind(new.seq)
     .bind(a.created_at)
     .execute(conn)
     .await?;
@@ -295,27 +288,6 @@ async fn insert_artifact(
 /// A byte count as stored (`bigint`).
 fn size(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
-}
-
-async fn copy_artifacts(
-    conn: &mut PgConnection,
-    from: Uuid,
-    to: Uuid,
-    upto: Option<i64>,
-) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "INSERT INTO artifacts (session_id, id, path, version, size, sha256, media_type, \
-         step_id, run_id, message_count, seq, created_at) \
-         SELECT $1, id, path, version, size, sha256, media_type, step_id, run_id, \
-         message_count, seq, created_at FROM artifacts \
-         WHERE session_id = $2 AND message_count <= $3",
-    )
-    .bind(to)
-    .bind(from)
-    .bind(upto.unwrap_or(i64::MAX))
-    .execute(conn)
-    .await?;
-    Ok(())
 }
 
 async fn upsert_run(conn: &mut PgConnection, r: &RunRecord) -> Result<(), sqlx::Error> {

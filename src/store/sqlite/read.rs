@@ -11,16 +11,14 @@ use uuid::Uuid;
 
 use super::SqliteStore;
 use crate::model::INTERRUPTED;
-use crate::model::{
-    ArtifactRecord, Checkpoint, Event, Message, RunRecord, SessionRecord, SessionState, StepRecord,
-};
+use crate::model::{ArtifactRecord, Checkpoint, Event, SessionRecord, SessionState};
 use crate::store::rows::{
-    artifact_from, checkpoint_from, corrupt, corrupt_event, listed_sessions, message_from,
-    run_from, session_from, step_from, Plain, StoredRow, ARTIFACT_COLUMNS, CHECKPOINT_COLUMNS,
-    EVENT_COLUMNS, INTERRUPTED_SESSIONS, MESSAGE_COLUMNS, NEWEST_ARTIFACT, RUN_COLUMNS,
-    SESSION_COLUMNS, STEP_COLUMNS,
+    artifact_from, checkpoint_from, corrupt, corrupt_event, listed_sessions, session_from,
+    versions_kept, ArtifactPage, KeyedTable, LogPage, LogTable, Plain, RowKey, RowPage,
+    SessionRows, StoredRow, ARTIFACT_COLUMNS, CHECKPOINT_COLUMNS, INTERRUPTED_SESSIONS,
+    SESSION_COLUMNS,
 };
-use crate::store::{ArtifactVersions, SessionQuery, Store, StoreError, StoreResult, WriteOp};
+use crate::store::{SessionQuery, Store, StoreError, StoreResult, WriteOp};
 
 /// Ids, times and JSON are stored as text.
 impl StoredRow for SqliteRow {
@@ -73,60 +71,73 @@ fn parse_json(col: &str, s: &str) -> StoreResult<Value> {
     serde_json::from_str(s).map_err(|_| corrupt(col, s))
 }
 
-fn event_from(row: &SqliteRow) -> StoreResult<Event> {
-    let type_name: String = row.try_get("type")?;
-    let data: &str = row.try_get("data")?;
-    Event::from_stored(
-        row.uuid("session_id")?,
-        row.try_get("seq")?,
-        &type_name,
-        data,
-        row.time("created_at")?,
-    )
-    .map_err(|e| corrupt_event(&type_name, e))
-}
+#[async_trait]
+impl SessionRows for SqliteStore {
+    type Row = SqliteRow;
 
-/// Runs and steps: rows of a session with time-ordered ids, read a page or one at a time.
-impl SqliteStore {
-    async fn page<T>(
-        &self,
-        table: &str,
-        columns: &str,
-        session_id: Uuid,
-        after: Option<Uuid>,
-        limit: i64,
-        decode: fn(&SqliteRow) -> StoreResult<T>,
-    ) -> StoreResult<Vec<T>> {
-        let rows = sqlx::query(&format!(
-            "SELECT {columns} FROM {table} \
-             WHERE session_id = ?1 AND (?2 IS NULL OR id > ?2) ORDER BY id LIMIT ?3"
-        ))
-        .bind(session_id.to_string())
-        .bind(after.map(|id| id.to_string()))
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(|e| self.read_failed(e))?;
-        rows.iter().map(decode).collect()
+    fn event_from(row: &SqliteRow) -> StoreResult<Event> {
+        let type_name: String = row.try_get("type")?;
+        let data: &str = row.try_get("data")?;
+        Event::from_stored(
+            row.uuid("session_id")?,
+            row.try_get("seq")?,
+            &type_name,
+            data,
+            row.time("created_at")?,
+        )
+        .map_err(|e| corrupt_event(&type_name, e))
     }
 
-    async fn one<T>(
-        &self,
-        table: &str,
-        columns: &str,
-        session_id: Uuid,
-        id: Uuid,
-        decode: fn(&SqliteRow) -> StoreResult<T>,
-    ) -> StoreResult<Option<T>> {
-        let row = sqlx::query(&format!(
-            "SELECT {columns} FROM {table} WHERE session_id = ? AND id = ?"
+    async fn log_rows(&self, log: &LogTable, page: LogPage) -> StoreResult<Vec<SqliteRow>> {
+        sqlx::query(&log.select())
+            .bind(page.session_id.to_string())
+            .bind(page.after)
+            .bind(page.limit)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| self.read_failed(e))
+    }
+
+    async fn artifact_rows(&self, page: ArtifactPage) -> StoreResult<Vec<SqliteRow>> {
+        let ArtifactPage { session_id, query } = page;
+        let newest = versions_kept(query.versions);
+        sqlx::query(&format!(
+            "SELECT {ARTIFACT_COLUMNS} FROM artifacts a \
+             WHERE a.session_id = ?1 AND (?2 IS NULL OR a.id > ?2) AND {newest} \
+             ORDER BY a.id LIMIT ?3"
         ))
         .bind(session_id.to_string())
-        .bind(id.to_string())
+        .bind(query.after.map(|id| id.to_string()))
+        .bind(query.limit)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| self.read_failed(e))
+    }
+
+    async fn page_rows(&self, page: RowPage) -> StoreResult<Vec<SqliteRow>> {
+        let KeyedTable { name, columns } = page.table;
+        sqlx::query(&format!(
+            "SELECT {columns} FROM {name} \
+             WHERE session_id = ?1 AND (?2 IS NULL OR id > ?2) ORDER BY id LIMIT ?3"
+        ))
+        .bind(page.session_id.to_string())
+        .bind(page.after.map(|id| id.to_string()))
+        .bind(page.limit)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| self.read_failed(e))
+    }
+
+    async fn one_row(&self, table: &KeyedTable, key: RowKey) -> StoreResult<Option<SqliteRow>> {
+        let KeyedTable { name, columns } = table;
+        sqlx::query(&format!(
+            "SELECT {columns} FROM {name} WHERE session_id = ? AND id = ?"
+        ))
+        .bind(key.session_id.to_string())
+        .bind(key.id.to_string())
         .fetch_optional(&self.pool)
         .await
-        .map_err(|e| self.read_failed(e))?;
-        row.as_ref().map(decode).transpose()
+        .map_err(|e| self.read_failed(e))
     }
 }
 
@@ -207,25 +218,6 @@ impl Store for SqliteStore {
         rows.iter().map(|r| r.uuid("id")).collect()
     }
 
-    async fn messages(
-        &self,
-        session_id: Uuid,
-        after: i64,
-        limit: i64,
-    ) -> StoreResult<Vec<Message>> {
-        let rows = sqlx::query(&format!(
-            "SELECT {MESSAGE_COLUMNS} FROM messages \
-             WHERE session_id = ? AND idx > ? ORDER BY idx LIMIT ?"
-        ))
-        .bind(session_id.to_string())
-        .bind(after)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(|e| self.read_failed(e))?;
-        rows.iter().map(message_from).collect()
-    }
-
     async fn nth_user_message(&self, session_id: Uuid, n: u64) -> StoreResult<Option<i64>> {
         let row = sqlx::query(
             "SELECT idx FROM messages WHERE session_id = ? AND role = 'user' \
@@ -249,20 +241,6 @@ impl Store for SqliteStore {
         Ok(row.try_get(0)?)
     }
 
-    async fn events(&self, session_id: Uuid, after: i64, limit: i64) -> StoreResult<Vec<Event>> {
-        let rows = sqlx::query(&format!(
-            "SELECT {EVENT_COLUMNS} FROM events \
-             WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?"
-        ))
-        .bind(session_id.to_string())
-        .bind(after)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(|e| self.read_failed(e))?;
-        rows.iter().map(event_from).collect()
-    }
-
     async fn last_seq(&self, session_id: Uuid) -> StoreResult<i64> {
         let row = sqlx::query("SELECT COALESCE(MAX(seq), 0) FROM events WHERE session_id = ?")
             .bind(session_id.to_string())
@@ -270,36 +248,6 @@ impl Store for SqliteStore {
             .await
             .map_err(|e| self.read_failed(e))?;
         Ok(row.try_get(0)?)
-    }
-
-    async fn steps(
-        &self,
-        session_id: Uuid,
-        after: Option<Uuid>,
-        limit: i64,
-    ) -> StoreResult<Vec<StepRecord>> {
-        self.page("steps", STEP_COLUMNS, session_id, after, limit, step_from)
-            .await
-    }
-
-    async fn step(&self, session_id: Uuid, step_id: Uuid) -> StoreResult<Option<StepRecord>> {
-        self.one("steps", STEP_COLUMNS, session_id, step_id, step_from)
-            .await
-    }
-
-    async fn runs(
-        &self,
-        session_id: Uuid,
-        after: Option<Uuid>,
-        limit: i64,
-    ) -> StoreResult<Vec<RunRecord>> {
-        self.page("runs", RUN_COLUMNS, session_id, after, limit, run_from)
-            .await
-    }
-
-    async fn run(&self, session_id: Uuid, run_id: Uuid) -> StoreResult<Option<RunRecord>> {
-        self.one("runs", RUN_COLUMNS, session_id, run_id, run_from)
-            .await
     }
 
     async fn latest_checkpoint(&self, session_id: Uuid) -> StoreResult<Option<Checkpoint>> {
@@ -312,31 +260,6 @@ impl Store for SqliteStore {
         .await
         .map_err(|e| self.read_failed(e))?;
         row.as_ref().map(checkpoint_from).transpose()
-    }
-
-    async fn artifacts(
-        &self,
-        session_id: Uuid,
-        versions: ArtifactVersions,
-        after: Option<Uuid>,
-        limit: i64,
-    ) -> StoreResult<Vec<ArtifactRecord>> {
-        let newest = match versions {
-            ArtifactVersions::Newest => NEWEST_ARTIFACT,
-            ArtifactVersions::All => "1 = 1",
-        };
-        let rows = sqlx::query(&format!(
-            "SELECT {ARTIFACT_COLUMNS} FROM artifacts a \
-             WHERE a.session_id = ?1 AND (?2 IS NULL OR a.id > ?2) AND {newest} \
-             ORDER BY a.id LIMIT ?3"
-        ))
-        .bind(session_id.to_string())
-        .bind(after.map(|id| id.to_string()))
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(|e| self.read_failed(e))?;
-        rows.iter().map(artifact_from).collect()
     }
 
     async fn artifact(&self, session_id: Uuid, id: Uuid) -> StoreResult<Option<ArtifactRecord>> {

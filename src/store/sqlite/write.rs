@@ -9,16 +9,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use rusqlite::{params, Connection, Transaction, TransactionBehavior};
+use rusqlite::types::Value as SqlValue;
+use rusqlite::{params, params_from_iter, Connection, Transaction, TransactionBehavior};
 use serde_json::Value;
 use uuid::Uuid;
 
 use crate::model::{
-    ArtifactRecord, Checkpoint, Event, FinishReason, Message, RunRecord, SessionRecord, StepRecord,
-    ThinkingBlock, ToolCall,
+    Checkpoint, Event, FinishReason, Message, RunRecord, SessionRecord, StepRecord, ThinkingBlock,
+    ToolCall,
 };
-use crate::store::rows::{tokens, SESSION_TABLES};
-use crate::store::{StoreError, StoreResult, WriteOp};
+use crate::store::rows::{tokens, CopiedRows, COPIED_ARTIFACTS, COPIED_MESSAGES, SESSION_TABLES};
+use crate::store::{NewArtifact, StoreError, StoreResult, WriteOp};
 
 /// WAL pages after which a commit checkpoints (SQLite's default: 1,000).
 const WAL_AUTOCHECKPOINT_PAGES: i64 = 10_000;
@@ -144,15 +145,13 @@ fn apply(tx: &Transaction<'_>, op: &WriteOp) -> rusqlite::Result<()> {
             session_id,
             message,
         } => insert_message(tx, *session_id, message),
-        WriteOp::CopyMessages { from, to, upto } => copy_messages(tx, *from, *to, *upto),
-        WriteOp::InsertArtifact {
-            session_id,
-            artifact,
-            message_count,
-            seq,
-            content,
-        } => insert_artifact(tx, *session_id, artifact, *message_count, *seq, content),
-        WriteOp::CopyArtifacts { from, to, upto } => copy_artifacts(tx, *from, *to, *upto),
+        WriteOp::CopyMessages { from, to, upto } => {
+            copy_rows(tx, &COPIED_MESSAGES, *from, *to, *upto)
+        }
+        WriteOp::InsertArtifact(a) => insert_artifact(tx, a),
+        WriteOp::CopyArtifacts { from, to, upto } => {
+            copy_rows(tx, &COPIED_ARTIFACTS, *from, *to, *upto)
+        }
         WriteOp::UpsertRun(r) => upsert_run(tx, r),
         WriteOp::UpsertStep(s) => upsert_step(tx, s),
         WriteOp::InsertEvent(e) => insert_event(tx, e),
@@ -169,47 +168,46 @@ fn apply(tx: &Transaction<'_>, op: &WriteOp) -> rusqlite::Result<()> {
 }
 
 fn insert_session(tx: &Transaction<'_>, s: &SessionRecord) -> rusqlite::Result<()> {
+    let identity = [
+        SqlValue::from(s.id.to_string()),
+        s.parent_id.map(|id| id.to_string()).into(),
+        s.system_prompt.clone().into(),
+        s.created_at.to_rfc3339().into(),
+    ];
     tx.prepare_cached(
-        "INSERT INTO sessions (id, parent_id, title, metadata, options, system_prompt, state, \
-         error, input_tokens, output_tokens, last_run_id, created_at, updated_at) \
+        "INSERT INTO sessions (title, metadata, options, state, error, input_tokens, \
+         output_tokens, last_run_id, updated_at, id, parent_id, system_prompt, created_at) \
          VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     )?
-    .execute(params![
-        s.id.to_string(),
-        s.parent_id.map(|id| id.to_string()),
-        s.title,
-        s.metadata.to_string(),
-        options_json(s),
-        s.system_prompt,
-        s.state.as_str(),
-        s.error,
-        tokens(s.usage.input_tokens),
-        tokens(s.usage.output_tokens),
-        s.last_run_id.map(|id| id.to_string()),
-        s.created_at.to_rfc3339(),
-        s.updated_at.to_rfc3339(),
-    ])?;
+    .execute(params_from_iter(
+        mutable_columns(s).into_iter().chain(identity),
+    ))?;
     Ok(())
 }
 
 fn update_session(tx: &Transaction<'_>, s: &SessionRecord) -> rusqlite::Result<()> {
+    let id = SqlValue::from(s.id.to_string());
     tx.prepare_cached(
         "UPDATE sessions SET title = ?, metadata = ?, options = ?, state = ?, error = ?, \
          input_tokens = ?, output_tokens = ?, last_run_id = ?, updated_at = ? WHERE id = ?",
     )?
-    .execute(params![
-        s.title,
-        s.metadata.to_string(),
-        options_json(s),
-        s.state.as_str(),
-        s.error,
-        tokens(s.usage.input_tokens),
-        tokens(s.usage.output_tokens),
-        s.last_run_id.map(|id| id.to_string()),
-        s.updated_at.to_rfc3339(),
-        s.id.to_string(),
-    ])?;
+    .execute(params_from_iter(mutable_columns(s).into_iter().chain([id])))?;
     Ok(())
+}
+
+/// The first nine parameters of both session statements: the columns an update rewrites.
+fn mutable_columns(s: &SessionRecord) -> [SqlValue; 9] {
+    [
+        s.title.clone().into(),
+        s.metadata.to_string().into(),
+        options_json(s).into(),
+        s.state.as_str().to_string().into(),
+        s.error.clone().into(),
+        tokens(s.usage.input_tokens).into(),
+        tokens(s.usage.output_tokens).into(),
+        s.last_run_id.map(|id| id.to_string()).into(),
+        s.updated_at.to_rfc3339().into(),
+    ]
 }
 
 fn options_json(s: &SessionRecord) -> String {
@@ -254,19 +252,15 @@ fn insert_message(tx: &Transaction<'_>, session_id: Uuid, m: &Message) -> rusqli
     Ok(())
 }
 
-fn copy_messages(
+/// Copies rows of `from` into `to` (a fork), all of them when `upto` is `None`.
+fn copy_rows(
     tx: &Transaction<'_>,
+    rows: &CopiedRows,
     from: Uuid,
     to: Uuid,
     upto: Option<i64>,
 ) -> rusqlite::Result<()> {
-    tx.prepare_cached(
-        "INSERT INTO messages (session_id, idx, role, content, thinking, tool_calls, \
-         tool_call_id, created_at) \
-         SELECT ?, idx, role, content, thinking, tool_calls, tool_call_id, created_at \
-         FROM messages WHERE session_id = ? AND idx < ?",
-    )?
-    .execute(params![
+    tx.prepare_cached(&rows.sql())?.execute(params![
         to.to_string(),
         from.to_string(),
         upto.unwrap_or(i64::MAX)
@@ -274,14 +268,8 @@ fn copy_messages(
     Ok(())
 }
 
-fn insert_artifact(
-    tx: &Transaction<'_>,
-    session_id: Uuid,
-    a: &ArtifactRecord,
-    message_count: i64,
-    seq: i64,
-    content: &[u8],
-) -> rusqlite::Result<()> {
+fn insert_artifact(tx: &Transaction<'_>, new: &NewArtifact) -> rusqlite::Result<()> {
+    let a = &new.artifact;
     tx.prepare_cached(
         "INSERT INTO blobs (sha256, size, content, created_at) VALUES (?, ?, ?, ?) \
          ON CONFLICT (sha256) DO NOTHING",
@@ -289,7 +277,7 @@ fn insert_artifact(
     .execute(params![
         a.sha256,
         size(a.size),
-        content,
+        new.content.as_ref(),
         a.created_at.to_rfc3339()
     ])?;
     tx.prepare_cached(
@@ -298,7 +286,7 @@ fn insert_artifact(
          VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     )?
     .execute(params![
-        session_id.to_string(),
+        new.session_id.to_string(),
         a.id.to_string(),
         a.path,
         a.version,
@@ -307,8 +295,8 @@ fn insert_artifact(
         a.media_type,
         a.step_id.to_string(),
         a.run_id.to_string(),
-        message_count,
-        seq,
+        new.message_count,
+        new.seq,
         a.created_at.to_rfc3339(),
     ])?;
     Ok(())
@@ -317,27 +305,6 @@ fn insert_artifact(
 /// A byte count as stored (`INTEGER`).
 fn size(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
-}
-
-fn copy_artifacts(
-    tx: &Transaction<'_>,
-    from: Uuid,
-    to: Uuid,
-    upto: Option<i64>,
-) -> rusqlite::Result<()> {
-    tx.prepare_cached(
-        "INSERT INTO artifacts (session_id, id, path, version, size, sha256, media_type, \
-         step_id, run_id, message_count, seq, created_at) \
-         SELECT ?, id, path, version, size, sha256, media_type, step_id, run_id, \
-         message_count, seq, created_at FROM artifacts \
-         WHERE session_id = ? AND message_count <= ?",
-    )?
-    .execute(params![
-        to.to_string(),
-        from.to_string(),
-        upto.unwrap_or(i64::MAX)
-    ])?;
-    Ok(())
 }
 
 fn upsert_run(tx: &Transaction<'_>, r: &RunRecord) -> rusqlite::Result<()> {

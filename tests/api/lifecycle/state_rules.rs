@@ -82,12 +82,7 @@ async fn max_steps_fails_the_run_and_the_current_configuration_wins_after_a_rest
         "{:?}",
         types(&log)
     );
-    let llm_steps = server
-        .steps(&id)
-        .await
-        .iter()
-        .filter(|s| s["type"] == "llm")
-        .count();
+    let llm_steps = server.llm_step_count(&id).await;
     assert_eq!(llm_steps, 1, "at most one LLM call");
 
     let prompt = "You are a test prompt.";

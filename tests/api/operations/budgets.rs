@@ -43,12 +43,7 @@ async fn a_run_stops_before_the_step_that_would_start_over_its_run_budget() {
     assert_eq!(result["steps"], 1, "{result}");
     assert!(tokens(&result["usage"]) >= 1, "{result}");
     assert_budget_stop(&server, &id, &result, "max_run_tokens=1").await;
-    let llm_steps = server
-        .steps(&id)
-        .await
-        .iter()
-        .filter(|s| s["type"] == "llm")
-        .count();
+    let llm_steps = server.llm_step_count(&id).await;
     assert_eq!(llm_steps, 1, "no LLM step started over the budget");
 
     // The next run has a budget of its own, and a session in `failed` accepts it.

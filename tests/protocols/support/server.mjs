@@ -9,6 +9,7 @@ import { mkdtempSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
+import { after, before } from 'node:test';
 
 const TAH = process.env.TAH_BIN;
 if (!TAH) throw new Error('TAH_BIN must name the tah binary (scripts/protocol-clients.sh sets it)');
@@ -134,6 +135,29 @@ export async function startTah({ model = 'mock', mockDelayMs = 0, pieces = 5, ex
       }
     },
   };
+}
+
+/**
+ * The tah server (`startTah(options)`) of the enclosing `describe`: started before its tests,
+ * closed after them. What is returned stands for that server once it has started.
+ */
+export function suiteServer(options) {
+  let server;
+  before(async () => {
+    server = await startTah(options);
+  });
+  after(async () => {
+    await server?.close();
+  });
+  return new Proxy(
+    {},
+    {
+      get(_, name) {
+        const value = server[name];
+        return typeof value === 'function' ? value.bind(server) : value;
+      },
+    },
+  );
 }
 
 /** The history messages of the session's last turn (from its last user message on). */

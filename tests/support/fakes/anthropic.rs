@@ -40,6 +40,24 @@ pub fn text_delta(index: usize, text: &str) -> String {
     )
 }
 
+/// Opens a `tool_use` block; its input follows in [`input_delta`] pieces.
+fn tool_start(index: usize, call: &FakeToolCall) -> String {
+    event(
+        "content_block_start",
+        json!({"type": "content_block_start", "index": index, "content_block": {
+            "type": "tool_use", "id": call.id, "name": call.name, "input": {},
+        }}),
+    )
+}
+
+fn input_delta(index: usize, piece: &str) -> String {
+    event(
+        "content_block_delta",
+        json!({"type": "content_block_delta", "index": index,
+               "delta": {"type": "input_json_delta", "partial_json": piece}}),
+    )
+}
+
 pub fn block_stop(index: usize) -> String {
     event(
         "content_block_stop",
@@ -93,19 +111,10 @@ pub fn tool_calls_reply(text: &str, calls: &[FakeToolCall]) -> String {
         index = 1;
     }
     for call in calls {
-        out.push_str(&event(
-            "content_block_start",
-            json!({"type": "content_block_start", "index": index, "content_block": {
-                "type": "tool_use", "id": call.id, "name": call.name, "input": {},
-            }}),
-        ));
+        out.push_str(&tool_start(index, call));
         out.push_str(&ping());
         for piece in &call.argument_pieces {
-            out.push_str(&event(
-                "content_block_delta",
-                json!({"type": "content_block_delta", "index": index,
-                       "delta": {"type": "input_json_delta", "partial_json": piece}}),
-            ));
+            out.push_str(&input_delta(index, piece));
         }
         out.push_str(&block_stop(index));
         index += 1;
@@ -168,18 +177,9 @@ pub fn blocks_reply(blocks: &[Block<'_>], stop_reason: &str) -> String {
                 }
             }
             Block::Tool(call) => {
-                out.push_str(&event(
-                    "content_block_start",
-                    json!({"type": "content_block_start", "index": index, "content_block": {
-                        "type": "tool_use", "id": call.id, "name": call.name, "input": {},
-                    }}),
-                ));
+                out.push_str(&tool_start(index, call));
                 for piece in &call.argument_pieces {
-                    out.push_str(&event(
-                        "content_block_delta",
-                        json!({"type": "content_block_delta", "index": index,
-                               "delta": {"type": "input_json_delta", "partial_json": piece}}),
-                    ));
+                    out.push_str(&input_delta(index, piece));
                 }
             }
         }
