@@ -238,7 +238,7 @@ pub async fn run_turn<J: Journal>(
             tools,
             purpose: Purpose::Turn,
         });
-        let reply = loop {
+        let outcome = loop {
             let item = tokio::select! {
                 item = stream.next() => item,
                 _ = cancel.cancelled() => {
@@ -258,36 +258,32 @@ pub async fn run_turn<J: Journal>(
                 Some(Ok(StreamItem::Retry { attempt, error })) => {
                     journal.llm_retry(step_id, attempt, error).await?
                 }
-                Some(Ok(StreamItem::Done(reply))) => {
-                    timer.finish("ok", Some(reply.usage));
-                    telemetry::chat_done(&span, &reply);
-                    break reply;
-                }
-                Some(Err(error)) => {
-                    timer.finish("error", None);
-                    telemetry::chat_failed(&span, &error);
-                    journal.llm_failed(step_id, error.to_string()).await?;
-                    return Err(AgentError::Model {
-                        error,
-                        usage,
-                        steps,
-                    });
-                }
+                Some(Ok(StreamItem::Done(reply))) => break Ok(reply),
+                Some(Err(error)) => break Err(error),
                 None => {
-                    timer.finish("error", None);
-                    let error = LlmError::new(
+                    break Err(LlmError::new(
                         deps.model.name(),
                         crate::llm::LlmErrorKind::Protocol,
                         "the reply ended without completing",
-                    );
-                    telemetry::chat_failed(&span, &error);
-                    journal.llm_failed(step_id, error.to_string()).await?;
-                    return Err(AgentError::Model {
-                        error,
-                        usage,
-                        steps,
-                    });
+                    ))
                 }
+            }
+        };
+        let reply = match outcome {
+            Ok(reply) => {
+                timer.finish("ok", Some(reply.usage));
+                telemetry::chat_done(&span, &reply);
+                reply
+            }
+            Err(error) => {
+                timer.finish("error", None);
+                telemetry::chat_failed(&span, &error);
+                journal.llm_failed(step_id, error.to_string()).await?;
+                return Err(AgentError::Model {
+                    error,
+                    usage,
+                    steps,
+                });
             }
         };
         usage.add(reply.usage);
@@ -627,14 +623,20 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn a_turn_runs_the_tools_the_model_asks_for_and_ends_with_its_answer() {
-        let f = fixture(Some(20));
+    /// The first turn of a new session on the mock model, with `input`.
+    async fn first_turn(max_steps: Option<u32>, input: &str) -> (TurnOutcome, MemoryJournal) {
+        let f = fixture(max_steps);
         let mut journal = journal();
         let outcome = f
-            .turn(&mut journal, Some("what is here?"))
+            .turn(&mut journal, Some(input))
             .await
             .expect("the turn ends");
+        (outcome, journal)
+    }
+
+    #[tokio::test]
+    async fn a_turn_runs_the_tools_the_model_asks_for_and_ends_with_its_answer() {
+        let (outcome, journal) = first_turn(Some(20), "what is here?").await;
         assert_eq!(outcome.finish_reason, FinishReason::Model("stop".into()));
         assert_eq!(outcome.steps, 3);
         assert!(outcome.text.contains("what is here?"), "{}", outcome.text);
@@ -698,12 +700,7 @@ mod tests {
 
     #[tokio::test]
     async fn max_steps_ends_the_run_after_the_tools_of_its_last_step() {
-        let f = fixture(Some(1));
-        let mut journal = journal();
-        let outcome = f
-            .turn(&mut journal, Some("hi"))
-            .await
-            .expect("the turn ends");
+        let (outcome, journal) = first_turn(Some(1), "hi").await;
         assert_eq!(outcome.finish_reason, FinishReason::MaxSteps);
         assert_eq!(outcome.steps, 1);
         assert_eq!(journal.facts(), OPENING);

@@ -24,14 +24,16 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+
 use axum::routing::{get, post};
 use axum::Router;
 use bytes::BytesMut;
 use serde::de::IgnoredAny;
 use serde::Deserialize;
 use serde_json::json;
+use tah::http::sse::event_stream;
 
 /// The marker around a piece's send time.
 pub const STAMP: char = '⏱';
@@ -330,17 +332,6 @@ async fn completions(State(fake): State<Arc<Fake>>, body: Bytes) -> Response {
             Some((Ok::<_, Infallible>(item), (fake, usage, i + 1)))
         });
     event_stream(Body::from_stream(stream))
-}
-
-fn event_stream(body: Body) -> Response {
-    let mut response = Response::new(body);
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    response
 }
 
 /// The non-streaming answer (`stream: false`).

@@ -30,7 +30,7 @@ mod problem;
 mod runs;
 pub mod server;
 mod sessions;
-mod sse;
+pub mod sse;
 mod ui;
 
 use std::future::Future;

@@ -168,6 +168,11 @@ pub fn response(events: EventStream, shutdown: CancellationToken) -> Response {
         frames: Box::pin(frames),
         done: false,
     });
+    event_stream(body)
+}
+
+/// A `text/event-stream` response with `body`, not cached, and not buffered by reverse proxies.
+pub fn event_stream(body: Body) -> Response {
     let mut response = Response::new(body);
     let headers = response.headers_mut();
     headers.insert(

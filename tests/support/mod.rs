@@ -39,7 +39,7 @@ pub use checks::*;
 pub use client::{assert_conflict, check_problem, Api, Reply};
 pub use fixtures::{workspace_fixture, MOCK_TURN_ROLES, README, README_FIRST_SENTENCE};
 pub use postgres::{with_database, TestDatabase};
-pub use server::{is_postgres, Backend, ServerOptions, TestServer};
+pub use server::{is_postgres, serve_expecting_exit, Backend, ServerOptions, TestServer};
 pub use sse::{
     deltas, has_terminal, Next, Seen, SseFrame, SseFrom, SseStream, Subscriber, FRAME_TIMEOUT,
 };

@@ -631,3 +631,29 @@ fn strip_ansi(line: &str) -> String {
     }
     out
 }
+
+/// Runs `tah serve` on the mock model and a fresh SQLite database with these flags and
+/// environment (none of the caller's `TAH_*` variables), for a start that is meant to fail:
+/// its exit status and log.
+pub fn serve_expecting_exit(args: &[&str], env: &[(&str, &str)]) -> (ExitStatus, String) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let database = format!("sqlite://{}", dir.path().join("tah.db").display());
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_tah"));
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("TAH_") {
+            command.env_remove(name);
+        }
+    }
+    let output = command
+        .args(["serve", "--listen", "127.0.0.1:0", "--provider", "mock"])
+        .args(["--database-url", &database])
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run tah");
+    (
+        output.status,
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}

@@ -209,20 +209,7 @@ async fn metrics_listen_serves_metrics_apart_from_the_api() {
 
 /// `tah serve --metrics-listen ADDR`: its exit status and stderr.
 fn serve_with_metrics_listen(addr: &str) -> (std::process::ExitStatus, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_tah"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--provider", "mock"])
-        .arg("--database-url")
-        .arg(format!("sqlite://{}", dir.path().join("tah.db").display()))
-        .args(["--metrics-listen", addr])
-        .env_remove("TAH_METRICS_LISTEN")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("run tah");
-    (
-        output.status,
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
+    serve_expecting_exit(&["--metrics-listen", addr], &[])
 }
 
 #[test]

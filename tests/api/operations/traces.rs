@@ -414,17 +414,11 @@ async fn a_graceful_stop_exports_the_spans_still_queued() {
 
 #[test]
 fn a_grpc_protocol_is_refused_at_start() {
-    let dir = tempfile::tempdir().unwrap();
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_tah"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--provider", "mock"])
-        .arg("--database-url")
-        .arg(format!("sqlite://{}", dir.path().join("tah.db").display()))
-        .env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
-        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("run tah");
-    let log = String::from_utf8_lossy(&output.stderr);
-    assert!(!output.status.success(), "it started: {log}");
+    let env = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9"),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+    ];
+    let (status, log) = serve_expecting_exit(&[], &env);
+    assert!(!status.success(), "it started: {log}");
     assert!(log.contains("OTEL_EXPORTER_OTLP_PROTOCOL"), "{log}");
 }

@@ -387,30 +387,6 @@ async fn replicas_deliver_each_event_once() {
     assert_eq!(delivered, expected, "each event once: {hits:#?}");
 }
 
-/// `tah serve` with these flags and environment: its exit status and log.
-fn serve(args: &[&str], env: &[(&str, &str)]) -> (std::process::ExitStatus, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let database = format!("sqlite://{}", dir.path().join("tah.db").display());
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_tah"));
-    for (name, _) in std::env::vars_os() {
-        if name.to_string_lossy().starts_with("TAH_") {
-            command.env_remove(name);
-        }
-    }
-    let output = command
-        .args(["serve", "--listen", "127.0.0.1:0", "--provider", "mock"])
-        .args(["--database-url", &database])
-        .args(args)
-        .envs(env.iter().copied())
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("run tah");
-    (
-        output.status,
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
-}
-
 #[test]
 fn a_webhook_url_without_a_usable_secret_is_refused_at_start() {
     let url = ["--webhook-url", "http://127.0.0.1:9/hook"];
@@ -438,7 +414,7 @@ fn a_webhook_url_without_a_usable_secret_is_refused_at_start() {
             "not an http or https URL",
         ),
     ] {
-        let (status, log) = serve(&args, &env);
+        let (status, log) = serve_expecting_exit(&args, &env);
         assert!(!status.success(), "{args:?} started: {log}");
         assert!(log.contains(says), "{args:?}: {says:?} not in {log}");
         assert!(!log.contains("c2hvcnQ"), "the secret is not logged: {log}");
