@@ -510,7 +510,7 @@ fn approval_schema() -> Value {
 mod tests {
     use super::*;
     use crate::model::{Decision, Message, ResolvedBy, Role, ToolCall};
-    use crate::protocols::calls::tests::{adapt_log as run, types, Log};
+    use crate::protocols::calls::tests::{adapt_log as run, type_list, types, Log};
 
     /// A run that shows one text message and finishes.
     const ONE_TEXT_MESSAGE_THEN_FINISHED: [&str; 4] = [
@@ -526,24 +526,7 @@ mod tests {
         let mut stream = AgUiRun::new("t", "r", 0, HashSet::new());
         let (out, parks) = run(&mut stream, &log);
         assert!(parks.is_empty());
-        assert_eq!(
-            types(&out),
-            [
-                "REASONING_START",
-                "REASONING_MESSAGE_START",
-                "REASONING_MESSAGE_CONTENT",
-                "REASONING_MESSAGE_END",
-                "REASONING_END",
-                "TOOL_CALL_START",
-                "TOOL_CALL_ARGS",
-                "TOOL_CALL_END",
-                "TOOL_CALL_RESULT",
-                "TEXT_MESSAGE_START",
-                "TEXT_MESSAGE_CONTENT",
-                "TEXT_MESSAGE_END",
-                "RUN_FINISHED",
-            ]
-        );
+        assert_eq!(type_list(&out), "REASONING_START REASONING_MESSAGE_START REASONING_MESSAGE_CONTENT REASONING_MESSAGE_END REASONING_END TOOL_CALL_START TOOL_CALL_ARGS TOOL_CALL_END TOOL_CALL_RESULT TEXT_MESSAGE_START TEXT_MESSAGE_CONTENT TEXT_MESSAGE_END RUN_FINISHED");
         assert_eq!(out[5]["parentMessageId"], first.to_string());
         assert_eq!(out[6]["delta"], r#"{"path":"notes.md"}"#);
         assert_eq!(out[8]["content"], "README.md");

@@ -266,7 +266,7 @@ fn finish_reason_of(reason: &FinishReason) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocols::calls::tests::{adapt_log as chunks, types, Log};
+    use crate::protocols::calls::tests::{adapt_log as chunks, type_list, types, Log};
 
     #[test]
     fn a_turn_with_reasoning_text_and_a_tool_call_becomes_one_message() {
@@ -274,26 +274,7 @@ mod tests {
             Log::reasoned_turn(&["I should ", "look."], &[], &["It has ", "a README."]);
         let (out, parks) = chunks(&mut UiMessageStream::new(0), &log);
         assert!(parks.is_empty());
-        assert_eq!(
-            types(&out),
-            [
-                "start-step",
-                "reasoning-start",
-                "reasoning-delta",
-                "reasoning-delta",
-                "reasoning-end",
-                "tool-input-available",
-                "tool-output-available",
-                "finish-step",
-                "start-step",
-                "text-start",
-                "text-delta",
-                "text-delta",
-                "text-end",
-                "finish-step",
-                "finish",
-            ]
-        );
+        assert_eq!(type_list(&out), "start-step reasoning-start reasoning-delta reasoning-delta reasoning-end tool-input-available tool-output-available finish-step start-step text-start text-delta text-delta text-end finish-step finish");
         assert_eq!(out[5]["toolName"], "list_files");
         assert_eq!(out[6]["output"], "README.md");
         assert_eq!(out[9]["id"], second.to_string());
@@ -311,14 +292,8 @@ mod tests {
         assert_eq!(parks, vec![park]);
         out.extend(first.finish_parked());
         assert_eq!(
-            types(&out),
-            [
-                "start-step",
-                "tool-input-available",
-                "tool-approval-request",
-                "finish-step",
-                "finish"
-            ]
+            type_list(&out),
+            "start-step tool-input-available tool-approval-request finish-step finish"
         );
         assert_eq!(out[2]["approvalId"], "c1");
         assert_eq!(out[4]["finishReason"], "tool-calls");
@@ -331,19 +306,7 @@ mod tests {
         log.done("Not written.");
         let (out, parks) = chunks(&mut UiMessageStream::new(park), &log);
         assert!(parks.is_empty());
-        assert_eq!(
-            types(&out),
-            [
-                "tool-output-denied",
-                "finish-step",
-                "start-step",
-                "text-start",
-                "text-delta",
-                "text-end",
-                "finish-step",
-                "finish"
-            ]
-        );
+        assert_eq!(type_list(&out), "tool-output-denied finish-step start-step text-start text-delta text-end finish-step finish");
     }
 
     #[test]
@@ -369,16 +332,8 @@ mod tests {
         });
         let (out, _) = chunks(&mut UiMessageStream::new(0), &log);
         assert_eq!(
-            types(&out),
-            [
-                "start-step",
-                "text-start",
-                "text-delta",
-                "text-end",
-                "finish-step",
-                "error",
-                "finish"
-            ]
+            type_list(&out),
+            "start-step text-start text-delta text-end finish-step error finish"
         );
         assert_eq!(out[2]["delta"], "all at once");
         assert_eq!(out[5]["errorText"], "the provider refused");
@@ -392,14 +347,8 @@ mod tests {
         log.push(EventKind::AgentCancelled { run_id: log.run_id });
         let (out, _) = chunks(&mut UiMessageStream::new(0), &log);
         assert_eq!(
-            types(&out),
-            [
-                "start-step",
-                "tool-input-available",
-                "tool-output-error",
-                "finish-step",
-                "abort"
-            ]
+            type_list(&out),
+            "start-step tool-input-available tool-output-error finish-step abort"
         );
         assert_eq!(out[2]["errorText"], "no such file");
     }

@@ -428,6 +428,11 @@ pub(crate) mod tests {
         out.iter().map(|c| c["type"].as_str().unwrap()).collect()
     }
 
+    /// The types of `out` in order, separated by spaces.
+    pub fn type_list(out: &[Value]) -> String {
+        types(out).join(" ")
+    }
+
     fn parks(log: &Log) -> Vec<i64> {
         let mut calls = RunCalls::default();
         log.events
