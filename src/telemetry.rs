@@ -338,14 +338,10 @@ fn message_parts(message: &Message) -> Value {
         }
         _ => {}
     }
-    for call in &message.tool_calls {
-        parts.push(json!({
-            "type": "tool_call",
-            "id": call.id,
-            "name": call.name,
-            "arguments": call.arguments,
-        }));
-    }
+    let calls = message.tool_calls.iter().map(|call| {
+        json!({"type": "tool_call", "id": call.id, "name": call.name, "arguments": call.arguments})
+    });
+    parts.extend(calls);
     json!({ "role": message.role.as_str(), "parts": parts })
 }
 

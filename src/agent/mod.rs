@@ -18,4 +18,4 @@ mod turn;
 
 pub use agent_loop::{AgentLoop, DefaultLoop};
 pub use calls::{Admission, Answer, Verdict};
-pub use turn::{run_turn, AgentDeps, AgentError, AgentSettings, Journal, TurnOutcome};
+pub use turn::{run_turn, AgentDeps, AgentError, AgentSettings, Completion, Journal, TurnOutcome};

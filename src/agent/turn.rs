@@ -33,6 +33,15 @@ pub struct AgentSettings {
     pub budget: TokenBudget,
 }
 
+/// A completed LLM step's reply, as the journal records it.
+#[derive(Debug, Clone)]
+pub struct Completion {
+    /// The assistant message, with its tool calls and thinking.
+    pub message: Message,
+    pub finish_reason: FinishReason,
+    pub usage: Usage,
+}
+
 /// What the loop needs besides the session.
 #[derive(Clone)]
 pub struct AgentDeps {
@@ -69,13 +78,7 @@ pub trait Journal: Send {
     ) -> Result<(), Self::Error>;
     /// The reply is complete: appends the assistant message (with its thinking, which is also
     /// the step's thinking step) and checkpoints.
-    async fn llm_completed(
-        &mut self,
-        step_id: Uuid,
-        message: Message,
-        finish_reason: FinishReason,
-        usage: Usage,
-    ) -> Result<(), Self::Error>;
+    async fn llm_completed(&mut self, step_id: Uuid, reply: Completion) -> Result<(), Self::Error>;
     async fn llm_failed(&mut self, step_id: Uuid, error: String) -> Result<(), Self::Error>;
     async fn context_trimmed(
         &mut self,
@@ -292,9 +295,12 @@ pub async fn run_turn<J: Journal>(
         let message =
             Message::assistant(reply.text, reply.tool_calls).with_thinking(reply.thinking);
         let finish_reason = FinishReason::Model(reply.finish_reason);
-        journal
-            .llm_completed(step_id, message, finish_reason.clone(), reply.usage)
-            .await?;
+        let completion = Completion {
+            message,
+            finish_reason: finish_reason.clone(),
+            usage: reply.usage,
+        };
+        journal.llm_completed(step_id, completion).await?;
         // The model is done, unless the user sent more meanwhile: then it answers that too.
         let queued = if done {
             journal.take_queued()
@@ -437,15 +443,9 @@ mod tests {
             self.note("llm_retry", attempt.to_string())
         }
 
-        async fn llm_completed(
-            &mut self,
-            _: Uuid,
-            message: Message,
-            finish_reason: FinishReason,
-            _: Usage,
-        ) -> Result<(), Refused> {
-            self.note("llm_completed", finish_reason.to_string())?;
-            self.push(message);
+        async fn llm_completed(&mut self, _: Uuid, reply: Completion) -> Result<(), Refused> {
+            self.note("llm_completed", reply.finish_reason.to_string())?;
+            self.push(reply.message);
             Ok(())
         }
 

@@ -31,7 +31,7 @@ use crate::protocols::ag_ui::{
     content_text, snapshot, snapshot_view, AgUiRun, InputMessage, ResumeStatus, RunAgentInput,
 };
 use crate::protocols::calls::{last_park, RunCalls, Wait};
-use crate::session::{ApprovalAnswer, Pending, RunRequest, RunStarted, SessionError};
+use crate::session::{ApprovalAnswer, ClientResult, Pending, RunRequest, RunStarted, SessionError};
 
 pub fn routes() -> Router<AppState> {
     Router::new().route("/v1/sessions/{id}/ag-ui", post(run))
@@ -265,12 +265,12 @@ impl Answers {
         }
         let mut known = HashSet::new();
         for (call_id, output, is_error) in self.results {
-            tolerated(
-                state
-                    .sessions
-                    .client_result(id, call_id.clone(), output, is_error)
-                    .await,
-            )?;
+            let result = ClientResult {
+                call_id: call_id.clone(),
+                output,
+                is_error,
+            };
+            tolerated(state.sessions.client_result(id, result).await)?;
             known.insert(call_id);
         }
         Ok(known)

@@ -27,7 +27,9 @@ use super::AppState;
 use crate::model::{Decision, RunRecord};
 use crate::protocols::ai_sdk::{UiMessageStream, DONE, STREAM_HEADER};
 use crate::protocols::calls::{last_park, RunCalls, Wait};
-use crate::session::{ApprovalAnswer, Pending, RunRequest, RunStarted, SessionError, Subscription};
+use crate::session::{
+    ApprovalAnswer, ClientResult, Pending, RunRequest, RunStarted, SessionError, Subscription,
+};
 
 pub fn routes() -> Router<AppState> {
     Router::new()
@@ -311,11 +313,12 @@ async fn answer(
                 },
             };
             output_of = Some(call.id.clone());
-            state
-                .sessions
-                .client_result(id, call.id.clone(), output, is_error)
-                .await
-                .map(drop)
+            let result = ClientResult {
+                call_id: call.id.clone(),
+                output,
+                is_error,
+            };
+            state.sessions.client_result(id, result).await.map(drop)
         }
         _ => Ok(()),
     };

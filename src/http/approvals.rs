@@ -14,7 +14,7 @@ use super::params::NoQuery;
 use super::problem::{parse_id, ApiJson, ApiQuery, Problem};
 use super::AppState;
 use crate::model::Decision;
-use crate::session::ApprovalAnswer;
+use crate::session::{ApprovalAnswer, ClientResult};
 
 pub fn routes() -> Router<AppState> {
     Router::new()
@@ -131,9 +131,11 @@ async fn tool_result(
             "output is longer than {MAX_TEXT_CHARS} characters"
         )));
     }
-    let result = state
-        .sessions
-        .client_result(id, call, output, body.is_error)
-        .await?;
+    let result = ClientResult {
+        call_id: call,
+        output,
+        is_error: body.is_error,
+    };
+    let result = state.sessions.client_result(id, result).await?;
     Ok(Json(result).into_response())
 }

@@ -8,6 +8,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
+use super::waiting::ClientResult;
 use super::SessionError;
 use crate::model::{ClientTool, Decision, RunKind, RunRecord, RunResult, SessionState};
 
@@ -53,9 +54,7 @@ pub(super) enum Command {
     },
     /// A client's result for a call of one of its tools.
     ClientResult {
-        call_id: String,
-        output: String,
-        is_error: bool,
+        result: ClientResult,
         reply: Reply<Value>,
     },
 }

@@ -17,7 +17,7 @@ use super::command::{
 };
 use super::live::{LiveSessions, Slot};
 use super::stream::EventStream;
-use super::waiting::{self, PendingApproval, PendingClientCall, Waiting};
+use super::waiting::{self, ClientResult, PendingApproval, PendingClientCall, Waiting};
 use super::{coordination, steps, SessionDeps, SessionError};
 use crate::model::{
     self, Event, EventKind, Message, Role, SessionOptions, SessionRecord, SessionState, Usage,
@@ -158,22 +158,26 @@ impl Sessions {
                 title: record.title.clone(),
             },
         );
-        self.deps
-            .writer
-            .commit(
-                (id, 0),
-                vec![
-                    WriteOp::InsertSession(record.clone()),
-                    WriteOp::InsertMessage {
-                        session_id: id,
-                        message: system,
-                    },
-                    WriteOp::InsertEvent(event),
-                ],
-                None,
-            )
+        let system = WriteOp::InsertMessage {
+            session_id: id,
+            message: system,
+        };
+        self.write_new(&record, vec![system, WriteOp::InsertEvent(event)])
             .await?;
         Ok(record)
+    }
+
+    /// Writes a new session's row and `ops` in one commit, the first of its log.
+    async fn write_new(
+        &self,
+        record: &SessionRecord,
+        ops: Vec<WriteOp>,
+    ) -> Result<(), SessionError> {
+        let mut all = Vec::with_capacity(ops.len() + 1);
+        all.push(WriteOp::InsertSession(record.clone()));
+        all.extend(ops);
+        self.deps.writer.commit((record.id, 0), all, None).await?;
+        Ok(())
     }
 
     /// Creates a new session holding a copy of `source`'s first `turns` turns (all when
@@ -253,28 +257,14 @@ impl Sessions {
                 turns,
             },
         );
-        self.deps
-            .writer
-            .commit(
-                (id, 0),
-                vec![
-                    WriteOp::InsertSession(record.clone()),
-                    WriteOp::CopyMessages {
-                        from: source,
-                        to: id,
-                        upto: Some(upto),
-                    },
-                    WriteOp::CopyArtifacts {
-                        from: source,
-                        to: id,
-                        upto: Some(upto),
-                    },
-                    WriteOp::InsertEvent(created),
-                    WriteOp::InsertEvent(forked),
-                ],
-                None,
-            )
-            .await?;
+        let (from, to, upto) = (source, id, Some(upto));
+        let ops = vec![
+            WriteOp::CopyMessages { from, to, upto },
+            WriteOp::CopyArtifacts { from, to, upto },
+            WriteOp::InsertEvent(created),
+            WriteOp::InsertEvent(forked),
+        ];
+        self.write_new(&record, ops).await?;
         // The copy happened inside the database; read the count it produced.
         Ok(self.get(id).await.unwrap_or(record))
     }
@@ -345,17 +335,13 @@ impl Sessions {
     pub async fn client_result(
         &self,
         id: Uuid,
-        call_id: String,
-        output: String,
-        is_error: bool,
+        result: ClientResult,
     ) -> Result<Value, SessionError> {
-        self.send(id, |reply| Command::ClientResult {
-            call_id: call_id.clone(),
-            output: output.clone(),
-            is_error,
+        let command = |reply| Command::ClientResult {
+            result: result.clone(),
             reply,
-        })
-        .await
+        };
+        self.send(id, command).await
     }
 
     /// Starts a run (or a resume). Of concurrent requests exactly one starts; the others get a

@@ -18,7 +18,7 @@ use super::{Phase, SessionActor, Stop};
 use crate::model::{Action, ToolCall};
 use crate::session::command::{ApprovalAnswer, Reply};
 use crate::session::live::Inbox;
-use crate::session::waiting::{self, Answered, Kind, Waiting};
+use crate::session::waiting::{self, Answered, ClientResult, Kind, Waiting};
 use crate::session::{SessionError, ToolPolicy};
 use crate::store::Store;
 use crate::tools::policy::{self, Rules};
@@ -144,11 +144,14 @@ pub(super) async fn approve(
 
 pub(super) async fn client_result(
     phase: Phase<'_>,
-    call_id: String,
-    output: String,
-    is_error: bool,
+    result: ClientResult,
     reply: Reply<Value>,
 ) -> Result<(), Stop> {
+    let ClientResult {
+        call_id,
+        output,
+        is_error,
+    } = result;
     match phase {
         Phase::Busy(activity) => {
             let checked = activity.calls.as_ref().map(|calls| {

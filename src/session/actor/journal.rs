@@ -13,10 +13,10 @@ use super::calls::CallDesk;
 use super::Core;
 use crate::agent::compaction::Summary;
 use crate::agent::context::TrimStats;
-use crate::agent::{Admission, Answer, Journal};
+use crate::agent::{Admission, Answer, Completion, Journal};
 use crate::model::{
-    self, CharsBeforeAfter, Checkpoint, Event, EventKind, FinishReason, LlmRequestDescriptor,
-    Message, Role, SessionState, StepKind, StepRecord, StepStatus, ToolCall, Usage,
+    self, CharsBeforeAfter, Checkpoint, Event, EventKind, LlmRequestDescriptor, Message, Role,
+    SessionState, StepKind, StepRecord, StepStatus, ToolCall,
 };
 use crate::session::live::Slot;
 use crate::session::SessionDeps;
@@ -297,13 +297,12 @@ impl Journal for RunJournal<'_> {
         self.queue().await
     }
 
-    async fn llm_completed(
-        &mut self,
-        step_id: Uuid,
-        message: Message,
-        finish_reason: FinishReason,
-        usage: Usage,
-    ) -> Result<(), StoreError> {
+    async fn llm_completed(&mut self, step_id: Uuid, reply: Completion) -> Result<(), StoreError> {
+        let Completion {
+            message,
+            finish_reason,
+            usage,
+        } = reply;
         let message = self.batch.message(self.core, message);
         let mut step = self.step(step_id, StepKind::Llm, StepStatus::Completed, Value::Null);
         step.response = Some(json!({ "message": message, "finish_reason": finish_reason }));

@@ -152,12 +152,9 @@ impl Command {
                 answer,
                 reply,
             } => approvals::approve(phase, call_id, answer, reply).await,
-            Command::ClientResult {
-                call_id,
-                output,
-                is_error,
-                reply,
-            } => approvals::client_result(phase, call_id, output, is_error, reply).await,
+            Command::ClientResult { result, reply } => {
+                approvals::client_result(phase, result, reply).await
+            }
         }
     }
 }
