@@ -43,11 +43,20 @@ pub(super) async fn check_fence(
     Ok(())
 }
 
+/// A session row's lease: its id, owner and epoch.
+pub(super) type Lease = (Uuid, Option<Uuid>, i64);
+
 /// Checks every fence of a batch (the `Fence` ops of all its groups) in one statement, in id
 /// order, before the batch's other ops: as [`check_fence`] does one by one. Lease columns are
 /// only written by the lease statements, never by a batch's ops, so checking them first is
 /// the same as checking each where it stands.
-pub(super) async fn check_fences(conn: &mut PgConnection, ops: &[&WriteOp]) -> StoreResult<()> {
+/// `locked`: the leases of the rows the commit has locked already (every fenced one among
+/// them), read instead of the table.
+pub(super) async fn check_fences(
+    conn: &mut PgConnection,
+    ops: &[&WriteOp],
+    locked: Option<&[Lease]>,
+) -> StoreResult<()> {
     let fences: Vec<(Uuid, Uuid, i64)> = ops
         .iter()
         .filter_map(|op| match op {
@@ -59,23 +68,27 @@ pub(super) async fn check_fences(conn: &mut PgConnection, ops: &[&WriteOp]) -> S
             _ => None,
         })
         .collect();
-    match fences.as_slice() {
-        [] => return Ok(()),
-        [(session_id, owner, epoch)] => {
+    let read;
+    let held = match (locked, fences.as_slice()) {
+        (_, []) => return Ok(()),
+        (Some(locked), _) => locked,
+        (None, [(session_id, owner, epoch)]) => {
             return check_fence(conn, *session_id, *owner, *epoch).await
         }
-        _ => {}
-    }
-    let mut ids: Vec<Uuid> = fences.iter().map(|(id, _, _)| *id).collect();
-    ids.sort_unstable();
-    ids.dedup();
-    let held: Vec<(Uuid, Option<Uuid>, i64)> = sqlx::query_as(
-        "SELECT id, lease_owner, lease_epoch FROM sessions WHERE id = ANY($1) ORDER BY id \
-         FOR SHARE",
-    )
-    .bind(&ids)
-    .fetch_all(conn)
-    .await?;
+        (None, _) => {
+            let mut ids: Vec<Uuid> = fences.iter().map(|(id, _, _)| *id).collect();
+            ids.sort_unstable();
+            ids.dedup();
+            read = sqlx::query_as(
+                "SELECT id, lease_owner, lease_epoch FROM sessions WHERE id = ANY($1) \
+                 ORDER BY id FOR SHARE",
+            )
+            .bind(&ids)
+            .fetch_all(conn)
+            .await?;
+            &read
+        }
+    };
     for (session_id, owner, epoch) in fences {
         // A session deleted in the meantime has nothing left to protect; a lease without an
         // owner fences on its epoch alone (as `lease_owner = $2 AND …` is NULL, not false).

@@ -27,10 +27,11 @@ use crate::store::{NewArtifact, StoreResult, WriteOp};
 pub(super) async fn commit(store: &PostgresStore, batch: &[&[WriteOp]]) -> StoreResult<()> {
     let ops: Vec<&WriteOp> = batch.iter().flat_map(|ops| ops.iter()).collect();
     let mut tx = store.pool.begin().await?;
-    lock_sessions(&mut tx, &ops).await?;
-    // All fences in one statement; without them between the groups, the event inserts of
-    // consecutive groups (a streaming session's deltas) become one statement.
-    cluster::check_fences(&mut tx, &ops).await?;
+    let locked = lock_sessions(&mut tx, &ops).await?;
+    // All fences in one statement (or none, the rows just locked); without them between the
+    // groups, the event inserts of consecutive groups (a streaming session's deltas) become
+    // one statement.
+    cluster::check_fences(&mut tx, &ops, locked.as_deref()).await?;
     let unfenced: Vec<&WriteOp> = ops
         .iter()
         .copied()
@@ -62,7 +63,12 @@ pub(super) async fn commit(store: &PostgresStore, batch: &[&[WriteOp]]) -> Store
 /// commit across sessions) and the lease heartbeat, which locks in the same order, never
 /// deadlock. (A fence check takes a share lock on its session's row, which conflicts with
 /// the heartbeat's: taken in the middle of the batch, it could wait in a cycle with it.)
-async fn lock_sessions(conn: &mut PgConnection, ops: &[&WriteOp]) -> StoreResult<()> {
+/// Returns the locked rows' leases, which the fence checks read; `None` when one row or none
+/// needed locking.
+async fn lock_sessions(
+    conn: &mut PgConnection,
+    ops: &[&WriteOp],
+) -> StoreResult<Option<Vec<cluster::Lease>>> {
     let mut ids: Vec<Uuid> = ops
         .iter()
         .filter_map(|op| match op {
@@ -75,13 +81,17 @@ async fn lock_sessions(conn: &mut PgConnection, ops: &[&WriteOp]) -> StoreResult
         .collect();
     ids.sort_unstable();
     ids.dedup();
-    if ids.len() > 1 {
-        sqlx::query("SELECT 1 FROM sessions WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE")
-            .bind(&ids)
-            .execute(&mut *conn)
-            .await?;
+    if ids.len() < 2 {
+        return Ok(None);
     }
-    Ok(())
+    let locked = sqlx::query_as(
+        "SELECT id, lease_owner, lease_epoch FROM sessions WHERE id = ANY($1) ORDER BY id \
+         FOR NO KEY UPDATE",
+    )
+    .bind(&ids)
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(Some(locked))
 }
 
 /// Applies one op inside the caller's transaction.
