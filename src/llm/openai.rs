@@ -11,12 +11,14 @@
 //! Only the dialect lives here; retries, timeouts, SSE decoding and error mapping are shared
 //! with the Anthropic client in [`super::wire`].
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use eventsource_stream::Event;
 use reqwest::header::{HeaderMap, AUTHORIZATION};
-use serde_json::{json, Map, Value};
+use serde::Serialize;
+use serde_json::{json, Value};
 
 use super::wire::{self, EventParser, Failure, HttpModelConfig, Piece, ReplyDraft, Transport};
 use super::{LlmError, LlmErrorKind, ModelClient, ModelReply, ModelRequest, ModelStream};
@@ -64,9 +66,7 @@ impl ModelClient for OpenAiClient {
     }
 
     fn stream(&self, request: ModelRequest) -> ModelStream {
-        let mut body = request_body(&self.model, &request);
-        let (field, limit) = self.max_tokens;
-        body[field] = json!(limit);
+        let body = RequestBody::new(&self.model, self.max_tokens, &request);
         self.transport
             .stream(&body, request.purpose, ChunkParser::default)
     }
@@ -85,67 +85,136 @@ fn max_tokens_field(base_url: &str) -> &'static str {
     }
 }
 
-/// The request body: model, messages, tools (omitted when empty), streaming with usage.
-fn request_body(model: &str, request: &ModelRequest) -> Value {
-    let mut body = json!({
-        "model": model,
-        "messages": request.messages.iter().map(message).collect::<Vec<_>>(),
-        "stream": true,
-        "stream_options": {"include_usage": true},
-    });
-    if !request.tools.is_empty() {
-        body["tools"] = Value::Array(request.tools.iter().map(tool).collect());
-    }
-    body
+/// The request body: model, messages, tools (omitted when empty), streaming with usage, and
+/// the token limit in the field the server knows. It borrows the request and is serialised
+/// straight into the bytes sent, with no intermediate JSON tree.
+#[derive(Serialize)]
+struct RequestBody<'a> {
+    model: &'a str,
+    messages: Vec<WireMessage<'a>>,
+    stream: bool,
+    stream_options: StreamOptions,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    tools: Vec<WireTool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_completion_tokens: Option<u32>,
 }
 
-fn message(m: &Message) -> Value {
-    match m.role {
-        Role::System | Role::User => json!({"role": m.role.as_str(), "content": m.content}),
-        Role::Assistant => {
-            let mut out = Map::new();
-            out.insert("role".into(), json!("assistant"));
-            let content = if m.content.is_empty() && !m.tool_calls.is_empty() {
-                Value::Null
-            } else {
-                Value::String(m.content.clone())
-            };
-            out.insert("content".into(), content);
-            if !m.tool_calls.is_empty() {
-                let calls = m.tool_calls.iter().map(tool_call).collect();
-                out.insert("tool_calls".into(), Value::Array(calls));
-            }
-            Value::Object(out)
+#[derive(Serialize)]
+struct StreamOptions {
+    include_usage: bool,
+}
+
+impl<'a> RequestBody<'a> {
+    fn new(model: &'a str, (field, limit): (&str, u32), request: &'a ModelRequest) -> Self {
+        let completion = field == "max_completion_tokens";
+        RequestBody {
+            model,
+            messages: request.messages.iter().map(WireMessage::of).collect(),
+            stream: true,
+            stream_options: StreamOptions {
+                include_usage: true,
+            },
+            tools: request.tools.iter().map(WireTool::of).collect(),
+            max_tokens: (!completion).then_some(limit),
+            max_completion_tokens: completion.then_some(limit),
         }
-        Role::Tool => json!({
-            "role": "tool",
-            "tool_call_id": m.tool_call_id.clone().unwrap_or_default(),
-            "content": m.content,
-        }),
     }
 }
 
-fn tool_call(call: &ToolCall) -> Value {
-    let arguments = match &call.arguments {
-        Value::String(raw) => raw.clone(),
-        other => other.to_string(),
-    };
-    json!({
-        "id": call.id,
-        "type": "function",
-        "function": {"name": call.name, "arguments": arguments},
-    })
+/// One message as Chat Completions takes it.
+#[derive(Serialize)]
+struct WireMessage<'a> {
+    role: &'a str,
+    /// `null` for an assistant message that only calls tools.
+    content: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_call_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    tool_calls: Vec<WireCall<'a>>,
 }
 
-fn tool(schema: &ToolSchema) -> Value {
-    json!({
-        "type": "function",
-        "function": {
-            "name": schema.name,
-            "description": schema.description,
-            "parameters": schema.parameters,
-        },
-    })
+impl<'a> WireMessage<'a> {
+    fn of(m: &'a Message) -> Self {
+        let mut out = WireMessage {
+            role: m.role.as_str(),
+            content: Some(&m.content),
+            tool_call_id: None,
+            tool_calls: Vec::new(),
+        };
+        match m.role {
+            Role::System | Role::User => {}
+            Role::Assistant => {
+                if m.content.is_empty() && !m.tool_calls.is_empty() {
+                    out.content = None;
+                }
+                out.tool_calls = m.tool_calls.iter().map(WireCall::of).collect();
+            }
+            Role::Tool => out.tool_call_id = Some(m.tool_call_id.as_deref().unwrap_or_default()),
+        }
+        out
+    }
+}
+
+#[derive(Serialize)]
+struct WireCall<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WireFunction<'a>,
+}
+
+#[derive(Serialize)]
+struct WireFunction<'a> {
+    name: &'a str,
+    /// The arguments as a JSON string, as the model sent them.
+    arguments: Cow<'a, str>,
+}
+
+impl<'a> WireCall<'a> {
+    fn of(call: &'a ToolCall) -> Self {
+        let arguments = match &call.arguments {
+            Value::String(raw) => Cow::Borrowed(raw.as_str()),
+            other => Cow::Owned(other.to_string()),
+        };
+        WireCall {
+            id: &call.id,
+            kind: "function",
+            function: WireFunction {
+                name: &call.name,
+                arguments,
+            },
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct WireTool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WireToolFunction<'a>,
+}
+
+#[derive(Serialize)]
+struct WireToolFunction<'a> {
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a Value,
+}
+
+impl<'a> WireTool<'a> {
+    fn of(schema: &'a ToolSchema) -> Self {
+        WireTool {
+            kind: "function",
+            function: WireToolFunction {
+                name: &schema.name,
+                description: &schema.description,
+                parameters: &schema.parameters,
+            },
+        }
+    }
 }
 
 /// A tool call being assembled from its fragments.
@@ -295,7 +364,8 @@ mod tests {
             tools: vec![],
             purpose: Purpose::Turn,
         };
-        let body = request_body("m", &request);
+        let body = serde_json::to_value(RequestBody::new("m", ("max_tokens", 64), &request))
+            .expect("the body serialises");
         let sent = &body["messages"][0];
         assert_eq!(sent["content"], Value::Null);
         assert_eq!(
@@ -304,6 +374,9 @@ mod tests {
         );
         assert_eq!(sent["tool_calls"][1]["function"]["arguments"], "{broken");
         assert!(body.get("tools").is_none());
+        assert_eq!(body["max_tokens"], 64);
+        assert!(body.get("max_completion_tokens").is_none());
+        assert_eq!(body["stream_options"]["include_usage"], true);
     }
 
     #[test]

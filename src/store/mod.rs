@@ -199,6 +199,16 @@ pub trait Store: SessionHistory + Send + Sync + 'static {
     /// Applies every group of ops in one transaction: all or nothing.
     async fn commit(&self, batch: &[&[WriteOp]]) -> StoreResult<()>;
 
+    /// [`Store::commit`] of groups the store may move (to another thread) rather than copy;
+    /// they are handed back with the result.
+    async fn commit_owned(&self, batch: Vec<Vec<WriteOp>>) -> (Vec<Vec<WriteOp>>, StoreResult<()>) {
+        let result = {
+            let groups: Vec<&[WriteOp]> = batch.iter().map(Vec::as_slice).collect();
+            self.commit(&groups).await
+        };
+        (batch, result)
+    }
+
     async fn session(&self, id: Uuid) -> StoreResult<Option<SessionRecord>>;
     async fn sessions(&self, query: &SessionQuery) -> StoreResult<Vec<SessionRecord>>;
     /// Sessions stored as `running` or `waiting_tool` (runs a dead process left behind).

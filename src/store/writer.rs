@@ -8,7 +8,7 @@
 //! commits from the same actor are refused with [`StoreError::Poisoned`] until that actor is
 //! replaced, so a failed write can never leave a gap in `seq`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{broadcast, mpsc, oneshot};
@@ -109,76 +109,142 @@ impl Writer {
 }
 
 async fn run(store: Arc<dyn Store>, mut rx: mpsc::Receiver<Commit>, shared: Arc<Shared>) {
-    let mut batch: Vec<Commit> = Vec::new();
-    while let Some(first) = rx.recv().await {
-        let mut ops = first.ops.len();
-        batch.push(first);
-        // Let producers that are running right now (an actor mid-stream) add to this batch:
-        // fewer, larger transactions for the same latency.
-        tokio::task::yield_now().await;
-        while ops < MAX_BATCH_OPS {
-            match rx.try_recv() {
-                Ok(next) => {
-                    ops += next.ops.len();
-                    batch.push(next);
-                }
-                Err(_) => break,
+    let mut pending: VecDeque<Commit> = VecDeque::new();
+    // The commits of the transaction that committed last, not yet acked: they are acked and
+    // published while the next transaction runs.
+    let mut committed: Vec<Commit> = Vec::new();
+    loop {
+        drain(&mut rx, &mut pending);
+        if pending.is_empty() {
+            // Nothing to overlap with: ack what is done before waiting for more.
+            committed.drain(..).for_each(|c| finish(c, Ok(())));
+            match rx.recv().await {
+                Some(first) => pending.push_back(first),
+                None => break,
             }
+            // Let producers that are running right now (an actor mid-stream) add to this
+            // batch: fewer, larger transactions for the same latency.
+            tokio::task::yield_now().await;
+            drain(&mut rx, &mut pending);
         }
-        // Refuse commits of actors whose earlier commit failed.
-        let (refused, accepted): (Vec<Commit>, Vec<Commit>) = {
-            let poisoned = shared.poisoned();
-            std::mem::take(&mut batch)
-                .into_iter()
-                .partition(|c| poisoned.contains_key(&c.origin))
-        };
-        for commit in refused {
-            let cause = shared.poisoned().get(&commit.origin).cloned();
-            finish(commit, Err(StoreError::Poisoned(cause.unwrap_or_default())));
-        }
+        let accepted = next_batch(&mut pending, &shared);
         if accepted.is_empty() {
             continue;
         }
-        let groups: Vec<&[WriteOp]> = accepted.iter().map(|c| c.ops.as_slice()).collect();
         let started = std::time::Instant::now();
-        let committed = store.commit(&groups).await;
-        crate::metrics::store_commit(groups.len(), started.elapsed());
-        match committed {
+        let mut accepted = accepted;
+        let groups: Vec<Vec<WriteOp>> = accepted
+            .iter_mut()
+            .map(|c| std::mem::take(&mut c.ops))
+            .collect();
+        let commit = store.commit_owned(groups);
+        tokio::pin!(commit);
+        // Started first (a SQLite commit is then on its thread, a PostgreSQL one has sent its
+        // first statement), then the previous transaction's commits are acked and published
+        // while it runs.
+        let polled = futures::poll!(commit.as_mut());
+        committed.drain(..).for_each(|c| finish(c, Ok(())));
+        let (groups, result) = match polled {
+            std::task::Poll::Ready(done) => done,
+            std::task::Poll::Pending => commit.await,
+        };
+        if groups.len() != accepted.len() {
+            // The commit's thread died with the ops: its transaction was rolled back.
+            let cause = match result {
+                Err(error) => error.to_string(),
+                Ok(()) => "the writer lost a batch".to_string(),
+            };
+            tracing::error!(error = %cause, "commit failed");
+            *shared.failing() = Some(cause.clone());
+            for commit in accepted {
+                shared.poisoned().insert(commit.origin, cause.clone());
+                finish(commit, Err(StoreError::Write(cause.clone())));
+            }
+            continue;
+        }
+        for (commit, ops) in accepted.iter_mut().zip(groups) {
+            commit.ops = ops;
+        }
+        crate::metrics::store_commit(accepted.len(), started.elapsed());
+        match result {
             Ok(()) => {
                 *shared.failing() = None;
-                accepted.into_iter().for_each(|c| finish(c, Ok(())));
+                committed = accepted;
             }
-            Err(error) if accepted.len() == 1 => {
-                tracing::error!(%error, "commit failed");
-                *shared.failing() = Some(error.to_string());
-                if let Some(commit) = accepted.into_iter().next() {
-                    shared.poisoned().insert(commit.origin, error.to_string());
-                    // Its one waiter gets the store's own error, variant and all.
-                    finish(commit, Err(error));
-                }
+            Err(error) => failed(&*store, &shared, accepted, error).await,
+        }
+    }
+    committed.drain(..).for_each(|c| finish(c, Ok(())));
+}
+
+/// Moves every commit already queued into `pending`, without waiting.
+fn drain(rx: &mut mpsc::Receiver<Commit>, pending: &mut VecDeque<Commit>) {
+    let mut ops: usize = pending.iter().map(|c| c.ops.len()).sum();
+    while ops < MAX_BATCH_OPS {
+        match rx.try_recv() {
+            Ok(next) => {
+                ops += next.ops.len();
+                pending.push_back(next);
             }
-            Err(error) => {
-                // Find the culprit: commit each on its own so one bad write fails only its actor.
-                tracing::warn!(%error, "batch commit failed; retrying commits one by one");
-                for commit in accepted {
-                    let cause = shared.poisoned().get(&commit.origin).cloned();
-                    if let Some(cause) = cause {
-                        finish(commit, Err(StoreError::Poisoned(cause)));
-                        continue;
-                    }
-                    let result = store.commit(&[commit.ops.as_slice()]).await;
-                    match &result {
-                        Ok(()) => *shared.failing() = None,
-                        Err(error) => {
-                            tracing::error!(%error, session_id = %commit.origin.0, "commit failed");
-                            *shared.failing() = Some(error.to_string());
-                            shared.poisoned().insert(commit.origin, error.to_string());
-                        }
-                    }
-                    finish(commit, result);
-                }
+            Err(_) => break,
+        }
+    }
+}
+
+/// Takes the next transaction's commits (up to [`MAX_BATCH_OPS`] ops, at least one commit)
+/// from `pending`, refusing those of actors whose earlier commit failed.
+fn next_batch(pending: &mut VecDeque<Commit>, shared: &Shared) -> Vec<Commit> {
+    let mut accepted = Vec::new();
+    let mut ops = 0;
+    while let Some(commit) = pending.front() {
+        if ops > 0 && ops + commit.ops.len() > MAX_BATCH_OPS {
+            break;
+        }
+        let Some(commit) = pending.pop_front() else {
+            break;
+        };
+        let cause = shared.poisoned().get(&commit.origin).cloned();
+        match cause {
+            Some(cause) => finish(commit, Err(StoreError::Poisoned(cause))),
+            None => {
+                ops += commit.ops.len();
+                accepted.push(commit);
             }
         }
+    }
+    accepted
+}
+
+/// A transaction failed: with one commit, that commit gets the store's error; with several,
+/// each is committed on its own so that one bad write fails only its actor.
+async fn failed(store: &dyn Store, shared: &Shared, accepted: Vec<Commit>, error: StoreError) {
+    if accepted.len() == 1 {
+        tracing::error!(%error, "commit failed");
+        *shared.failing() = Some(error.to_string());
+        if let Some(commit) = accepted.into_iter().next() {
+            shared.poisoned().insert(commit.origin, error.to_string());
+            // Its one waiter gets the store's own error, variant and all.
+            finish(commit, Err(error));
+        }
+        return;
+    }
+    tracing::warn!(%error, "batch commit failed; retrying commits one by one");
+    for commit in accepted {
+        let cause = shared.poisoned().get(&commit.origin).cloned();
+        if let Some(cause) = cause {
+            finish(commit, Err(StoreError::Poisoned(cause)));
+            continue;
+        }
+        let result = store.commit(&[commit.ops.as_slice()]).await;
+        match &result {
+            Ok(()) => *shared.failing() = None,
+            Err(error) => {
+                tracing::error!(%error, session_id = %commit.origin.0, "commit failed");
+                *shared.failing() = Some(error.to_string());
+                shared.poisoned().insert(commit.origin, error.to_string());
+            }
+        }
+        finish(commit, result);
     }
 }
 

@@ -9,7 +9,6 @@ use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use reqwest::header::{HeaderMap, HeaderValue, CONTENT_TYPE};
 use reqwest::Url;
-use serde_json::Value;
 use tokio::time::Instant;
 
 use super::config::{HttpModelConfig, RetryPolicy, Timeouts};
@@ -90,9 +89,9 @@ impl Transport {
 
     /// Starts a call that POSTs `body` (retrying it as the policy allows) and reads the reply
     /// with parsers made by `parser`. Nothing happens until the stream is polled.
-    pub fn stream<P: EventParser>(
+    pub fn stream<P: EventParser, B: serde::Serialize + ?Sized>(
         self: &Arc<Self>,
-        body: &Value,
+        body: &B,
         purpose: Purpose,
         parser: fn() -> P,
     ) -> ModelStream {

@@ -573,15 +573,18 @@ impl RunJournal<'_> {
         self.batch.event(self.core, kind);
         self.child_finished(&call.id);
         self.record_artifacts(keeping);
+        let Some(reply) = self.calls.replies.remove(&call.id) else {
+            // Nobody waits on it: queued, durable before the run ends.
+            return self.queue().await;
+        };
+        // A client's answer is acknowledged once it is durable.
         self.flush_now().await?;
-        if let Some(reply) = self.calls.replies.remove(&call.id) {
-            let result = ClientResult {
-                call_id: call.id.clone(),
-                output: text,
-                is_error: output.is_error,
-            };
-            let _ = reply.send(Ok(serde_json::to_value(result).unwrap_or(Value::Null)));
-        }
+        let result = ClientResult {
+            call_id: call.id.clone(),
+            output: text,
+            is_error: output.is_error,
+        };
+        let _ = reply.send(Ok(serde_json::to_value(result).unwrap_or(Value::Null)));
         Ok(())
     }
 
@@ -602,7 +605,8 @@ impl RunJournal<'_> {
             self.batch.state(self.core, SessionState::Running, None);
         }
         self.batch.checkpoint(self.core, self.run_id, None);
-        self.flush_now().await
+        // The model call that follows has no effect to protect: queued.
+        self.queue().await
     }
 
     /// Ends every call that still waits, as `by` says (a cancel, or a new message that

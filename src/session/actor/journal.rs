@@ -205,21 +205,23 @@ impl<'a> RunJournal<'a> {
         self.sink.commit(batch).await
     }
 
-    /// Queues what is gathered without waiting (deltas).
-    async fn queue(&mut self) -> Result<(), StoreError> {
+    /// Queues what is gathered without waiting: order is kept by the writer, and a failure
+    /// shows at the next commit that is waited for.
+    pub(super) async fn queue(&mut self) -> Result<(), StoreError> {
         let batch = self.take_batch();
         self.sink.queue(batch).await
     }
 
-    /// Records a message of the user's (one queued while the run was busy, or not) and waits
-    /// for it to be durable.
+    /// Records a message of the user's (one queued while the run was busy, or not). It is
+    /// queued, not waited for: the model call that follows has no effect to protect, and the
+    /// next durable commit (a tool's start, the run's end) comes after it in the writer's order.
     async fn append_user_message(&mut self, input: String, queued: bool) -> Result<(), StoreError> {
         let message = self
             .batch
             .message(self.core, Message::new(Role::User, input));
         self.batch
             .event(self.core, EventKind::UserMessage { message, queued });
-        self.flush_now().await
+        self.queue().await
     }
 
     fn step(&self, id: Uuid, kind: StepKind, status: StepStatus, request: Value) -> StepRecord {
@@ -336,7 +338,9 @@ impl Journal for RunJournal<'_> {
             },
         );
         self.batch.checkpoint(self.core, self.run_id, Some(step_id));
-        self.flush_now().await
+        // Queued: what runs next (a tool, the run's end) waits for its own commit, which the
+        // writer makes after this one.
+        self.queue().await
     }
 
     async fn llm_failed(&mut self, step_id: Uuid, error: String) -> Result<(), StoreError> {

@@ -169,7 +169,11 @@ impl Store for SqliteStore {
 
     async fn commit(&self, batch: &[&[WriteOp]]) -> StoreResult<()> {
         let ops: Vec<WriteOp> = batch.iter().flat_map(|ops| ops.iter().cloned()).collect();
-        self.writer.commit(ops).await
+        self.writer.commit(vec![ops]).await.1
+    }
+
+    async fn commit_owned(&self, batch: Vec<Vec<WriteOp>>) -> (Vec<Vec<WriteOp>>, StoreResult<()>) {
+        self.writer.commit(batch).await
     }
 
     async fn session(&self, id: Uuid) -> StoreResult<Option<SessionRecord>> {

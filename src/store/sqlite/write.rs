@@ -23,6 +23,8 @@ use crate::store::{NewArtifact, StoreError, StoreResult, WriteOp};
 
 /// WAL pages after which a commit checkpoints (SQLite's default: 1,000).
 const WAL_AUTOCHECKPOINT_PAGES: i64 = 10_000;
+/// The write connection's page cache, as SQLite's `cache_size` (negative: KiB).
+const WRITER_CACHE_KIB: i64 = -16_000;
 
 #[derive(Clone)]
 pub struct SqliteWriter {
@@ -69,6 +71,10 @@ impl SqliteWriter {
         // once per checkpoint, so fewer checkpoints write less (the WAL grows to ~40 MB).
         conn.pragma_update(None, "wal_autocheckpoint", WAL_AUTOCHECKPOINT_PAGES)
             .map_err(write_error)?;
+        // Room for a whole batch's dirty pages (SQLite's default is 2 MB): a transaction that
+        // outgrows the cache spills pages into the WAL and may write them again.
+        conn.pragma_update(None, "cache_size", WRITER_CACHE_KIB)
+            .map_err(write_error)?;
         conn.set_prepared_statement_cache_capacity(64);
         Ok(SqliteWriter {
             conn: Arc::new(Mutex::new(conn)),
@@ -94,24 +100,35 @@ impl SqliteWriter {
         }
     }
 
-    /// Applies every op in one transaction: all or nothing.
-    pub async fn commit(&self, ops: Vec<WriteOp>) -> StoreResult<()> {
-        let conn = self.conn.clone();
+    /// Applies every op of every group in one transaction (all or nothing) on a blocking
+    /// thread, and hands the groups back.
+    pub async fn commit(&self, groups: Vec<Vec<WriteOp>>) -> (Vec<Vec<WriteOp>>, StoreResult<()>) {
         let writer = self.clone();
-        tokio::task::spawn_blocking(move || {
-            // One `stat` per batch: what a deleted database would lose is never acknowledged.
-            writer.check_file()?;
-            let mut conn = conn.lock().unwrap_or_else(|e| e.into_inner());
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(write_error)?;
-            for op in &ops {
-                apply(&tx, op).map_err(write_error)?;
-            }
-            tx.commit().map_err(write_error)
+        let applied = tokio::task::spawn_blocking(move || {
+            let result = writer.apply_all(&groups);
+            (groups, result)
         })
-        .await
-        .map_err(|e| StoreError::Write(format!("the writer thread failed: {e}")))?
+        .await;
+        match applied {
+            Ok(done) => done,
+            Err(e) => (
+                Vec::new(),
+                Err(StoreError::Write(format!("the writer thread failed: {e}"))),
+            ),
+        }
+    }
+
+    fn apply_all(&self, groups: &[Vec<WriteOp>]) -> StoreResult<()> {
+        // One `stat` per batch: what a deleted database would lose is never acknowledged.
+        self.check_file()?;
+        let mut conn = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(write_error)?;
+        for op in groups.iter().flatten() {
+            apply(&tx, op).map_err(write_error)?;
+        }
+        tx.commit().map_err(write_error)
     }
 }
 
