@@ -23,8 +23,6 @@ use crate::store::{NewArtifact, StoreError, StoreResult, WriteOp};
 
 /// WAL pages after which a commit checkpoints (SQLite's default: 1,000).
 const WAL_AUTOCHECKPOINT_PAGES: i64 = 10_000;
-/// The write connection's page cache, as SQLite's `cache_size` (negative: KiB).
-const WRITER_CACHE_KIB: i64 = -16_000;
 
 #[derive(Clone)]
 pub struct SqliteWriter {
@@ -70,10 +68,6 @@ impl SqliteWriter {
         // Checkpoint less often: a page rewritten by many commits is copied into the database
         // once per checkpoint, so fewer checkpoints write less (the WAL grows to ~40 MB).
         conn.pragma_update(None, "wal_autocheckpoint", WAL_AUTOCHECKPOINT_PAGES)
-            .map_err(write_error)?;
-        // Room for a whole batch's dirty pages (SQLite's default is 2 MB): a transaction that
-        // outgrows the cache spills pages into the WAL and may write them again.
-        conn.pragma_update(None, "cache_size", WRITER_CACHE_KIB)
             .map_err(write_error)?;
         conn.set_prepared_statement_cache_capacity(64);
         Ok(SqliteWriter {
