@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -67,9 +67,15 @@ pub trait Journal: Send {
     }
     /// An LLM step begins; `request` describes how to rebuild the exact request.
     async fn llm_started(&mut self, request: LlmRequestDescriptor) -> Result<Uuid, Self::Error>;
+    /// A piece of the model's text. A journal may hold pieces until [`Journal::pieces_read`].
     async fn llm_delta(&mut self, step_id: Uuid, text: String) -> Result<(), Self::Error>;
     /// A piece of the model's reasoning, streamed before its text.
     async fn llm_thinking(&mut self, step_id: Uuid, text: String) -> Result<(), Self::Error>;
+    /// The reply has no further piece ready yet: the pieces recorded so far are handed on
+    /// (the pieces that arrived together travel together).
+    async fn pieces_read(&mut self) -> Result<(), Self::Error> {
+        Ok(())
+    }
     async fn llm_retry(
         &mut self,
         step_id: Uuid,
@@ -242,9 +248,25 @@ pub async fn run_turn<J: Journal>(
             purpose: Purpose::Turn,
         });
         let outcome = loop {
-            let item = tokio::select! {
-                item = stream.next() => item,
-                _ = cancel.cancelled() => {
+            // The pieces already received are taken at once; before waiting for more, what
+            // was recorded of them is handed on.
+            let ready = match cancel.is_cancelled() {
+                true => None,
+                false => stream.next().now_or_never(),
+            };
+            let item = match ready {
+                Some(item) => item,
+                None => {
+                    journal.pieces_read().await?;
+                    tokio::select! {
+                        item = stream.next() => item,
+                        _ = cancel.cancelled() => None,
+                    }
+                }
+            };
+            let item = match (item, cancel.is_cancelled()) {
+                (item, false) => item,
+                (_, true) => {
                     drop(stream);
                     timer.finish("cancelled", None);
                     telemetry::chat_cancelled(&span);

@@ -158,11 +158,29 @@ impl Message {
         let calls = if self.tool_calls.is_empty() {
             0
         } else {
-            serde_json::to_string(&self.tool_calls)
-                .map(|s| s.chars().count())
-                .unwrap_or(0)
+            // Counted as it is written, without building the string.
+            let mut counter = CharCounter(0);
+            match serde_json::to_writer(&mut counter, &self.tool_calls) {
+                Ok(()) => counter.0,
+                Err(_) => 0,
+            }
         };
         self.content.chars().count() + calls
+    }
+}
+
+/// Counts the characters of the UTF-8 written to it.
+struct CharCounter(usize);
+
+impl std::io::Write for CharCounter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        // Every byte but a continuation byte (0b10xx_xxxx) starts a character.
+        self.0 += buf.iter().filter(|&&b| (b as i8) >= -0x40).count();
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -172,4 +190,26 @@ pub struct ToolSchema {
     pub name: String,
     pub description: String,
     pub parameters: Value,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_size_counts_characters_of_the_content_and_the_calls_as_json() {
+        let calls = vec![ToolCall {
+            id: "c1".into(),
+            name: "write_file".into(),
+            arguments: serde_json::json!({"path": "é.txt", "content": "日本語 🎉 \"q\"\n"}),
+        }];
+        let message = Message::assistant("héllo", calls.clone());
+        let json = serde_json::to_string(&calls).unwrap();
+        assert_eq!(message.size_chars(), 5 + json.chars().count());
+        assert_ne!(
+            json.chars().count(),
+            json.len(),
+            "the case has multi-byte characters"
+        );
+    }
 }

@@ -24,6 +24,10 @@ use crate::store::writer::Commit;
 use crate::store::{StoreError, WriteOp};
 use crate::tools::ToolOutput;
 
+/// Streamed pieces gathered at most before they are handed to the writer, when a reply's
+/// pieces arrive faster than they are recorded.
+const PIECES_PER_COMMIT: usize = 64;
+
 /// Ops and events being gathered for one commit.
 pub(super) struct Batch {
     session_id: Uuid,
@@ -212,6 +216,14 @@ impl<'a> RunJournal<'a> {
         self.sink.queue(batch).await
     }
 
+    /// Pieces that arrived together are queued together, up to [`PIECES_PER_COMMIT`] ops.
+    async fn pieces_recorded(&mut self) -> Result<(), StoreError> {
+        match self.batch.ops.len() >= PIECES_PER_COMMIT {
+            true => self.queue().await,
+            false => Ok(()),
+        }
+    }
+
     /// Records a message of the user's (one queued while the run was busy, or not). It is
     /// queued, not waited for: the model call that follows has no effect to protect, and the
     /// next durable commit (a tool's start, the run's end) comes after it in the writer's order.
@@ -273,12 +285,16 @@ impl Journal for RunJournal<'_> {
     async fn llm_delta(&mut self, step_id: Uuid, text: String) -> Result<(), StoreError> {
         self.batch
             .event(self.core, EventKind::AssistantStream { step_id, text });
-        self.queue().await
+        self.pieces_recorded().await
     }
 
     async fn llm_thinking(&mut self, step_id: Uuid, text: String) -> Result<(), StoreError> {
         self.batch
             .event(self.core, EventKind::ThinkingStream { step_id, text });
+        self.pieces_recorded().await
+    }
+
+    async fn pieces_read(&mut self) -> Result<(), StoreError> {
         self.queue().await
     }
 
