@@ -10,6 +10,7 @@
 //!   long `?wait=true` runs are unaffected.
 //! - Shutdown stops accepting, lets every connection finish its current request, then ends.
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::ops::DerefMut;
@@ -17,16 +18,18 @@ use std::pin::{pin, Pin};
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::extract::Request;
+use axum::response::Response;
 use axum::Router;
 use hyper::body::Incoming;
 use hyper::server::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::service::TowerToHyperService;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 use tokio_util::task::TaskTracker;
+use tower::ServiceExt;
 
 /// Limits on connections.
 #[derive(Debug, Clone)]
@@ -207,7 +210,7 @@ async fn serve_connection(
         // Closed, failed, or silent for too long.
         _ => return,
     };
-    let service = TowerToHyperService::new(router.into_service::<Incoming>());
+    let service = BoxedRouter(router);
     let io = TokioIo::new(stream);
     let result: Result<(), Box<dyn std::error::Error + Send + Sync>> = match sniffed {
         Sniffed::Http1 => {
@@ -238,6 +241,25 @@ async fn serve_connection(
     };
     if let Err(error) = result {
         tracing::trace!(%error, "connection ended with an error");
+    }
+}
+
+/// The router as a hyper service whose futures are boxed. hyper keeps an HTTP/1 connection's
+/// request future in a box the size of that future for as long as the connection lives (an
+/// SSE stream: hours); boxed, it is the size of a pointer.
+#[derive(Clone)]
+struct BoxedRouter(Router);
+
+type ResponseFuture = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+
+impl hyper::service::Service<Request<Incoming>> for BoxedRouter {
+    type Response = Response;
+    type Error = Infallible;
+    type Future = ResponseFuture;
+
+    fn call(&self, request: Request<Incoming>) -> ResponseFuture {
+        // A router is always ready.
+        Box::pin(self.0.clone().oneshot(request))
     }
 }
 
