@@ -24,7 +24,6 @@ use axum::Router;
 use hyper::body::Incoming;
 use hyper::server::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
@@ -131,8 +130,6 @@ pub async fn serve(
 struct Protocols {
     http1: http1::Builder,
     http2: http2::Builder<TokioExecutor>,
-    /// Either protocol, for a connection whose first bytes do not yet tell which.
-    auto: auto::Builder<TokioExecutor>,
     header_read_timeout: Duration,
 }
 
@@ -147,18 +144,9 @@ impl Protocols {
             .timer(TokioTimer::new())
             .keep_alive_interval(Some(HTTP2_PING_INTERVAL))
             .keep_alive_timeout(limits.header_read_timeout);
-        let mut auto = auto::Builder::new(TokioExecutor::new());
-        auto.http1()
-            .timer(TokioTimer::new())
-            .header_read_timeout(limits.header_read_timeout);
-        auto.http2()
-            .timer(TokioTimer::new())
-            .keep_alive_interval(Some(HTTP2_PING_INTERVAL))
-            .keep_alive_timeout(limits.header_read_timeout);
         Protocols {
             http1,
             http2,
-            auto,
             header_read_timeout: limits.header_read_timeout,
         }
     }
@@ -189,31 +177,55 @@ fn sniff(first: &[u8]) -> Sniffed {
     }
 }
 
+/// How often the first bytes of a connection are looked at again while they are a part of the
+/// HTTP/2 preface (a client that sends it in pieces; rare).
+const PREFACE_RECHECK: Duration = Duration::from_millis(10);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Protocol {
+    Http1,
+    Http2,
+}
+
+/// The protocol the connection speaks, from its first bytes, left unread for hyper; `None` if
+/// it closes before it tells.
+async fn sniff_stream(stream: &TcpStream) -> io::Result<Option<Protocol>> {
+    let mut first = [0u8; HTTP2_PREFACE.len()];
+    loop {
+        let n = stream.peek(&mut first).await?;
+        match sniff(&first[..n]) {
+            _ if n == 0 => return Ok(None),
+            Sniffed::Http1 => return Ok(Some(Protocol::Http1)),
+            Sniffed::Http2 => return Ok(Some(Protocol::Http2)),
+            // A peek returns at once while any byte is waiting: look again in a moment.
+            Sniffed::Unsure => tokio::time::sleep(PREFACE_RECHECK).await,
+        }
+    }
+}
+
 /// Serves one connection. Its protocol is told from its first bytes, peeked without reading
 /// them, so that each connection holds only the state of the protocol it speaks: an HTTP/1
 /// connection (an SSE stream, most often) carries no HTTP/2 state and no re-read prefix, and
-/// its read buffer stays at hyper's initial size. A connection that sends nothing within the
-/// header timeout is closed.
+/// its read buffer stays at hyper's initial size. A connection that does not tell its protocol
+/// within the header timeout is closed.
 async fn serve_connection(
     stream: TcpStream,
     router: Router,
     mut stopped: watch::Receiver<()>,
     protocols: Arc<Protocols>,
 ) {
-    let mut first = [0u8; HTTP2_PREFACE.len()];
-    let peeked = tokio::select! {
-        peeked = tokio::time::timeout(protocols.header_read_timeout, stream.peek(&mut first)) => peeked,
+    let sniffed = tokio::select! {
+        sniffed = tokio::time::timeout(protocols.header_read_timeout, sniff_stream(&stream)) => sniffed,
         _ = stopped.changed() => return,
     };
-    let sniffed = match peeked {
-        Ok(Ok(n)) if n > 0 => sniff(&first[..n]),
+    let Ok(Ok(Some(sniffed))) = sniffed else {
         // Closed, failed, or silent for too long.
-        _ => return,
+        return;
     };
     let service = BoxedRouter(router);
     let io = TokioIo::new(stream);
     let result: Result<(), Box<dyn std::error::Error + Send + Sync>> = match sniffed {
-        Sniffed::Http1 => {
+        Protocol::Http1 => {
             let connection = protocols
                 .http1
                 .serve_connection(io, service)
@@ -223,20 +235,13 @@ async fn serve_connection(
                 .map_err(Into::into)
         }
         // Boxed, so that an HTTP/1 connection's task is not the size of these.
-        Sniffed::Http2 => {
+        Protocol::Http2 => {
             let connection = protocols.http2.serve_connection(io, service);
             Box::pin(drive(Box::pin(connection), stopped, |c| {
                 c.graceful_shutdown()
             }))
             .await
             .map_err(Into::into)
-        }
-        Sniffed::Unsure => {
-            let connection = protocols.auto.serve_connection_with_upgrades(io, service);
-            Box::pin(drive(Box::pin(connection), stopped, |c| {
-                c.graceful_shutdown()
-            }))
-            .await
         }
     };
     if let Err(error) = result {
