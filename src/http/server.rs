@@ -10,21 +10,25 @@
 //!   long `?wait=true` runs are unaffected.
 //! - Shutdown stops accepting, lets every connection finish its current request, then ends.
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::io;
-use std::pin::pin;
+use std::ops::DerefMut;
+use std::pin::{pin, Pin};
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::extract::Request;
+use axum::response::Response;
 use axum::Router;
 use hyper::body::Incoming;
+use hyper::server::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto::Builder;
-use hyper_util::service::TowerToHyperService;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 use tokio_util::task::TaskTracker;
+use tower::ServiceExt;
 
 /// Limits on connections.
 #[derive(Debug, Clone)]
@@ -80,6 +84,7 @@ pub async fn serve(
     limits: ConnectionLimits,
 ) -> io::Result<()> {
     let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let protocols = Arc::new(Protocols::new(&limits));
     let connections = TaskTracker::new();
     // Dropped at shutdown: every connection then finishes its request and closes.
     let (stop, stopped) = watch::channel(());
@@ -103,9 +108,9 @@ pub async fn serve(
             Ok(permit) => {
                 let router = router.clone();
                 let stopped = stopped.clone();
-                let limits = limits.clone();
+                let protocols = protocols.clone();
                 connections.spawn(async move {
-                    serve_connection(stream, router, stopped, &limits).await;
+                    serve_connection(stream, router, stopped, protocols).await;
                     drop(permit);
                 });
             }
@@ -121,37 +126,166 @@ pub async fn serve(
     Ok(())
 }
 
+/// How connections are served: configured once and shared by every connection.
+struct Protocols {
+    http1: http1::Builder,
+    http2: http2::Builder<TokioExecutor>,
+    header_read_timeout: Duration,
+}
+
+impl Protocols {
+    fn new(limits: &ConnectionLimits) -> Protocols {
+        let mut http1 = http1::Builder::new();
+        http1
+            .timer(TokioTimer::new())
+            .header_read_timeout(limits.header_read_timeout);
+        let mut http2 = http2::Builder::new(TokioExecutor::new());
+        http2
+            .timer(TokioTimer::new())
+            .keep_alive_interval(Some(HTTP2_PING_INTERVAL))
+            .keep_alive_timeout(limits.header_read_timeout);
+        Protocols {
+            http1,
+            http2,
+            header_read_timeout: limits.header_read_timeout,
+        }
+    }
+}
+
+const HTTP2_PING_INTERVAL: Duration = Duration::from_secs(30);
+
+/// What an HTTP/2 client with prior knowledge sends first.
+const HTTP2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Which protocol a connection speaks, from its first bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sniffed {
+    Http1,
+    Http2,
+    /// The bytes so far begin the HTTP/2 preface but are not all of it.
+    Unsure,
+}
+
+fn sniff(first: &[u8]) -> Sniffed {
+    let n = first.len().min(HTTP2_PREFACE.len());
+    if first[..n] != HTTP2_PREFACE[..n] {
+        Sniffed::Http1
+    } else if n == HTTP2_PREFACE.len() {
+        Sniffed::Http2
+    } else {
+        Sniffed::Unsure
+    }
+}
+
+/// How often the first bytes of a connection are looked at again while they are a part of the
+/// HTTP/2 preface (a client that sends it in pieces; rare).
+const PREFACE_RECHECK: Duration = Duration::from_millis(10);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Protocol {
+    Http1,
+    Http2,
+}
+
+/// The protocol the connection speaks, from its first bytes, left unread for hyper; `None` if
+/// it closes before it tells.
+async fn sniff_stream(stream: &TcpStream) -> io::Result<Option<Protocol>> {
+    let mut first = [0u8; HTTP2_PREFACE.len()];
+    loop {
+        let n = stream.peek(&mut first).await?;
+        match sniff(&first[..n]) {
+            _ if n == 0 => return Ok(None),
+            Sniffed::Http1 => return Ok(Some(Protocol::Http1)),
+            Sniffed::Http2 => return Ok(Some(Protocol::Http2)),
+            // A peek returns at once while any byte is waiting: look again in a moment.
+            Sniffed::Unsure => tokio::time::sleep(PREFACE_RECHECK).await,
+        }
+    }
+}
+
+/// Serves one connection. Its protocol is told from its first bytes, peeked without reading
+/// them, so that each connection holds only the state of the protocol it speaks: an HTTP/1
+/// connection (an SSE stream, most often) carries no HTTP/2 state and no re-read prefix, and
+/// its read buffer stays at hyper's initial size. A connection that does not tell its protocol
+/// within the header timeout is closed.
 async fn serve_connection(
     stream: TcpStream,
     router: Router,
     mut stopped: watch::Receiver<()>,
-    limits: &ConnectionLimits,
+    protocols: Arc<Protocols>,
 ) {
-    let service = TowerToHyperService::new(router.into_service::<Incoming>());
-    let mut builder = Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .keep_alive_interval(Some(Duration::from_secs(30)))
-        .keep_alive_timeout(limits.header_read_timeout);
+    let sniffed = tokio::select! {
+        sniffed = tokio::time::timeout(protocols.header_read_timeout, sniff_stream(&stream)) => sniffed,
+        _ = stopped.changed() => return,
+    };
+    let Ok(Ok(Some(sniffed))) = sniffed else {
+        // Closed, failed, or silent for too long.
+        return;
+    };
+    let service = BoxedRouter(router);
     let io = TokioIo::new(stream);
-    let mut connection = pin!(builder.serve_connection_with_upgrades(io, service));
+    let result: Result<(), Box<dyn std::error::Error + Send + Sync>> = match sniffed {
+        Protocol::Http1 => {
+            let connection = protocols
+                .http1
+                .serve_connection(io, service)
+                .with_upgrades();
+            drive(pin!(connection), stopped, |c| c.graceful_shutdown())
+                .await
+                .map_err(Into::into)
+        }
+        // Boxed, so that an HTTP/1 connection's task is not the size of these.
+        Protocol::Http2 => {
+            let connection = protocols.http2.serve_connection(io, service);
+            Box::pin(drive(Box::pin(connection), stopped, |c| {
+                c.graceful_shutdown()
+            }))
+            .await
+            .map_err(Into::into)
+        }
+    };
+    if let Err(error) = result {
+        tracing::trace!(%error, "connection ended with an error");
+    }
+}
+
+/// The router as a hyper service whose futures are boxed. hyper keeps an HTTP/1 connection's
+/// request future in a box the size of that future for as long as the connection lives (an
+/// SSE stream: hours); boxed, it is the size of a pointer.
+#[derive(Clone)]
+struct BoxedRouter(Router);
+
+type ResponseFuture = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+
+impl hyper::service::Service<Request<Incoming>> for BoxedRouter {
+    type Response = Response;
+    type Error = Infallible;
+    type Future = ResponseFuture;
+
+    fn call(&self, request: Request<Incoming>) -> ResponseFuture {
+        // A router is always ready.
+        Box::pin(self.0.clone().oneshot(request))
+    }
+}
+
+/// Polls `connection` to its end; once `stopped` fires, asks it to finish its current request
+/// and close.
+async fn drive<C, E>(
+    mut connection: Pin<C>,
+    mut stopped: watch::Receiver<()>,
+    graceful_shutdown: impl Fn(Pin<&mut C::Target>),
+) -> Result<(), E>
+where
+    C: DerefMut,
+    C::Target: Future<Output = Result<(), E>>,
+{
     let mut stopping = false;
     loop {
         tokio::select! {
-            result = connection.as_mut() => {
-                if let Err(error) = result {
-                    tracing::trace!(%error, "connection ended with an error");
-                }
-                return;
-            }
+            result = connection.as_mut() => return result,
             _ = stopped.changed(), if !stopping => {
                 stopping = true;
-                connection.as_mut().graceful_shutdown();
+                graceful_shutdown(connection.as_mut());
             }
         }
     }
@@ -181,6 +315,18 @@ mod tests {
         );
         let problem: serde_json::Value = serde_json::from_str(body).unwrap();
         assert_eq!(problem["status"], 503);
+    }
+
+    #[test]
+    fn the_first_bytes_tell_the_protocol() {
+        assert_eq!(sniff(b"GET / HTTP/1.1\r\n"), Sniffed::Http1);
+        // Methods that begin like the preface part from it within three bytes.
+        for method in ["POST", "PUT", "PATCH"] {
+            assert_eq!(sniff(method.as_bytes()), Sniffed::Http1, "{method}");
+        }
+        assert_eq!(sniff(b"P"), Sniffed::Unsure);
+        assert_eq!(sniff(b"PRI * HTTP/2.0\r\n"), Sniffed::Unsure);
+        assert_eq!(sniff(HTTP2_PREFACE), Sniffed::Http2);
     }
 
     #[test]

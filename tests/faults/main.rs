@@ -7,7 +7,8 @@
 //! - `provider`: the hostile provider of `hostile.rs` (endless text, a huge line, ten thousand
 //!   tool calls, huge arguments, a trickle, a split surrogate pair, echoed keys).
 //! - `web`: Host and Origin checks, content types, the bearer scheme.
-//! - `connections`: partial headers, idle connections, the connection cap.
+//! - `connections`: partial headers, idle and silent connections, the connection cap, HTTP/2
+//!   with prior knowledge.
 //! - `sessions`: a row that cannot be read, a fork during a run, paging.
 
 #[path = "../support/mod.rs"]
