@@ -189,10 +189,12 @@ impl SessionActor {
             return;
         };
         if self.slot.lease.epoch().is_some() {
+            // Forgotten first: a heartbeat that sees the lease gone from the table must not
+            // find it still held here, or it would judge it lost and stop the next run.
+            self.slot.lease.forget();
             if let Err(error) = cluster.release(self.id, self.deps.replica).await {
                 tracing::warn!(session_id = %self.id, %error, "could not release a lease; it will expire");
             }
-            self.slot.lease.forget();
         }
     }
 

@@ -323,7 +323,7 @@ fn upsert_run(tx: &Transaction<'_>, r: &RunRecord) -> rusqlite::Result<()> {
         "INSERT INTO runs (id, session_id, kind, status, input, text, finish_reason, \
          input_tokens, output_tokens, steps, error, start_seq, created_at, finished_at, \
          client_tools) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
-         ON CONFLICT (session_id, id) DO UPDATE SET status = excluded.status, text = excluded.text, \
+         ON CONFLICT (id) DO UPDATE SET status = excluded.status, text = excluded.text, \
          finish_reason = excluded.finish_reason, input_tokens = excluded.input_tokens, \
          output_tokens = excluded.output_tokens, steps = excluded.steps, \
          error = excluded.error, finished_at = excluded.finished_at",
@@ -361,7 +361,7 @@ fn upsert_step(tx: &Transaction<'_>, s: &StepRecord) -> rusqlite::Result<()> {
         "INSERT INTO steps (id, session_id, run_id, kind, status, request, response, \
          input_tokens, output_tokens, error, created_at, finished_at) \
          VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
-         ON CONFLICT (session_id, id) DO UPDATE SET status = excluded.status, \
+         ON CONFLICT (id) DO UPDATE SET status = excluded.status, \
          response = excluded.response, input_tokens = excluded.input_tokens, \
          output_tokens = excluded.output_tokens, error = excluded.error, \
          finished_at = excluded.finished_at",
