@@ -249,24 +249,18 @@ pub async fn run_turn<J: Journal>(
         });
         let outcome = loop {
             // The pieces already received are taken at once; before waiting for more, what
-            // was recorded of them is handed on.
-            let ready = match cancel.is_cancelled() {
-                true => None,
-                false => stream.next().now_or_never(),
-            };
-            let item = match ready {
-                Some(item) => item,
-                None => {
-                    journal.pieces_read().await?;
-                    tokio::select! {
-                        item = stream.next() => item,
-                        _ = cancel.cancelled() => None,
-                    }
-                }
-            };
-            let item = match (item, cancel.is_cancelled()) {
-                (item, false) => item,
-                (_, true) => {
+            // was recorded of them is handed on. `None`: cancelled while waiting.
+            let mut next = stream.next().now_or_never();
+            if next.is_none() {
+                journal.pieces_read().await?;
+                next = tokio::select! {
+                    item = stream.next() => Some(item),
+                    _ = cancel.cancelled() => None,
+                };
+            }
+            let item = match next {
+                Some(item) if !cancel.is_cancelled() => item,
+                _ => {
                     drop(stream);
                     timer.finish("cancelled", None);
                     telemetry::chat_cancelled(&span);

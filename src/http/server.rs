@@ -157,35 +157,28 @@ const HTTP2_PING_INTERVAL: Duration = Duration::from_secs(30);
 /// What an HTTP/2 client with prior knowledge sends first.
 const HTTP2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-/// Which protocol a connection speaks, from its first bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Sniffed {
+enum Protocol {
     Http1,
     Http2,
-    /// The bytes so far begin the HTTP/2 preface but are not all of it.
-    Unsure,
 }
 
-fn sniff(first: &[u8]) -> Sniffed {
+/// Which protocol a connection speaks, from its first bytes; `None` while they begin the
+/// HTTP/2 preface but are not all of it.
+fn sniff(first: &[u8]) -> Option<Protocol> {
     let n = first.len().min(HTTP2_PREFACE.len());
     if first[..n] != HTTP2_PREFACE[..n] {
-        Sniffed::Http1
+        Some(Protocol::Http1)
     } else if n == HTTP2_PREFACE.len() {
-        Sniffed::Http2
+        Some(Protocol::Http2)
     } else {
-        Sniffed::Unsure
+        None
     }
 }
 
 /// How often the first bytes of a connection are looked at again while they are a part of the
 /// HTTP/2 preface (a client that sends it in pieces; rare).
 const PREFACE_RECHECK: Duration = Duration::from_millis(10);
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Protocol {
-    Http1,
-    Http2,
-}
 
 /// The protocol the connection speaks, from its first bytes, left unread for hyper; `None` if
 /// it closes before it tells.
@@ -195,10 +188,9 @@ async fn sniff_stream(stream: &TcpStream) -> io::Result<Option<Protocol>> {
         let n = stream.peek(&mut first).await?;
         match sniff(&first[..n]) {
             _ if n == 0 => return Ok(None),
-            Sniffed::Http1 => return Ok(Some(Protocol::Http1)),
-            Sniffed::Http2 => return Ok(Some(Protocol::Http2)),
+            Some(protocol) => return Ok(Some(protocol)),
             // A peek returns at once while any byte is waiting: look again in a moment.
-            Sniffed::Unsure => tokio::time::sleep(PREFACE_RECHECK).await,
+            None => tokio::time::sleep(PREFACE_RECHECK).await,
         }
     }
 }
@@ -319,14 +311,14 @@ mod tests {
 
     #[test]
     fn the_first_bytes_tell_the_protocol() {
-        assert_eq!(sniff(b"GET / HTTP/1.1\r\n"), Sniffed::Http1);
+        assert_eq!(sniff(b"GET / HTTP/1.1\r\n"), Some(Protocol::Http1));
         // Methods that begin like the preface part from it within three bytes.
         for method in ["POST", "PUT", "PATCH"] {
-            assert_eq!(sniff(method.as_bytes()), Sniffed::Http1, "{method}");
+            assert_eq!(sniff(method.as_bytes()), Some(Protocol::Http1), "{method}");
         }
-        assert_eq!(sniff(b"P"), Sniffed::Unsure);
-        assert_eq!(sniff(b"PRI * HTTP/2.0\r\n"), Sniffed::Unsure);
-        assert_eq!(sniff(HTTP2_PREFACE), Sniffed::Http2);
+        assert_eq!(sniff(b"P"), None);
+        assert_eq!(sniff(b"PRI * HTTP/2.0\r\n"), None);
+        assert_eq!(sniff(HTTP2_PREFACE), Some(Protocol::Http2));
     }
 
     #[test]

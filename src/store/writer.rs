@@ -127,12 +127,11 @@ async fn run(store: Arc<dyn Store>, mut rx: mpsc::Receiver<Commit>, shared: Arc<
             tokio::task::yield_now().await;
             drain(&mut rx, &mut pending);
         }
-        let accepted = next_batch(&mut pending, &shared);
+        let mut accepted = next_batch(&mut pending, &shared);
         if accepted.is_empty() {
             continue;
         }
         let started = std::time::Instant::now();
-        let mut accepted = accepted;
         let groups: Vec<Vec<WriteOp>> = accepted
             .iter_mut()
             .map(|c| std::mem::take(&mut c.ops))
@@ -148,29 +147,18 @@ async fn run(store: Arc<dyn Store>, mut rx: mpsc::Receiver<Commit>, shared: Arc<
             std::task::Poll::Ready(done) => done,
             std::task::Poll::Pending => commit.await,
         };
-        if groups.len() != accepted.len() {
-            // The commit's thread died with the ops: its transaction was rolled back.
-            let cause = match result {
-                Err(error) => error.to_string(),
-                Ok(()) => "the writer lost a batch".to_string(),
-            };
-            tracing::error!(error = %cause, "commit failed");
-            *shared.failing() = Some(cause.clone());
-            for commit in accepted {
-                shared.poisoned().insert(commit.origin, cause.clone());
-                finish(commit, Err(StoreError::Write(cause.clone())));
-            }
-            continue;
-        }
+        crate::metrics::store_commit(accepted.len(), started.elapsed());
+        // The store hands back fewer groups only when its thread died with them.
+        let lost = groups.len() != accepted.len();
         for (commit, ops) in accepted.iter_mut().zip(groups) {
             commit.ops = ops;
         }
-        crate::metrics::store_commit(accepted.len(), started.elapsed());
         match result {
             Ok(()) => {
                 *shared.failing() = None;
                 committed = accepted;
             }
+            Err(error) if lost => lost_batch(&shared, accepted, &error),
             Err(error) => failed(&*store, &shared, accepted, error).await,
         }
     }
@@ -213,6 +201,18 @@ fn next_batch(pending: &mut VecDeque<Commit>, shared: &Shared) -> Vec<Commit> {
         }
     }
     accepted
+}
+
+/// A transaction failed and its ops are gone with the thread that ran it (it was rolled
+/// back): nothing of it can be retried, so every commit in it fails.
+fn lost_batch(shared: &Shared, accepted: Vec<Commit>, error: &StoreError) {
+    let cause = error.to_string();
+    tracing::error!(error = %cause, "commit failed");
+    *shared.failing() = Some(cause.clone());
+    for commit in accepted {
+        shared.poisoned().insert(commit.origin, cause.clone());
+        finish(commit, Err(StoreError::Write(cause.clone())));
+    }
 }
 
 /// A transaction failed: with one commit, that commit gets the store's error; with several,

@@ -218,10 +218,10 @@ impl<'a> RunJournal<'a> {
 
     /// Pieces that arrived together are queued together, up to [`PIECES_PER_COMMIT`] ops.
     async fn pieces_recorded(&mut self) -> Result<(), StoreError> {
-        match self.batch.ops.len() >= PIECES_PER_COMMIT {
-            true => self.queue().await,
-            false => Ok(()),
+        if self.batch.ops.len() < PIECES_PER_COMMIT {
+            return Ok(());
         }
+        self.queue().await
     }
 
     /// Records a message of the user's (one queued while the run was busy, or not). It is
