@@ -19,6 +19,12 @@ use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::{EnvFilter, Layer as _};
 
+/// jemalloc rather than the system's malloc: measured, an idle SSE connection holds about
+/// 9.7 KB instead of 13.1, and at mock C=64 a turn costs about a quarter less CPU, for a few
+/// MB more peak RSS under load (`BENCHMARKS.md`).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()

@@ -104,6 +104,7 @@ pub(super) async fn run_calls<J: Journal>(
         if running.is_empty() && waiting.is_empty() {
             break;
         }
+        journal.waiting().await?;
         tokio::select! {
             Some((index, step_id, call, output)) = running.next(), if !running.is_empty() => {
                 journal.tool_finished(step_id, &call, &output).await?;

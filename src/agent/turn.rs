@@ -67,13 +67,15 @@ pub trait Journal: Send {
     }
     /// An LLM step begins; `request` describes how to rebuild the exact request.
     async fn llm_started(&mut self, request: LlmRequestDescriptor) -> Result<Uuid, Self::Error>;
-    /// A piece of the model's text. A journal may hold pieces until [`Journal::pieces_read`].
+    /// A piece of the model's text.
     async fn llm_delta(&mut self, step_id: Uuid, text: String) -> Result<(), Self::Error>;
     /// A piece of the model's reasoning, streamed before its text.
     async fn llm_thinking(&mut self, step_id: Uuid, text: String) -> Result<(), Self::Error>;
-    /// The reply has no further piece ready yet: the pieces recorded so far are handed on
-    /// (the pieces that arrived together travel together).
-    async fn pieces_read(&mut self) -> Result<(), Self::Error> {
+    /// The loop is about to wait: for the model's next piece, a tool, or an answer. What was
+    /// recorded since the last wait is handed on now, so a journal may gather what it is told
+    /// between two waits (the pieces that arrived together, a reply with its tool's start, a
+    /// tool's result with the next model step) and write it in one commit.
+    async fn waiting(&mut self) -> Result<(), Self::Error> {
         Ok(())
     }
     async fn llm_retry(
@@ -252,7 +254,7 @@ pub async fn run_turn<J: Journal>(
             // was recorded of them is handed on. `None`: cancelled while waiting.
             let mut next = stream.next().now_or_never();
             if next.is_none() {
-                journal.pieces_read().await?;
+                journal.waiting().await?;
                 next = tokio::select! {
                     item = stream.next() => Some(item),
                     _ = cancel.cancelled() => None,
@@ -359,7 +361,9 @@ async fn auto_compact<J: Journal>(
     if first_request <= budget {
         return Ok(());
     }
-    match compaction::summarize(deps, history, cancel).await {
+    // The summary is a model call: what was recorded (the run's start) is handed on first.
+    journal.waiting().await?;
+    match compaction::summarize(deps, journal.history(), cancel).await {
         Ok(summary) => {
             usage.add(summary.usage);
             journal.summary_appended(summary, true).await?;

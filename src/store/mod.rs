@@ -68,6 +68,25 @@ pub enum StoreError {
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
+impl StoreError {
+    /// The same error, for a second party to be told of it: the variants that carry text are
+    /// copied, the others become a write error with their message.
+    pub fn retold(&self) -> StoreError {
+        match self {
+            StoreError::Corrupt(why) => StoreError::Corrupt(why.clone()),
+            StoreError::Unsupported(why) => StoreError::Unsupported(why.clone()),
+            StoreError::Write(why) => StoreError::Write(why.clone()),
+            StoreError::WriterGone => StoreError::WriterGone,
+            StoreError::Poisoned(why) => StoreError::Poisoned(why.clone()),
+            StoreError::Fenced => StoreError::Fenced,
+            StoreError::Unusable(why) => StoreError::Unusable(why.clone()),
+            StoreError::Database(_) | StoreError::Migrate(_) | StoreError::Io(_) => {
+                StoreError::Write(self.to_string())
+            }
+        }
+    }
+}
+
 /// One change to the database. A batch of ops commits in one transaction.
 #[derive(Debug, Clone)]
 pub enum WriteOp {

@@ -574,8 +574,9 @@ impl RunJournal<'_> {
         self.child_finished(&call.id);
         self.record_artifacts(keeping);
         let Some(reply) = self.calls.replies.remove(&call.id) else {
-            // Nobody waits on it: queued, durable before the run ends.
-            return self.queue().await;
+            // Nobody waits on it: handed on when the loop next waits, durable before the run
+            // ends.
+            return Ok(());
         };
         // A client's answer is acknowledged once it is durable.
         self.flush_now().await?;
@@ -605,8 +606,9 @@ impl RunJournal<'_> {
             self.batch.state(self.core, SessionState::Running, None);
         }
         self.batch.checkpoint(self.core, self.run_id, None);
-        // The model call that follows has no effect to protect: queued.
-        self.queue().await
+        // The model call that follows has no effect to protect: queued with it, when the loop
+        // waits for the model.
+        Ok(())
     }
 
     /// Ends every call that still waits, as `by` says (a cancel, or a new message that

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde_json::{json, Value};
+use tokio::sync::oneshot;
 use uuid::Uuid;
 
 use super::calls::CallDesk;
@@ -21,7 +22,7 @@ use crate::model::{
 use crate::session::live::Slot;
 use crate::session::SessionDeps;
 use crate::store::writer::Commit;
-use crate::store::{StoreError, WriteOp};
+use crate::store::{StoreError, StoreResult, WriteOp};
 use crate::tools::ToolOutput;
 
 /// Streamed pieces gathered at most before they are handed to the writer, when a reply's
@@ -32,6 +33,9 @@ const PIECES_PER_COMMIT: usize = 64;
 pub(super) struct Batch {
     session_id: Uuid,
     pub ops: Vec<WriteOp>,
+    /// Told the outcome of the commit these ops go in: somebody waits for them to be durable
+    /// (a run's client, for the run's start) while the actor goes on.
+    pub told: Option<oneshot::Sender<StoreResult<()>>>,
 }
 
 impl Batch {
@@ -39,7 +43,18 @@ impl Batch {
         Batch {
             session_id,
             ops: Vec::new(),
+            told: None,
         }
+    }
+
+    /// A batch whose commit's outcome is told to the receiver returned with it.
+    pub fn told(session_id: Uuid) -> (Batch, oneshot::Receiver<StoreResult<()>>) {
+        let (tell, told) = oneshot::channel();
+        let batch = Batch {
+            told: Some(tell),
+            ..Batch::new(session_id)
+        };
+        (batch, told)
     }
 
     pub fn with(mut self, op: WriteOp) -> Batch {
@@ -141,28 +156,36 @@ impl Sink<'_> {
     }
 
     /// Commits a batch and waits until it is durable (its events are then published).
-    pub async fn commit(&self, batch: Batch) -> Result<(), StoreError> {
+    pub async fn commit(&self, mut batch: Batch) -> Result<(), StoreError> {
         if batch.ops.is_empty() {
             return Ok(());
         }
+        let told = batch.told.take();
         let origin = (batch.session_id, self.slot.generation);
         let ops = self.fenced(batch);
         let publish = Some(self.slot.events.clone());
-        self.deps.writer.commit(origin, ops, publish).await
+        let result = self.deps.writer.commit(origin, ops, publish).await;
+        if let Some(told) = told {
+            let _ = told.send(result.as_ref().map(|_| ()).map_err(StoreError::retold));
+        }
+        result
     }
 
     /// Queues a batch without waiting: order is kept by the writer, and a failure shows at the
     /// next commit.
-    pub async fn queue(&self, batch: Batch) -> Result<(), StoreError> {
+    pub async fn queue(&self, mut batch: Batch) -> Result<(), StoreError> {
         if batch.ops.is_empty() {
+            if let Some(told) = batch.told.take() {
+                let _ = told.send(Ok(()));
+            }
             return Ok(());
         }
         let origin = (batch.session_id, self.slot.generation);
         let commit = Commit {
             origin,
+            ack: batch.told.take(),
             ops: self.fenced(batch),
             publish: Some(self.slot.events.clone()),
-            ack: None,
         };
         self.deps.writer.submit(commit).await
     }
@@ -224,16 +247,16 @@ impl<'a> RunJournal<'a> {
         self.queue().await
     }
 
-    /// Records a message of the user's (one queued while the run was busy, or not). It is
-    /// queued, not waited for: the model call that follows has no effect to protect, and the
-    /// next durable commit (a tool's start, the run's end) comes after it in the writer's order.
-    async fn append_user_message(&mut self, input: String, queued: bool) -> Result<(), StoreError> {
+    /// Records a message of the user's (one queued while the run was busy, or not). It goes
+    /// with the model step that follows, queued when the loop first waits for the model: that
+    /// call has no effect to protect, and the next durable commit (a tool's start, the run's
+    /// end) comes after it in the writer's order.
+    fn append_user_message(&mut self, input: String, queued: bool) {
         let message = self
             .batch
             .message(self.core, Message::new(Role::User, input));
         self.batch
             .event(self.core, EventKind::UserMessage { message, queued });
-        self.queue().await
     }
 
     fn step(&self, id: Uuid, kind: StepKind, status: StepStatus, request: Value) -> StepRecord {
@@ -278,7 +301,7 @@ impl Journal for RunJournal<'_> {
         self.batch.ops.push(WriteOp::UpsertStep(step));
         self.batch
             .event(self.core, EventKind::LlmStarted { step_id });
-        self.queue().await?;
+        // Queued when the loop first waits for the model.
         Ok(step_id)
     }
 
@@ -294,7 +317,7 @@ impl Journal for RunJournal<'_> {
         self.pieces_recorded().await
     }
 
-    async fn pieces_read(&mut self) -> Result<(), StoreError> {
+    async fn waiting(&mut self) -> Result<(), StoreError> {
         self.queue().await
     }
 
@@ -354,9 +377,9 @@ impl Journal for RunJournal<'_> {
             },
         );
         self.batch.checkpoint(self.core, self.run_id, Some(step_id));
-        // Queued: what runs next (a tool, the run's end) waits for its own commit, which the
-        // writer makes after this one.
-        self.queue().await
+        // Not committed on its own: it goes with what follows before the loop waits again (a
+        // tool's start, an approval's request, the run's end), which are waited for.
+        Ok(())
     }
 
     async fn llm_failed(&mut self, step_id: Uuid, error: String) -> Result<(), StoreError> {
@@ -387,11 +410,12 @@ impl Journal for RunJournal<'_> {
                 elided_tool_results: stats.elided_tool_results as u64,
             },
         );
-        self.queue().await
+        Ok(())
     }
 
     async fn user_message(&mut self, input: String) -> Result<(), StoreError> {
-        self.append_user_message(input, /*queued*/ false).await
+        self.append_user_message(input, /*queued*/ false);
+        Ok(())
     }
 
     fn take_queued(&mut self) -> Vec<String> {
@@ -399,7 +423,8 @@ impl Journal for RunJournal<'_> {
     }
 
     async fn queued_message(&mut self, input: String) -> Result<(), StoreError> {
-        self.append_user_message(input, /*queued*/ true).await
+        self.append_user_message(input, /*queued*/ true);
+        Ok(())
     }
 
     async fn summary_appended(&mut self, summary: Summary, auto: bool) -> Result<(), StoreError> {

@@ -114,6 +114,8 @@ pub(super) struct Begin {
     pub result_tx: oneshot::Sender<Result<RunResult, RunStopped>>,
     /// The trace span the run's span is a child of (none: a root).
     pub trace_parent: tracing::Span,
+    /// What the run writes first, not yet handed to the writer (a new run's start).
+    pub opening: Option<Batch>,
 }
 
 impl Begin {
@@ -129,6 +131,7 @@ impl Begin {
             superseded_by: None,
             result_tx,
             trace_parent: tracing::Span::none(),
+            opening: None,
         }
     }
 
@@ -214,7 +217,11 @@ impl SessionActor {
             finished_at: None,
             client_tools: request.client_tools.clone(),
         };
-        let mut batch = Batch::new(id);
+        // The run's start goes with the turn's first commit (its user message and first model
+        // step, queued when the loop first waits); the client is told of the run once it is
+        // durable. If that commit fails, the client is told why, and the turn's next commit
+        // that is waited for (before any tool runs) is refused, which stops the run.
+        let (mut batch, durable) = Batch::told(id);
         batch.event(
             core,
             EventKind::AgentStarted {
@@ -242,18 +249,22 @@ impl SessionActor {
         }
         batch.ops.push(WriteOp::UpsertRun(run.clone()));
         core.last_run = Some(run.clone());
-        if let Err(error) = self.sink().commit(batch).await {
-            let stop = Stop::write_failed(id, &error);
-            let _ = reply.send(Err(SessionError::Store(error)));
-            return Err(stop);
-        }
         let (result_tx, result_rx) = oneshot::channel();
-        let _ = reply.send(Ok(RunStarted::Started {
-            run: run.clone(),
-            result: result_rx,
-        }));
+        let started = run.clone();
+        tokio::spawn(async move {
+            let answer = match durable.await {
+                Ok(Ok(())) => Ok(RunStarted::Started {
+                    run: started,
+                    result: result_rx,
+                }),
+                Ok(Err(error)) => Err(SessionError::Store(error)),
+                Err(_) => Err(SessionError::Store(StoreError::WriterGone)),
+            };
+            let _ = reply.send(answer);
+        });
         let begin = Begin {
             trace_parent: request.trace_parent,
+            opening: Some(batch),
             ..Begin::new(input, result_tx)
         };
         let ended = self.drive(run, begin, inbox).await;
@@ -431,6 +442,9 @@ impl SessionActor {
             model.model(),
         );
         let mut journal = RunJournal::new(self.id, run.id, core, sink, desk);
+        if let Some(opening) = begin.opening {
+            journal.batch = opening;
+        }
         let mut lease_lost = false;
         let result = if let Some(error) = unusable {
             Err(AgentError::NotStarted { error })
