@@ -258,7 +258,11 @@ impl SessionActor {
                     result: result_rx,
                 }),
                 Ok(Err(error)) => Err(SessionError::Store(error)),
-                Err(_) => Err(SessionError::Store(StoreError::WriterGone)),
+                // Refused before it reached the writer (an earlier write of the session
+                // failed), or the writer stopped.
+                Err(_) => Err(SessionError::Store(StoreError::Write(
+                    "the run's start was not written".to_string(),
+                ))),
             };
             let _ = reply.send(answer);
         });
