@@ -216,11 +216,14 @@ impl SessionActor {
             let Some(command) = command else {
                 return Stop::Idle;
             };
-            if let Err(stop) = command.handle(Phase::Idle(self, inbox)).await {
+            // Boxed, as is the release: the actor's task holds the state of the largest future
+            // it awaits inline for as long as the actor lives, idle most of that time, and a
+            // command's (a whole run's) is several KB.
+            if let Err(stop) = Box::pin(command.handle(Phase::Idle(self, inbox))).await {
                 return stop;
             }
             // With replicas, the lease goes back as soon as the session is idle here.
-            self.release().await;
+            Box::pin(self.release()).await;
         }
     }
 
