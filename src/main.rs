@@ -20,8 +20,8 @@ use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::{EnvFilter, Layer as _};
 
 /// jemalloc rather than the system's malloc: measured, an idle SSE connection holds about
-/// 9.7 KB instead of 13.1, and at mock C=64 a turn costs about a quarter less CPU, for a few
-/// MB more peak RSS under load (`BENCHMARKS.md`).
+/// 9.6 KB instead of 12.9, and at mock C=64 a turn costs about a fifth less CPU, for 5–6 MB
+/// more peak RSS under load (`BENCHMARKS.md`).
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

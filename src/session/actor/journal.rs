@@ -157,14 +157,15 @@ impl Sink<'_> {
 
     /// Commits a batch and waits until it is durable (its events are then published).
     pub async fn commit(&self, mut batch: Batch) -> Result<(), StoreError> {
-        if batch.ops.is_empty() {
-            return Ok(());
-        }
         let told = batch.told.take();
-        let origin = (batch.session_id, self.slot.generation);
-        let ops = self.fenced(batch);
-        let publish = Some(self.slot.events.clone());
-        let result = self.deps.writer.commit(origin, ops, publish).await;
+        let result = if batch.ops.is_empty() {
+            Ok(())
+        } else {
+            let origin = (batch.session_id, self.slot.generation);
+            let ops = self.fenced(batch);
+            let publish = Some(self.slot.events.clone());
+            self.deps.writer.commit(origin, ops, publish).await
+        };
         if let Some(told) = told {
             let _ = told.send(result.as_ref().map(|_| ()).map_err(StoreError::retold));
         }
