@@ -103,11 +103,16 @@ pub async fn spawn_fake_model(
     Ok((local, task))
 }
 
-/// Serves the fake model on `listener` until an I/O error ends it.
+/// Serves the fake model on `listener` until an I/O error ends it. Its sockets send each
+/// piece at once (`TCP_NODELAY`), as a model provider's streaming endpoint does.
 pub async fn serve_fake_model(
     listener: tokio::net::TcpListener,
     knobs: FakeKnobs,
 ) -> std::io::Result<()> {
+    use axum::serve::ListenerExt;
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     axum::serve(listener, router(knobs)).await
 }
 

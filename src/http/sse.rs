@@ -21,6 +21,7 @@ use axum::response::Response;
 use bytes::BytesMut;
 use futures::{Stream, StreamExt};
 use tokio::sync::watch;
+use tokio_stream::wrappers::WatchStream;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use crate::session::EventStream;
@@ -61,7 +62,9 @@ fn ticks() -> watch::Receiver<u64> {
 /// One subscriber's source of frames.
 struct Feed {
     events: EventStream,
-    ticks: watch::Receiver<u64>,
+    /// The heartbeat ticks, as a stream: its wait stays registered across frames, instead of
+    /// being made and dropped for every event.
+    ticks: WatchStream<u64>,
     ticking: bool,
     shutdown: Pin<Box<WaitForCancellationFutureOwned>>,
     /// Something was sent since the last tick.
@@ -91,8 +94,8 @@ impl Feed {
                     };
                 }
                 () = &mut self.shutdown => return None,
-                ticked = self.ticks.changed(), if self.ticking => {
-                    if ticked.is_err() {
+                ticked = self.ticks.next(), if self.ticking => {
+                    if ticked.is_none() {
                         // The tick never stops (its sender is static); if it did, no more
                         // heartbeats, but events still flow.
                         self.ticking = false;
@@ -152,7 +155,7 @@ impl<S: Stream<Item = Bytes>> Stream for Coalesce<S> {
 pub fn response(events: EventStream, shutdown: CancellationToken) -> Response {
     let feed = Feed {
         events,
-        ticks: ticks(),
+        ticks: WatchStream::from_changes(ticks()),
         ticking: true,
         shutdown: Box::pin(shutdown.cancelled_owned()),
         // The retry field goes out first.

@@ -3,7 +3,7 @@
 //! An [`Event`] keeps its typed [`EventKind`] from the moment it is made until it is written
 //! out; the wire JSON is made when it is serialised, once however many subscribers are sent it.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
@@ -26,12 +26,17 @@ pub struct Event {
     #[serde(flatten)]
     pub kind: EventKind,
     pub created_at: DateTime<Utc>,
-    /// The event's JSON, rendered once however many subscribers are sent it.
+    /// The event's SSE frame, encoded once and shared by every SSE subscriber; its JSON is
+    /// part of it.
     #[serde(skip)]
-    rendered: Rendered<Arc<str>>,
-    /// The event's SSE frame, encoded once and shared by every SSE subscriber.
-    #[serde(skip)]
-    frame: Rendered<Bytes>,
+    frame: Rendered<Frame>,
+}
+
+/// An SSE frame and where the event's JSON lies in it.
+#[derive(Debug, Clone)]
+struct Frame {
+    bytes: Bytes,
+    json: std::ops::Range<usize>,
 }
 
 /// A lazily rendered form of an event; not part of its identity.
@@ -57,7 +62,6 @@ impl Event {
             seq,
             kind,
             created_at,
-            rendered: Rendered::default(),
             frame: Rendered::default(),
         }
     }
@@ -79,42 +83,63 @@ impl Event {
         self.kind.type_name()
     }
 
-    /// The event as JSON (what SSE `data:` lines carry), rendered on first use.
-    pub fn json(&self) -> Arc<str> {
-        self.rendered
-            .0
-            .get_or_init(|| {
-                // Plain data with string keys: serialising it cannot fail.
-                serde_json::to_string(self).unwrap_or_default().into()
-            })
-            .clone()
+    /// The event as JSON (what SSE `data:` lines carry): the `data:` line of its
+    /// [`sse_frame`](Event::sse_frame), so it is rendered once for the store, every subscriber
+    /// and every webhook.
+    pub fn json(&self) -> &str {
+        let frame = self.frame();
+        // The range lies on the bounds of the JSON that was written there.
+        std::str::from_utf8(&frame.bytes[frame.json.clone()]).unwrap_or("{}")
+    }
+
+    /// The `data` object's JSON text, as the store keeps it: the part of [`Event::json`]
+    /// between `"data":` and `,"created_at"`.
+    pub fn stored_data(&self) -> &str {
+        const DATA: &str = r#","data":"#;
+        const CREATED_AT: &str = r#","created_at":""#;
+        let json = self.json();
+        // The fields before `data` (an id, a number, a type name) cannot hold the key, and
+        // `created_at` is the last field, after everything `data` holds.
+        let start = json.find(DATA).map(|at| at + DATA.len());
+        let end = json.rfind(CREATED_AT);
+        match (start, end) {
+            (Some(start), Some(end)) if start <= end => &json[start..end],
+            _ => "{}",
+        }
     }
 
     /// The event as one Server-Sent Events frame, `id: <seq>`, `event: <type>`, `data: <json>`
     /// and a blank line, encoded on first use: every subscriber writes the same bytes.
     pub fn sse_frame(&self) -> Bytes {
-        self.frame
-            .0
-            .get_or_init(|| {
-                let type_name = self.type_name();
-                let mut frame = Vec::with_capacity(type_name.len() + 320);
-                frame.extend_from_slice(b"id: ");
-                frame.extend_from_slice(self.seq.to_string().as_bytes());
-                frame.extend_from_slice(b"\nevent: ");
-                frame.extend_from_slice(type_name.as_bytes());
-                frame.extend_from_slice(b"\ndata: ");
-                // Compact JSON has no raw line breaks (they are escaped inside strings), so
-                // the data is one line. Rendered in place unless the JSON already is.
-                match self.rendered.0.get() {
-                    Some(json) => frame.extend_from_slice(json.as_bytes()),
-                    None => {
-                        let _ = serde_json::to_writer(&mut frame, self);
-                    }
-                }
-                frame.extend_from_slice(b"\n\n");
-                Bytes::from(frame)
-            })
-            .clone()
+        self.frame().bytes.clone()
+    }
+
+    /// Renders the event's frame now, on the caller's thread, rather than where it is first
+    /// needed.
+    pub fn render(&self) {
+        self.frame();
+    }
+
+    fn frame(&self) -> &Frame {
+        self.frame.0.get_or_init(|| {
+            let type_name = self.type_name();
+            let mut frame = Vec::with_capacity(type_name.len() + 320);
+            frame.extend_from_slice(b"id: ");
+            frame.extend_from_slice(self.seq.to_string().as_bytes());
+            frame.extend_from_slice(b"\nevent: ");
+            frame.extend_from_slice(type_name.as_bytes());
+            frame.extend_from_slice(b"\ndata: ");
+            // Compact JSON has no raw line breaks (they are escaped inside strings), so the
+            // data is one line. Plain data with string keys: serialising it cannot fail.
+            let start = frame.len();
+            let _ = serde_json::to_writer(&mut frame, self);
+            let json = start..frame.len();
+            frame.extend_from_slice(b"\n\n");
+            Frame {
+                bytes: Bytes::from(frame),
+                json,
+            }
+        })
     }
 
     /// True for the events that end a run: exactly one of them closes every run.
@@ -419,6 +444,13 @@ mod tests {
             assert_eq!(data, kind.data_value());
             let back = EventKind::from_parts(kind.type_name(), &kind.data_json()).unwrap();
             assert_eq!(back, kind);
+            let event = Event::new(Uuid::now_v7(), 12, kind.clone(), Utc::now());
+            assert_eq!(
+                event.stored_data(),
+                kind.data_json(),
+                "{}",
+                kind.type_name()
+            );
         }
     }
 

@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use futures::Stream;
 use tokio::sync::broadcast::{self, error::RecvError};
-use tokio::sync::watch;
+use tokio_stream::wrappers::WatchStream;
+use tokio_stream::StreamExt;
 
 use super::Subscription;
 use uuid::Uuid;
@@ -25,8 +26,9 @@ pub struct EventStream {
     session_id: Uuid,
     last_sent: i64,
     live: broadcast::Receiver<Arc<Event>>,
-    /// Bumped when events committed elsewhere (another replica) are to be read from the store.
-    wake: Option<watch::Receiver<u64>>,
+    /// Bumped when events committed elsewhere (another replica) are to be read from the store;
+    /// a stream, so that its wait stays registered across events.
+    wake: Option<WatchStream<u64>>,
     backlog: VecDeque<Arc<Event>>,
     catching_up: bool,
     /// The live channel closed: what is left comes from the store, then the stream ends.
@@ -51,7 +53,7 @@ impl EventStream {
             session_id,
             last_sent: after.max(0),
             live,
-            wake: Some(wake),
+            wake: Some(WatchStream::from_changes(wake)),
             backlog: VecDeque::new(),
             catching_up: true,
             closed: false,
@@ -100,7 +102,7 @@ impl EventStream {
                 received = self.live.recv() => received,
                 woken = async {
                     match &mut self.wake {
-                        Some(wake) => wake.changed().await.is_ok(),
+                        Some(wake) => wake.next().await.is_some(),
                         None => std::future::pending().await,
                     }
                 } => {

@@ -70,6 +70,9 @@ impl Batch {
             _ => {}
         }
         let event = Event::new(self.session_id, core.next_seq, kind, model::now());
+        // Rendered here, beside the other actors, rather than on the writer's thread, which
+        // every commit waits for: the store and every subscriber use this JSON.
+        event.render();
         core.next_seq += 1;
         core.record.last_seq = event.seq;
         self.ops.push(WriteOp::InsertEvent(Arc::new(event)));

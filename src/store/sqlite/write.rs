@@ -391,7 +391,7 @@ fn insert_event(tx: &Transaction<'_>, e: &Event) -> rusqlite::Result<()> {
         e.session_id.to_string(),
         e.seq,
         e.type_name(),
-        e.kind.data_json(),
+        e.stored_data(),
         e.created_at.to_rfc3339(),
     ])?;
     Ok(())
