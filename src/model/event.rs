@@ -466,14 +466,14 @@ mod tests {
         );
         let nil = Uuid::nil();
         assert_eq!(
-            &*event.json(),
+            event.json(),
             format!(
                 r#"{{"session_id":"{nil}","seq":3,"type":"agent.cancelled","data":{{"run_id":"{nil}"}},"created_at":"1970-01-01T00:00:00Z"}}"#
             )
         );
         assert!(event.is_terminal());
         assert_eq!(event.run_id(), Some(nil));
-        let back: Event = serde_json::from_str(&event.json()).unwrap();
+        let back: Event = serde_json::from_str(event.json()).unwrap();
         assert_eq!(back, event);
     }
 
