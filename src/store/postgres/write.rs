@@ -365,12 +365,12 @@ async fn upsert_step(conn: &mut PgConnection, s: &StepRecord) -> Result<(), sqlx
 async fn insert_event(conn: &mut PgConnection, e: &Event) -> Result<(), sqlx::Error> {
     sqlx::query(
         "INSERT INTO events (session_id, seq, type, data, created_at) \
-         VALUES ($1, $2, $3, $4, $5)",
+         VALUES ($1, $2, $3, $4::jsonb, $5)",
     )
     .bind(e.session_id)
     .bind(e.seq)
     .bind(e.type_name())
-    .bind(json(&e.kind.data_value()))
+    .bind(json_text(e.stored_data()))
     .bind(e.created_at)
     .execute(conn)
     .await?;
@@ -391,13 +391,14 @@ async fn insert_events(conn: &mut PgConnection, ops: &[&WriteOp]) -> Result<(), 
             session_ids.push(e.session_id);
             seqs.push(e.seq);
             kinds.push(e.type_name());
-            data.push(Json(strip_nul(&e.kind.data_value())));
+            data.push(json_text(e.stored_data()));
             created.push(e.created_at);
         }
     }
     sqlx::query(
         "INSERT INTO events (session_id, seq, type, data, created_at) \
-         SELECT * FROM UNNEST($1::uuid[], $2::bigint[], $3::text[], $4::jsonb[], $5::timestamptz[])",
+         SELECT * FROM UNNEST($1::uuid[], $2::bigint[], $3::text[], $4::text[]::jsonb[], \
+         $5::timestamptz[])",
     )
     .bind(session_ids)
     .bind(seqs)
@@ -459,6 +460,34 @@ fn opt_text(s: &Option<String>) -> Option<Cow<'_, str>> {
     s.as_deref().map(text)
 }
 
+/// JSON text with U+0000 in its strings and keys replaced as [`text`] replaces it (`jsonb`
+/// rejects `\u0000`, which is how JSON writes it); borrowed when clean. Escapes are read left
+/// to right, so an escaped backslash followed by `u0000` stays as it is.
+fn json_text(json: &str) -> Cow<'_, str> {
+    const NUL: &str = "\\u0000";
+    if !json.contains(NUL) {
+        return Cow::Borrowed(json);
+    }
+    let bytes = json.as_bytes();
+    let mut out = String::with_capacity(json.len());
+    let (mut at, mut copied) = (0, 0);
+    while at < bytes.len() {
+        if bytes[at] != b'\\' {
+            at += 1;
+        } else if json[at..].starts_with(NUL) {
+            out.push_str(&json[copied..at]);
+            out.push_str("\\ufffd");
+            at += NUL.len();
+            copied = at;
+        } else {
+            // `\\`, `\"`, `\n`, the `u` of another `\uXXXX`: the escaped character is ASCII.
+            at += 2;
+        }
+    }
+    out.push_str(&json[copied.min(json.len())..]);
+    Cow::Owned(out)
+}
+
 /// JSON without U+0000 in any string or key (`jsonb` rejects `\u0000`); borrowed when clean.
 fn json(v: &Value) -> Json<Cow<'_, Value>> {
     if has_nul(v) {
@@ -509,4 +538,22 @@ fn list_json<T: serde::Serialize>(items: &[T]) -> Result<Option<Json<Value>>, sq
     } else {
         value
     })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_text_replaces_nul_escapes_as_text_replaces_nul() {
+        let value = serde_json::json!({"a\u{0}": ["x\u{0}y", "\\u0000", "\u{0}\\\u{0}"], "n": 1});
+        let written = value.to_string();
+        let cleared: Value = serde_json::from_str(&json_text(&written)).unwrap();
+        assert_eq!(cleared, strip_nul(&value));
+        // An escaped backslash before `u0000` is text, not an escape of U+0000.
+        let literal = r#"{"a":"\\u0000"}"#;
+        assert_eq!(json_text(literal), literal);
+        let clean = r#"{"a":"b\n\u00e9"}"#;
+        assert!(matches!(json_text(clean), Cow::Borrowed(s) if s == clean));
+    }
 }
