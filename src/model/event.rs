@@ -356,7 +356,9 @@ impl EventKind {
         }
     }
 
-    /// The `data` object as JSON text (what the store keeps beside the `type`).
+    /// The `data` object as JSON text, cut from the kind's own serialisation: the tests'
+    /// check of [`Event::stored_data`], which the store uses.
+    #[cfg(test)]
     pub fn data_json(&self) -> String {
         // The adjacently tagged form is `{"type":"<name>","data":<data>}`; type names need no
         // escaping, so the data is what lies between that prefix and the closing brace.

@@ -484,7 +484,7 @@ fn json_text(json: &str) -> Cow<'_, str> {
             at += 2;
         }
     }
-    out.push_str(&json[copied.min(json.len())..]);
+    out.push_str(&json[copied..]);
     Cow::Owned(out)
 }
 
