@@ -14,6 +14,8 @@
 //!
 //! Bodies are written from pre-rendered byte strings: a reply without a piece delay is one
 //! buffer and one write.
+//!
+//! It also serves the fan-out floor ([`super::fanout`]).
 
 use std::borrow::Cow;
 use std::convert::Infallible;
@@ -118,6 +120,7 @@ pub async fn serve_fake_model(
 
 /// The fake model's routes, for embedding.
 pub fn router(knobs: FakeKnobs) -> Router {
+    let knobs_for_floor = knobs.clone();
     let fake = Arc::new(Fake::new(knobs));
     Router::new()
         .route("/v1/chat/completions", post(completions))
@@ -125,6 +128,7 @@ pub fn router(knobs: FakeKnobs) -> Router {
         .route("/v1/models", get(models))
         .route("/models", get(models))
         .with_state(fake)
+        .merge(super::fanout::routes(knobs_for_floor))
 }
 
 const CHUNK_HEAD: &str = r#"data: {"id":"chatcmpl-fake","object":"chat.completion.chunk","created":1700000000,"model":"fake","choices":[{"index":0,"delta":"#;

@@ -5,6 +5,7 @@
 //! reach the server only through the library's public API and its HTTP interface.
 
 pub mod fake_model;
+pub mod fanout;
 mod loadgen;
 pub mod stats;
 

@@ -35,11 +35,12 @@ mod ui;
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, HeaderName, HeaderValue, Method, StatusCode};
-use axum::response::IntoResponse;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{middleware, Json, Router};
 use serde_json::json;
@@ -47,7 +48,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::timeout::TimeoutLayer;
-use tower_http::trace::TraceLayer;
+use tracing::Instrument as _;
 
 pub use problem::{Problem, PROBLEM_JSON};
 pub use server::ConnectionLimits;
@@ -137,13 +138,33 @@ pub fn router(state: AppState, options: &HttpOptions) -> Router {
         .layer(middleware::from_fn(ui::api_policy))
         .layer(cors(&options.cors_origins))
         .layer(DefaultBodyLimit::max(options.max_body_bytes))
-        .layer(
-            // Spans record the path only: a query may carry an access token.
-            TraceLayer::new_for_http().make_span_with(|request: &axum::http::Request<_>| {
-                tracing::info_span!("request", method = %request.method(), path = %request.uri().path())
-            }),
-        )
+        .layer(middleware::from_fn(trace_requests))
         .with_state(state)
+}
+
+/// A span per request around its handler, and an error logged for a `5xx` answer. Spans
+/// record the path only: a query may carry an access token. The body is left unwrapped: an
+/// event stream is polled for every event it sends, and a span entered at every poll would
+/// cost every event of every subscriber.
+async fn trace_requests(request: Request, next: Next) -> Response {
+    let span = tracing::info_span!(
+        "request",
+        method = %request.method(),
+        path = %request.uri().path()
+    );
+    let started = Instant::now();
+    let response = next.run(request).instrument(span.clone()).await;
+    let status = response.status();
+    if status.is_server_error() {
+        span.in_scope(|| {
+            tracing::error!(
+                classification = %format_args!("Status code: {status}"),
+                latency = %format_args!("{} ms", started.elapsed().as_millis()),
+                "response failed"
+            );
+        });
+    }
+    response
 }
 
 /// `GET /metrics` alone, for `--metrics-listen`: every other path is answered 404.

@@ -24,7 +24,10 @@ use tokio::sync::watch;
 use tokio_stream::wrappers::WatchStream;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
-use crate::session::EventStream;
+use crate::session::{EventStream, OnWake};
+
+/// The server's shutdown, as a stream of one item.
+type Shutdown = futures::stream::Once<Pin<Box<WaitForCancellationFutureOwned>>>;
 
 /// How often the heartbeat tick beats. A stream sends a heartbeat on a tick when it sent
 /// nothing since the tick before, so it is never silent for two ticks (10 s; the contract:
@@ -63,10 +66,11 @@ fn ticks() -> watch::Receiver<u64> {
 struct Feed {
     events: EventStream,
     /// The heartbeat ticks, as a stream: its wait stays registered across frames, instead of
-    /// being made and dropped for every event.
-    ticks: WatchStream<u64>,
+    /// being made and dropped for every event. The tick and the shutdown are shared by every
+    /// stream of the process, so they are polled only when they woke (see [`OnWake`]).
+    ticks: OnWake<WatchStream<u64>>,
     ticking: bool,
-    shutdown: Pin<Box<WaitForCancellationFutureOwned>>,
+    shutdown: OnWake<Shutdown>,
     /// Something was sent since the last tick.
     sent: bool,
     /// Counted as open until the stream is dropped.
@@ -93,7 +97,7 @@ impl Feed {
                         }
                     };
                 }
-                () = &mut self.shutdown => return None,
+                _ = self.shutdown.next() => return None,
                 ticked = self.ticks.next(), if self.ticking => {
                     if ticked.is_none() {
                         // The tick never stops (its sender is static); if it did, no more
@@ -155,9 +159,9 @@ impl<S: Stream<Item = Bytes>> Stream for Coalesce<S> {
 pub fn response(events: EventStream, shutdown: CancellationToken) -> Response {
     let feed = Feed {
         events,
-        ticks: WatchStream::from_changes(ticks()),
+        ticks: OnWake::new(WatchStream::from_changes(ticks())),
         ticking: true,
-        shutdown: Box::pin(shutdown.cancelled_owned()),
+        shutdown: OnWake::new(futures::stream::once(Box::pin(shutdown.cancelled_owned()))),
         // The retry field goes out first.
         sent: true,
         _open: crate::metrics::SseSubscriber::open(),

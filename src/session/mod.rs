@@ -33,7 +33,7 @@ pub use command::{
     ApprovalAnswer, CancelOutcome, Compacted, IfBusy, Pending, RunRequest, RunStarted, RunStopped,
 };
 pub use sessions::{NewSession, Sessions, Subscription};
-pub use stream::EventStream;
+pub use stream::{EventStream, OnWake};
 pub use waiting::{ClientResult, PendingApproval, PendingClientCall, Resolution};
 
 use std::sync::Arc;

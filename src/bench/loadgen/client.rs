@@ -12,6 +12,7 @@ use reqwest::{Method, RequestBuilder, StatusCode};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::sse::SseStream;
 use super::TURN_TIMEOUT;
 
 /// Error messages kept for the report.
@@ -164,6 +165,13 @@ impl Client {
                 .then(|| value.trim().parse::<f64>().ok())?
                 .map(|v| v as u64)
         }))
+    }
+
+    /// Opens an event stream (`path`, e.g. a session's events) with the subscribers' own SSE
+    /// client, on the `events_via` base when there is one.
+    pub async fn open_sse(&self, path: &str, after: i64) -> anyhow::Result<SseStream> {
+        let base = self.events_base.as_deref().unwrap_or(&self.base);
+        SseStream::open(base, path, self.token.as_deref(), after).await
     }
 
     pub async fn open_events(

@@ -8,15 +8,19 @@
 //!   in-process fake model behind it.
 //! - `client`: the HTTP client and the error tally.
 //! - `subscriber`: SSE subscribers that check every event arrives once, in order.
+//! - `sse`: the subscribers' lean SSE client (HTTP/1.1 by hand, no allocation per event).
 //! - `workload`: the turn workload and the idle-sessions workload.
 //! - `streams`: the idle-streams workload (many SSE connections held open).
-//! - `floor`: the same turns sent straight to the fake model.
+//! - `floor`: the same turns sent straight to the fake model; `fanout`: the same subscribers
+//!   against a fan-out with nothing of tah behind it.
 //! - `report`: the figures, as text or JSON.
 
 mod client;
+mod fanout;
 mod floor;
 mod report;
 mod server;
+mod sse;
 mod streams;
 mod subscriber;
 mod workload;

@@ -11,6 +11,21 @@ pub struct Floor {
     pub turn_latency: Option<Summary>,
 }
 
+/// The same subscribers against a fan-out with nothing of tah behind it (`tah fake-model`'s
+/// floor streams, in a process of its own).
+#[derive(Debug, Default, Serialize)]
+pub struct FanoutFloor {
+    pub streams: u64,
+    pub events_received: u64,
+    /// Streams that missed, repeated or did not get every event.
+    pub incomplete: u64,
+    pub wall_s: f64,
+    /// CPU of the floor's process.
+    pub server_cpu_s: f64,
+    pub delta_to_client: Option<Summary>,
+    pub errors: u64,
+}
+
 #[derive(Debug, Default, Serialize)]
 pub struct SubscriberReport {
     pub streams: u64,
@@ -63,6 +78,7 @@ pub struct Report {
     /// Server turn latency p50 / floor turn latency p50.
     pub ratio_p50: Option<f64>,
     pub subscribers: Option<SubscriberReport>,
+    pub fanout_floor: Option<FanoutFloor>,
     pub idle: Option<IdleReport>,
     pub streams: Option<super::streams::StreamsReport>,
     /// The machine's 1-minute load average before the run, and its CPUs.
@@ -181,6 +197,20 @@ impl Report {
         }
         if let Some(s) = &self.delta_to_client {
             let _ = writeln!(out, "delta → client:   {}", latency_line(s));
+        }
+        if let Some(floor) = &self.fanout_floor {
+            if let Some(s) = &floor.delta_to_client {
+                let _ = writeln!(out, "floor (fan-out):  {}", latency_line(s));
+            }
+            let _ = writeln!(
+                out,
+                "floor fan-out:    {} streams, {} events in {:.3} s, {} incomplete; its server's CPU {:.2} s",
+                floor.streams,
+                floor.events_received,
+                floor.wall_s,
+                floor.incomplete,
+                floor.server_cpu_s
+            );
         }
         if self.streams.is_none() {
             let _ = writeln!(

@@ -3,6 +3,7 @@
 //! model in-process behind it, or a server someone else started (`--server`).
 
 use std::collections::VecDeque;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -252,6 +253,36 @@ impl Environment {
             errors: self.log.errors.load(Ordering::Relaxed),
             warnings: self.log.warnings.load(Ordering::Relaxed),
         }
+    }
+}
+
+/// `tah fake-model` in a process of its own on 127.0.0.1:0, with the workload's replies and
+/// every piece stamped; its address comes from its ready line.
+pub async fn spawn_fake_model(args: &BenchArgs) -> anyhow::Result<(Child, SocketAddr)> {
+    let exe = std::env::current_exe().context("cannot find the tah executable")?;
+    let mut child = tokio::process::Command::new(exe)
+        .args([
+            "fake-model",
+            "--listen",
+            "127.0.0.1:0",
+            "--stamp-every-piece",
+        ])
+        .args(["--pieces", &args.reply.pieces.to_string()])
+        .args(["--piece-delay-ms", &args.reply.piece_delay_ms.to_string()])
+        .args(["--tool-calls", &args.reply.tool_calls.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .context("cannot start `tah fake-model`")?;
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| anyhow!("no stdout from the fake model"))?;
+    match tokio::time::timeout(Duration::from_secs(30), ReadyLine::read(stdout)).await {
+        Ok(Some(ready)) => Ok((child, ready.listening)),
+        _ => bail!("`tah fake-model` did not report its address"),
     }
 }
 

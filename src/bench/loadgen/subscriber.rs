@@ -1,26 +1,23 @@
-//! SSE subscribers: each follows one session's event stream with `eventsource-stream` (the
-//! parser the tests use), reconnecting with `Last-Event-ID` like an EventSource when the stream
-//! ends early, and checks that every event arrives exactly once and in order. With stamped
-//! pieces it also samples how long each token delta took from the fake model to the client.
+//! SSE subscribers: each follows one session's event stream with the lean client of [`super::sse`]
+//! (so that a thousand of them take little of the CPUs the server needs), reconnecting with
+//! `Last-Event-ID` like an EventSource when the stream ends early, and checks that every event
+//! arrives exactly once and in order. With stamped pieces it also samples how long each token
+//! delta took from the fake model to the client.
 
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use eventsource_stream::{Event, EventStreamError, Eventsource};
-use futures::{Stream, StreamExt};
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
 use super::client::Client;
+use super::sse::{SseEvent, SseStream};
 use crate::bench::fake_model::{parse_stamps, unix_micros};
 
 /// How long a subscriber may take, after the last turn, to receive the session's last event.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
 /// Reconnections (with `Last-Event-ID`) a subscriber may make before it gives up.
 const MAX_RECONNECTS: u32 = 5;
-
-type Events<E> = Pin<Box<dyn Stream<Item = Result<Event, EventStreamError<E>>> + Send>>;
 
 /// What one subscriber saw.
 #[derive(Debug, Default)]
@@ -40,7 +37,7 @@ pub struct Subscriber {
 
 impl Subscriber {
     /// Checks and counts one event received at `now` (µs since the epoch).
-    fn event(&mut self, event: &Event, now: u64, stamps: bool) {
+    fn event(&mut self, event: SseEvent<'_>, now: u64, stamps: bool) {
         let Ok(seq) = event.id.trim().parse::<i64>() else {
             return; // not an event of the log
         };
@@ -55,7 +52,7 @@ impl Subscriber {
         self.last = seq;
         if stamps && event.event == "agent.assistant-stream" {
             self.deltas
-                .extend(parse_stamps(&event.data).map(|sent| now.saturating_sub(sent)));
+                .extend(parse_stamps(event.data).map(|sent| now.saturating_sub(sent)));
         }
     }
 }
@@ -69,11 +66,11 @@ enum StreamEnd {
     TimedOut,
 }
 
-/// Follows a session's events until its last seq (sent on `target` after the last turn)
-/// arrived, reconnecting like an EventSource when the stream ends early.
+/// Follows an event stream (`path`: a session's events) until its last seq (sent on `target`,
+/// after the last turn) arrived, reconnecting like an EventSource when the stream ends early.
 pub async fn subscribe(
     client: Arc<Client>,
-    session: String,
+    path: String,
     ready: oneshot::Sender<()>,
     mut target: watch::Receiver<Option<i64>>,
     stamps: bool,
@@ -81,8 +78,8 @@ pub async fn subscribe(
     let mut ready = Some(ready);
     let mut sub = Subscriber::default();
     loop {
-        let response = match client.open_events(&session, sub.last).await {
-            Ok(response) => response,
+        let stream = match client.open_sse(&path, sub.last).await {
+            Ok(stream) => stream,
             Err(error) => {
                 client.errors.record(format!("subscriber: {error:#}"));
                 if sub.reconnects >= u64::from(MAX_RECONNECTS) {
@@ -97,8 +94,7 @@ pub async fn subscribe(
         if let Some(ready) = ready.take() {
             let _ = ready.send(());
         }
-        let events: Events<reqwest::Error> = Box::pin(response.bytes_stream().eventsource());
-        match follow(events, &mut sub, &mut target, stamps).await {
+        match follow(stream, &mut sub, &mut target, stamps).await {
             StreamEnd::Done => return sub,
             StreamEnd::TimedOut => {
                 sub.incomplete = true;
@@ -115,8 +111,8 @@ pub async fn subscribe(
     }
 }
 
-async fn follow<E: std::fmt::Display>(
-    mut events: Events<E>,
+async fn follow(
+    mut events: SseStream,
     sub: &mut Subscriber,
     target: &mut watch::Receiver<Option<i64>>,
     stamps: bool,
@@ -126,11 +122,12 @@ async fn follow<E: std::fmt::Display>(
         if let Some(goal) = *target.borrow() {
             break goal;
         }
+        let mut received = |event: SseEvent<'_>| sub.event(event, unix_micros(), stamps);
         tokio::select! {
-            next = events.next() => match next {
-                Some(Ok(event)) => sub.event(&event, unix_micros(), stamps),
-                None => return StreamEnd::Closed,
-                Some(Err(error)) => return StreamEnd::Failed(error.to_string()),
+            read = events.read(&mut received) => match read {
+                Ok(true) => {}
+                Ok(false) => return StreamEnd::Closed,
+                Err(error) => return StreamEnd::Failed(format!("{error:#}")),
             },
             changed = target.changed() => {
                 if changed.is_err() && target.borrow().is_none() {
@@ -143,11 +140,12 @@ async fn follow<E: std::fmt::Display>(
     // Then: the remaining events, within the drain timeout.
     let deadline = Instant::now() + DRAIN_TIMEOUT;
     while sub.last < goal {
-        match tokio::time::timeout_at(deadline, events.next()).await {
+        let mut received = |event: SseEvent<'_>| sub.event(event, unix_micros(), stamps);
+        match tokio::time::timeout_at(deadline, events.read(&mut received)).await {
             Err(_) => return StreamEnd::TimedOut,
-            Ok(Some(Ok(event))) => sub.event(&event, unix_micros(), stamps),
-            Ok(None) => return StreamEnd::Closed,
-            Ok(Some(Err(error))) => return StreamEnd::Failed(error.to_string()),
+            Ok(Ok(true)) => {}
+            Ok(Ok(false)) => return StreamEnd::Closed,
+            Ok(Err(error)) => return StreamEnd::Failed(format!("{error:#}")),
         }
     }
     StreamEnd::Done
@@ -155,46 +153,31 @@ async fn follow<E: std::fmt::Display>(
 
 #[cfg(test)]
 mod tests {
-    use std::convert::Infallible;
-
-    use bytes::Bytes;
-
     use super::*;
 
-    fn frame(seq: i64, kind: &str, data: &str) -> String {
-        format!("id: {seq}\nevent: {kind}\ndata: {data}\n\n")
+    fn event<'a>(id: &'a str, kind: &'a str, data: &'a str) -> SseEvent<'a> {
+        SseEvent {
+            id,
+            event: kind,
+            data,
+        }
     }
 
     #[test]
-    fn subscribers_check_seq_and_read_stamps_across_chunks() {
+    fn subscribers_check_seq_and_read_stamps() {
         let stamp = unix_micros() - 1500;
-        let mut body = String::new();
-        body.push_str(&frame(1, "session.created", "{}"));
-        body.push_str(":heartbeat\n\n");
-        body.push_str(&frame(
-            2,
-            "agent.assistant-stream",
-            &format!(r#"{{"data":{{"text":"⏱{stamp}⏱ the "}}}}"#),
-        ));
-        body.push_str(&frame(2, "agent.assistant-stream", "{}"));
-        body.push_str(&frame(4, "agent.finished", "{}"));
-        // Split everywhere, inside the multi-byte stamp too.
-        let chunks: Vec<Result<Bytes, Infallible>> = body
-            .as_bytes()
-            .chunks(7)
-            .map(|c| Ok(Bytes::copy_from_slice(c)))
-            .collect();
-        let mut events = futures::stream::iter(chunks).eventsource();
+        let stamped = format!(r#"{{"data":{{"text":"⏱{stamp}⏱ the "}}}}"#);
         let mut sub = Subscriber::default();
-        let mut parsed = 0;
-        futures::executor::block_on(async {
-            while let Some(event) = events.next().await {
-                sub.event(&event.expect("a well-formed event"), unix_micros(), true);
-                parsed += 1;
-            }
-        });
-        assert_eq!(parsed, 4, "the heartbeat is no event, nothing is left over");
-        assert_eq!(sub.received, 4);
+        for e in [
+            event("1", "session.created", "{}"),
+            event("", "message", "not of the log"),
+            event("2", "agent.assistant-stream", &stamped),
+            event("2", "agent.assistant-stream", "{}"),
+            event("4", "agent.finished", "{}"),
+        ] {
+            sub.event(e, unix_micros(), true);
+        }
+        assert_eq!(sub.received, 4, "an event without a seq is not counted");
         assert_eq!(sub.last, 4);
         assert_eq!(sub.duplicates, 1);
         assert_eq!(sub.gaps, 1);

@@ -11,6 +11,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
 use super::client::{Client, Errors};
+use super::fanout::fanout_floor;
 use super::floor::floor;
 use super::micros;
 use super::report::{IdleReport, Report, SubscriberReport};
@@ -48,7 +49,7 @@ async fn drive_session(
         let (ready_tx, ready_rx) = oneshot::channel();
         tasks.push(tokio::spawn(subscribe(
             client.clone(),
-            session.clone(),
+            format!("/v1/sessions/{session}/events"),
             ready_tx,
             target_rx.clone(),
             stamps,
@@ -215,7 +216,13 @@ pub async fn turns(args: &BenchArgs, env: &Environment) -> anyhow::Result<Report
                 .push("no floor: pass --fake-model-url with --server".to_string()),
         }
     }
-    report.errors = client.errors.count() + floor_client_errors.count();
+    let mut floor_errors = floor_client_errors.count();
+    if !args.no_floor && args.provider == BenchProvider::Fake && s > 0 {
+        let fanout = fanout_floor(args).await?;
+        floor_errors += fanout.errors + fanout.incomplete;
+        report.fanout_floor = Some(fanout);
+    }
+    report.errors = client.errors.count() + floor_errors;
     report.error_samples = client.errors.samples();
     report.error_samples.extend(floor_client_errors.samples());
     Ok(report)
