@@ -11,7 +11,7 @@
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 
-use crate::model::{Message, Role, ToolCall};
+use crate::model::{Message, Role, SizeCache, ToolCall};
 
 /// The content given to a dangling call before a new run.
 pub const NOT_RUN_RESULT: &str = r#"{"error":"not run: the previous turn was interrupted"}"#;
@@ -89,6 +89,7 @@ fn apply_summary_cow(mut messages: Vec<Cow<'_, Message>>) -> Vec<Cow<'_, Message
                 } else {
                     merged.content = format!("{}\n\n{}", merged.content, summary.content);
                 }
+                merged.size = SizeCache::default();
                 out.push(Cow::Owned(merged));
             }
         }
@@ -148,6 +149,7 @@ pub fn prepare_context(
                 tool_calls: Vec::new(),
                 tool_call_id: None,
                 created_at: first.created_at,
+                size: SizeCache::default(),
             }));
             cows.extend(history[1..].iter().map(Cow::Borrowed));
         }
@@ -265,6 +267,7 @@ fn project_cow(
             if let Some(note) = &note {
                 out.push(Message {
                     content: format!("{}\n\n{}", m.content, note),
+                    size: SizeCache::default(),
                     ..m.as_ref().clone()
                 });
                 continue;
@@ -280,6 +283,7 @@ fn project_cow(
                 tool_calls: m.tool_calls.clone(),
                 tool_call_id: m.tool_call_id.clone(),
                 created_at: m.created_at,
+                size: SizeCache::default(),
             });
         } else {
             out.push(m.as_ref().clone());

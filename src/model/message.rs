@@ -1,5 +1,7 @@
 //! Messages: the model-visible history of a session, append-only and indexed from 0.
 
+use std::sync::OnceLock;
+
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -94,6 +96,37 @@ pub struct Message {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
     pub created_at: DateTime<Utc>,
+    /// [`Message::size_chars`], counted once: a history is measured at every step of the loop,
+    /// and most of it never changes. A message built from another one with a different
+    /// `content` or `tool_calls` takes a fresh `SizeCache::default()`.
+    #[serde(skip)]
+    pub size: SizeCache,
+}
+
+/// A message's size once counted. It is not part of the message's value: messages compare
+/// equal whatever their caches hold, and it is never serialised.
+#[derive(Default)]
+pub struct SizeCache(OnceLock<usize>);
+
+impl Clone for SizeCache {
+    fn clone(&self) -> SizeCache {
+        match self.0.get() {
+            Some(&size) => SizeCache(OnceLock::from(size)),
+            None => SizeCache::default(),
+        }
+    }
+}
+
+impl PartialEq for SizeCache {
+    fn eq(&self, _: &SizeCache) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for SizeCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SizeCache")
+    }
 }
 
 /// The prefix that marks a compaction summary (a `system` message inside the history).
@@ -113,6 +146,7 @@ impl Message {
             tool_calls: Vec::new(),
             tool_call_id: None,
             created_at: super::now(),
+            size: SizeCache::default(),
         }
     }
 
@@ -153,8 +187,12 @@ impl Message {
     }
 
     /// The size that counts against a context budget: characters of the content plus the JSON
-    /// of the tool calls.
+    /// of the tool calls. Counted at the first call, then kept.
     pub fn size_chars(&self) -> usize {
+        *self.size.0.get_or_init(|| self.count_chars())
+    }
+
+    fn count_chars(&self) -> usize {
         let calls = if self.tool_calls.is_empty() {
             0
         } else {
@@ -211,5 +249,28 @@ mod tests {
             json.len(),
             "the case has multi-byte characters"
         );
+    }
+
+    #[test]
+    fn a_counted_size_is_kept_by_clones_and_left_out_of_the_value() {
+        let message = Message::new(Role::User, "héllo");
+        assert_eq!(message.size_chars(), 5);
+        let copy = message.clone();
+        assert_eq!(copy.size.0.get(), Some(&5), "the clone keeps the count");
+        let changed = Message {
+            content: "a longer text".into(),
+            size: SizeCache::default(),
+            ..message.clone()
+        };
+        assert_eq!(changed.size_chars(), 13);
+        let uncounted = Message {
+            size: SizeCache::default(),
+            ..message.clone()
+        };
+        assert_eq!(uncounted, message, "caches do not take part in equality");
+        let json = serde_json::to_value(&message).unwrap();
+        assert!(json.get("size").is_none(), "{json}");
+        let back: Message = serde_json::from_value(json).unwrap();
+        assert_eq!(back.size_chars(), 5);
     }
 }

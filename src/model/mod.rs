@@ -21,7 +21,8 @@ mod tool;
 pub use artifact::ArtifactRecord;
 pub use event::{CharsBeforeAfter, Event, EventKind};
 pub use message::{
-    Message, Role, ThinkingBlock, ToolCall, ToolSchema, SUMMARY_PREFIX, TRANSCRIPT_USER_MARKER,
+    Message, Role, SizeCache, ThinkingBlock, ToolCall, ToolSchema, SUMMARY_PREFIX,
+    TRANSCRIPT_USER_MARKER,
 };
 pub use session::{
     client_tools_of, Checkpoint, RunKind, RunRecord, RunResult, RunStatus, SessionOptions,

@@ -19,7 +19,8 @@ use uuid::Uuid;
 use super::{ArtifactQuery, ArtifactVersions, SessionHistory, StoreError, StoreResult};
 use crate::model::{
     ArtifactRecord, Checkpoint, Event, FinishReason, Message, Role, RunKind, RunRecord, RunStatus,
-    SessionRecord, SessionState, StepKind, StepRecord, StepStatus, ThinkingBlock, ToolCall, Usage,
+    SessionRecord, SessionState, SizeCache, StepKind, StepRecord, StepStatus, ThinkingBlock,
+    ToolCall, Usage,
 };
 
 /// A session with its derived counters; the table is aliased `s`.
@@ -436,6 +437,7 @@ pub fn message_from<R: StoredRow>(row: &R) -> StoreResult<Message> {
         tool_calls,
         tool_call_id: row.get("tool_call_id")?,
         created_at: row.time("created_at")?,
+        size: SizeCache::default(),
     })
 }
 

@@ -3,7 +3,7 @@
 //! output is bounded here, whatever the tool, so no tool can flood the history.
 
 use std::collections::HashSet;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use serde::Serialize;
 use serde_json::Value;
@@ -86,8 +86,29 @@ impl ToolInfo {
 
 #[derive(Clone)]
 pub struct ToolRegistry {
-    tools: Vec<Arc<dyn Tool>>,
+    tools: Vec<Entry>,
     max_output_bytes: usize,
+}
+
+/// A tool and its schema, built at most once: the model is offered the schemas at every step,
+/// and a tool's schema never changes. Registries made from this one share the built schemas.
+#[derive(Clone)]
+struct Entry {
+    tool: Arc<dyn Tool>,
+    schema: Arc<OnceLock<ToolSchema>>,
+}
+
+impl Entry {
+    fn new(tool: Arc<dyn Tool>) -> Entry {
+        Entry {
+            tool,
+            schema: Arc::default(),
+        }
+    }
+
+    fn schema(&self) -> &ToolSchema {
+        self.schema.get_or_init(|| self.tool.schema())
+    }
 }
 
 impl Default for ToolRegistry {
@@ -110,7 +131,7 @@ impl ToolRegistry {
             return Err(DuplicateTool(dup.name().to_owned()));
         }
         Ok(ToolRegistry {
-            tools,
+            tools: tools.into_iter().map(Entry::new).collect(),
             max_output_bytes,
         })
     }
@@ -118,15 +139,30 @@ impl ToolRegistry {
     /// Every built-in tool; `shell` is listed unavailable unless `sandbox` is ready.
     pub fn builtin(settings: &ToolSettings, sandbox: SandboxStatus) -> ToolRegistry {
         ToolRegistry {
-            tools: builtin::all(settings.shell, sandbox),
+            tools: builtin::all(settings.shell, sandbox)
+                .into_iter()
+                .map(Entry::new)
+                .collect(),
             max_output_bytes: settings.max_output_bytes,
         }
     }
 
     /// These tools and `more` (MCP or client tools); names must stay unique.
     pub fn with(&self, more: Vec<Arc<dyn Tool>>) -> Result<ToolRegistry, DuplicateTool> {
-        let tools = self.tools.iter().cloned().chain(more).collect();
-        ToolRegistry::new(tools, self.max_output_bytes)
+        let mut seen: HashSet<&str> = self.names().into_iter().collect();
+        if let Some(dup) = more.iter().find(|t| !seen.insert(t.name())) {
+            return Err(DuplicateTool(dup.name().to_owned()));
+        }
+        let tools = self
+            .tools
+            .iter()
+            .cloned()
+            .chain(more.into_iter().map(Entry::new))
+            .collect();
+        Ok(ToolRegistry {
+            tools,
+            max_output_bytes: self.max_output_bytes,
+        })
     }
 
     /// The tools named in `names` (in this registry's order); every unknown name is an error.
@@ -152,7 +188,7 @@ impl ToolRegistry {
             tools: self
                 .tools
                 .iter()
-                .filter(|t| wanted.contains(t.name()))
+                .filter(|e| wanted.contains(e.tool.name()))
                 .cloned()
                 .collect(),
             max_output_bytes: self.max_output_bytes,
@@ -160,18 +196,21 @@ impl ToolRegistry {
     }
 
     pub fn names(&self) -> Vec<&str> {
-        self.tools.iter().map(|t| t.name()).collect()
+        self.tools.iter().map(|e| e.tool.name()).collect()
     }
 
     pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
-        self.tools.iter().find(|t| t.name() == name)
+        self.tools
+            .iter()
+            .find(|e| e.tool.name() == name)
+            .map(|e| &e.tool)
     }
 
     /// Every tool, available or not.
     pub fn list(&self) -> Vec<ToolInfo> {
         self.tools
             .iter()
-            .map(|tool| ToolInfo::of(tool.as_ref()))
+            .map(|e| ToolInfo::of(e.tool.as_ref()))
             .collect()
     }
 
@@ -179,8 +218,8 @@ impl ToolRegistry {
     pub fn schemas(&self) -> Vec<ToolSchema> {
         self.tools
             .iter()
-            .filter(|t| t.availability() == Availability::Available)
-            .map(|t| t.schema())
+            .filter(|e| e.tool.availability() == Availability::Available)
+            .map(|e| e.schema().clone())
             .collect()
     }
 
