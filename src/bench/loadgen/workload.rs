@@ -220,6 +220,13 @@ pub async fn turns(args: &BenchArgs, env: &Environment) -> anyhow::Result<Report
     if !args.no_floor && args.provider == BenchProvider::Fake && s > 0 {
         let fanout = fanout_floor(args).await?;
         floor_errors += fanout.errors + fanout.incomplete;
+        let (floor_events, events) = (fanout.events_received, report.events_persisted * s as i64);
+        if floor_events as i64 != events {
+            report.notes.push(format!(
+                "the fan-out floor sent {floor_events} events to its subscribers, the server {events}: \
+                 its turns are shaped for 1 tool call per turn"
+            ));
+        }
         report.fanout_floor = Some(fanout);
     }
     report.errors = client.errors.count() + floor_errors;
