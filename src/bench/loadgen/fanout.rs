@@ -28,6 +28,7 @@ pub async fn fanout_floor(args: &BenchArgs) -> anyhow::Result<FanoutFloor> {
     // The goal is known from the start: a subscriber ends once it has every event.
     let (_target, target) = watch::channel(Some(goal));
     let cpu_before = Proc::Pid(pid).cpu_seconds()?;
+    let self_before = Proc::This.cpu_seconds()?;
     let started = Instant::now();
     let mut tasks = Vec::with_capacity(c * s);
     for stream in 0..c {
@@ -52,6 +53,7 @@ pub async fn fanout_floor(args: &BenchArgs) -> anyhow::Result<FanoutFloor> {
     }
     floor.wall_s = started.elapsed().as_secs_f64();
     floor.server_cpu_s = Proc::Pid(pid).cpu_seconds()? - cpu_before;
+    floor.subscribers_cpu_s = Proc::This.cpu_seconds()? - self_before;
     floor.delta_to_client = Summary::of_micros(&mut deltas);
     floor.errors = client.errors.count();
     let _ = child.start_kill();

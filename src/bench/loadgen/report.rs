@@ -22,6 +22,8 @@ pub struct FanoutFloor {
     pub wall_s: f64,
     /// CPU of the floor's process.
     pub server_cpu_s: f64,
+    /// CPU of this process (the subscribers) during the floor's run.
+    pub subscribers_cpu_s: f64,
     pub delta_to_client: Option<Summary>,
     pub errors: u64,
 }
@@ -72,6 +74,8 @@ pub struct Report {
     /// CPU of this process (load generator, and the in-process fake model) during the run.
     pub loadgen_cpu_s: f64,
     pub fake_model_in_process: bool,
+    /// CPU of the fake model's own process during the run, when it has one.
+    pub fake_model_cpu_s: Option<f64>,
     pub floor: Option<Floor>,
     /// Server turn latency p50 − floor turn latency p50.
     pub overhead_p50_ms: Option<f64>,
@@ -204,12 +208,13 @@ impl Report {
             }
             let _ = writeln!(
                 out,
-                "floor fan-out:    {} streams, {} events in {:.3} s, {} incomplete; its server's CPU {:.2} s",
+                "floor fan-out:    {} streams, {} events in {:.3} s, {} incomplete; CPU: its server {:.2} s, the subscribers {:.2} s",
                 floor.streams,
                 floor.events_received,
                 floor.wall_s,
                 floor.incomplete,
-                floor.server_cpu_s
+                floor.server_cpu_s,
+                floor.subscribers_cpu_s
             );
         }
         if self.streams.is_none() {
@@ -249,6 +254,9 @@ impl Report {
                     ""
                 }
             );
+        }
+        if let Some(cpu) = self.fake_model_cpu_s {
+            let _ = writeln!(out, "fake model:       {cpu:.2} s CPU (its own process)");
         }
         if let Some(s) = &self.subscribers {
             let _ = writeln!(

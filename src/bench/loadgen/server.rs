@@ -1,6 +1,8 @@
 //! The server under test: a spawned `tah serve` on 127.0.0.1:0 (its address read from the
 //! ready line it writes to stdout, its stderr counted for errors and warnings) with the fake
-//! model in-process behind it, or a server someone else started (`--server`).
+//! model behind it — in-process, or with subscribers in a process of its own, so that the
+//! subscribers' process is nothing but the clients — or a server someone else started
+//! (`--server`).
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -97,6 +99,8 @@ pub struct Environment {
     pub description: String,
     child: Option<Child>,
     fake_task: Option<JoinHandle<std::io::Result<()>>>,
+    /// The fake model's own process, when it has one.
+    fake_child: Option<Child>,
     log: Arc<ServerLog>,
     tempdir: Option<TempDir>,
 }
@@ -114,6 +118,7 @@ impl Environment {
                 description: format!("running server {server}"),
                 child: None,
                 fake_task: None,
+                fake_child: None,
                 log: Arc::new(ServerLog::default()),
                 tempdir: None,
             });
@@ -121,15 +126,21 @@ impl Environment {
         let tempdir = TempDir::new().context("cannot create a temporary directory")?;
         let workspace = tempdir.path().join("workspace");
         write_workspace(&workspace).context("cannot write the bench workspace")?;
-        let (fake_url, fake_task) = match args.provider {
+        let (fake_url, fake_task, fake_child) = match args.provider {
+            BenchProvider::Fake if args.subscribers > 0 => {
+                // A piece's stamp is its send time; a model in the subscribers' process would
+                // delay their reads, and the other way round.
+                let (child, addr) = spawn_fake_model(args).await?;
+                (Some(format!("http://{addr}/v1")), None, Some(child))
+            }
             BenchProvider::Fake => {
                 let addr = "127.0.0.1:0".parse().map_err(|e| anyhow!("{e}"))?;
                 let (addr, task) = fake_model::spawn_fake_model(addr, FakeKnobs::from(args))
                     .await
                     .context("cannot start the fake model")?;
-                (Some(format!("http://{addr}/v1")), Some(task))
+                (Some(format!("http://{addr}/v1")), Some(task), None)
             }
-            BenchProvider::Mock => (None, None),
+            BenchProvider::Mock => (None, None, None),
         };
         let database_url = args
             .database_url
@@ -217,6 +228,7 @@ impl Environment {
             description: format!("spawned `tah serve` ({store}, pid {})", pid.unwrap_or(0)),
             child: Some(child),
             fake_task,
+            fake_child,
             log,
             tempdir: Some(tempdir),
         })
@@ -225,6 +237,11 @@ impl Environment {
     /// Whether the fake model runs in this process (its CPU counts as the load generator's).
     pub fn fake_model_in_process(&self) -> bool {
         self.fake_task.is_some()
+    }
+
+    /// The fake model's process, when it runs in one of its own.
+    pub fn fake_model_pid(&self) -> Option<u32> {
+        self.fake_child.as_ref().and_then(Child::id)
     }
 
     /// Stops what was spawned (the server gracefully if it can) and removes the temporary
@@ -247,6 +264,10 @@ impl Environment {
         }
         if let Some(task) = self.fake_task.take() {
             task.abort();
+        }
+        if let Some(mut child) = self.fake_child.take() {
+            let _ = child.start_kill();
+            let _ = child.wait().await;
         }
         self.tempdir.take();
         LogCounts {

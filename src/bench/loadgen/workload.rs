@@ -117,6 +117,7 @@ pub async fn turns(args: &BenchArgs, env: &Environment) -> anyhow::Result<Report
     }
 
     let cpu_before = cpu(env.pid);
+    let fake_before = cpu(env.fake_model_pid());
     let self_before = Proc::This.cpu_seconds().unwrap_or(0.0);
     let started = Instant::now();
     let tasks: Vec<_> = (0..c)
@@ -130,6 +131,7 @@ pub async fn turns(args: &BenchArgs, env: &Environment) -> anyhow::Result<Report
         }
     }
     let cpu_after = cpu(env.pid);
+    let fake_after = cpu(env.fake_model_pid());
     let self_after = Proc::This.cpu_seconds().unwrap_or(0.0);
     let ended = outcomes
         .iter()
@@ -184,6 +186,7 @@ pub async fn turns(args: &BenchArgs, env: &Environment) -> anyhow::Result<Report
         events_per_s: events as f64 / wall,
         loadgen_cpu_s: self_after - self_before,
         fake_model_in_process: env.fake_model_in_process(),
+        fake_model_cpu_s: fake_before.zip(fake_after).map(|(b, a)| a - b),
         subscribers: subscriber_report,
         ..Report::default()
     };
