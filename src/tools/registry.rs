@@ -126,10 +126,7 @@ impl ToolRegistry {
         tools: Vec<Arc<dyn Tool>>,
         max_output_bytes: usize,
     ) -> Result<ToolRegistry, DuplicateTool> {
-        let mut seen = HashSet::new();
-        if let Some(dup) = tools.iter().find(|t| !seen.insert(t.name().to_owned())) {
-            return Err(DuplicateTool(dup.name().to_owned()));
-        }
+        refuse_duplicates(std::iter::empty(), &tools)?;
         Ok(ToolRegistry {
             tools: tools.into_iter().map(Entry::new).collect(),
             max_output_bytes,
@@ -149,10 +146,7 @@ impl ToolRegistry {
 
     /// These tools and `more` (MCP or client tools); names must stay unique.
     pub fn with(&self, more: Vec<Arc<dyn Tool>>) -> Result<ToolRegistry, DuplicateTool> {
-        let mut seen: HashSet<&str> = self.names().into_iter().collect();
-        if let Some(dup) = more.iter().find(|t| !seen.insert(t.name())) {
-            return Err(DuplicateTool(dup.name().to_owned()));
-        }
+        refuse_duplicates(self.names(), &more)?;
         let tools = self
             .tools
             .iter()
@@ -263,6 +257,18 @@ impl ToolRegistry {
             },
             Err(e) => ToolOutput::error(bound(e.0, self.max_output_bytes)),
         }
+    }
+}
+
+/// Fails on the first of `tools` whose name is in `taken` or earlier in `tools`.
+fn refuse_duplicates<'a>(
+    taken: impl IntoIterator<Item = &'a str>,
+    tools: &[Arc<dyn Tool>],
+) -> Result<(), DuplicateTool> {
+    let mut seen: HashSet<&str> = taken.into_iter().collect();
+    match tools.iter().find(|t| !seen.insert(t.name())) {
+        Some(dup) => Err(DuplicateTool(dup.name().to_owned())),
+        None => Ok(()),
     }
 }
 

@@ -12,13 +12,13 @@ use tokio::time::Instant;
 
 use super::client::Client;
 use super::report::FanoutFloor;
-use super::server::spawn_fake_model;
+use super::server::spawn_fake_model_process;
 use super::subscriber::subscribe;
 use crate::bench::fanout::events;
 use crate::bench::stats::{Proc, Summary};
 
 pub async fn fanout_floor(args: &BenchArgs) -> anyhow::Result<FanoutFloor> {
-    let (mut child, address) = spawn_fake_model(args).await?;
+    let (mut child, address) = spawn_fake_model_process(args).await?;
     let pid = child
         .id()
         .ok_or_else(|| anyhow!("the fake model exited at once"))?;
@@ -45,10 +45,7 @@ pub async fn fanout_floor(args: &BenchArgs) -> anyhow::Result<FanoutFloor> {
         let sub = task.await?;
         floor.streams += 1;
         floor.events_received += sub.received;
-        let complete = sub.received as i64 == goal && sub.gaps == 0 && sub.duplicates == 0;
-        if !complete || sub.incomplete {
-            floor.incomplete += 1;
-        }
+        floor.incomplete += u64::from(!sub.complete(goal));
         deltas.extend(sub.deltas);
     }
     floor.wall_s = started.elapsed().as_secs_f64();

@@ -130,7 +130,7 @@ impl Environment {
             BenchProvider::Fake if args.subscribers > 0 => {
                 // A piece's stamp is its send time; a model in the subscribers' process would
                 // delay their reads, and the other way round.
-                let (child, addr) = spawn_fake_model(args).await?;
+                let (child, addr) = spawn_fake_model_process(args).await?;
                 (Some(format!("http://{addr}/v1")), None, Some(child))
             }
             BenchProvider::Fake => {
@@ -279,7 +279,7 @@ impl Environment {
 
 /// `tah fake-model` in a process of its own on 127.0.0.1:0, with the workload's replies and
 /// every piece stamped; its address comes from its ready line.
-pub async fn spawn_fake_model(args: &BenchArgs) -> anyhow::Result<(Child, SocketAddr)> {
+pub async fn spawn_fake_model_process(args: &BenchArgs) -> anyhow::Result<(Child, SocketAddr)> {
     let exe = std::env::current_exe().context("cannot find the tah executable")?;
     let mut child = tokio::process::Command::new(exe)
         .args([

@@ -36,6 +36,11 @@ pub struct Subscriber {
 }
 
 impl Subscriber {
+    /// Every event up to `last` arrived, once each, in order.
+    pub fn complete(&self, last: i64) -> bool {
+        self.received as i64 == last && self.gaps == 0 && self.duplicates == 0 && !self.incomplete
+    }
+
     /// Checks and counts one event received at `now` (µs since the epoch).
     fn event(&mut self, event: SseEvent<'_>, now: u64, stamps: bool) {
         let Ok(seq) = event.id.trim().parse::<i64>() else {

@@ -78,11 +78,7 @@ async fn drive_session(
     for task in tasks {
         match task.await {
             Ok(sub) => {
-                if sub.received as i64 != outcome.last_seq
-                    || sub.gaps > 0
-                    || sub.duplicates > 0
-                    || sub.incomplete
-                {
+                if !sub.complete(outcome.last_seq) {
                     client.errors.record(format!(
                         "subscriber of session {session}: {} events for last seq {} ({} gaps, {} duplicates{})",
                         sub.received,
