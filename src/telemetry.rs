@@ -13,6 +13,7 @@
 //! This module owns the set-up ([`Traces`]) and the span helpers the session actor and the
 //! agent loop call; it knows nothing of sessions or storage.
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use opentelemetry::trace::{Status, TracerProvider as _};
@@ -207,7 +208,7 @@ pub fn chat_span(
     conversation: Option<Uuid>,
     provider: &str,
     model: &str,
-    messages: &[Message],
+    messages: &[Cow<'_, Message>],
 ) -> Span {
     let span = tracing::info_span!(
         target: TARGET,
@@ -232,7 +233,7 @@ pub fn chat_span(
         span.record("gen_ai.conversation.id", tracing::field::display(id));
     }
     if with_content(&span) {
-        let input: Vec<Value> = messages.iter().map(message_parts).collect();
+        let input: Vec<Value> = messages.iter().map(|m| message_parts(m)).collect();
         span.record("gen_ai.input.messages", Value::from(input).to_string());
     }
     span

@@ -72,14 +72,14 @@ pub async fn summarize(
 ) -> Result<Summary, CompactError> {
     let part = compactable(history);
     let turns = context::turn_starts(part).len() as u64;
-    let request = ModelRequest {
-        messages: vec![
+    let request = ModelRequest::owned(
+        vec![
             Message::new(Role::System, SUMMARY_PROMPT),
             Message::new(Role::User, summary_input(part)),
         ],
-        tools: Vec::new(),
-        purpose: Purpose::Summary,
-    };
+        Vec::new(),
+        Purpose::Summary,
+    );
     let mut stream = deps.model.stream(request);
     let reply = loop {
         let item = tokio::select! {

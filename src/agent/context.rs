@@ -54,8 +54,8 @@ pub fn dangling_tool_calls(messages: &[Message]) -> Vec<ToolCall> {
 }
 
 /// Total size: the sum of [`Message::size_chars`].
-pub fn context_chars(messages: &[Message]) -> usize {
-    messages.iter().map(Message::size_chars).sum()
+pub fn context_chars<M: AsRef<Message>>(messages: &[M]) -> usize {
+    messages.iter().map(|m| m.as_ref().size_chars()).sum()
 }
 
 /// Merges the newest summary into the leading system message; messages before the summary
@@ -127,17 +127,19 @@ pub fn project_context(
     budget_chars: Option<usize>,
 ) -> (Vec<Message>, TrimStats) {
     let cows: Vec<Cow<'_, Message>> = messages.iter().map(Cow::Borrowed).collect();
-    project_cow(&cows, budget_chars)
+    let (projected, stats) = project_cow(cows, budget_chars);
+    (projected.into_iter().map(Cow::into_owned).collect(), stats)
 }
 
 /// The whole pipeline the loop uses: replace the leading system message's content with
 /// `system_prompt` (insert one at the front if the history has none), [`apply_summary`], then
-/// [`project_context`].
-pub fn prepare_context(
-    history: &[Message],
+/// [`project_context`]. The messages the projection leaves as they are stay borrowed from
+/// `history`: a request is built from them without copying the conversation.
+pub fn prepare_context<'a>(
+    history: &'a [Message],
     system_prompt: &str,
     budget_chars: Option<usize>,
-) -> (Vec<Message>, TrimStats) {
+) -> (Vec<Cow<'a, Message>>, TrimStats) {
     let mut cows: Vec<Cow<'_, Message>> = Vec::with_capacity(history.len() + 1);
     match history.first() {
         Some(first) if first.role == Role::System && !first.is_summary() => {
@@ -159,33 +161,32 @@ pub fn prepare_context(
         }
     }
     let sendable = apply_summary_cow(cows);
-    project_cow(&sendable, budget_chars)
+    project_cow(sendable, budget_chars)
 }
 
 fn project_cow(
-    messages: &[Cow<'_, Message>],
+    messages: Vec<Cow<'_, Message>>,
     budget_chars: Option<usize>,
-) -> (Vec<Message>, TrimStats) {
+) -> (Vec<Cow<'_, Message>>, TrimStats) {
     let n = messages.len();
     let mut sizes: Vec<usize> = messages.iter().map(|m| m.size_chars()).collect();
     let chars_before: usize = sizes.iter().sum();
-    let unchanged = |budget: usize| {
-        let stats = TrimStats {
-            budget,
-            chars_before,
-            chars_after: chars_before,
-            ..TrimStats::default()
-        };
-        (messages.iter().map(|m| m.as_ref().clone()).collect(), stats)
-    };
     let budget = match budget_chars {
         Some(b) if chars_before > b => b,
-        other => return unchanged(other.unwrap_or(0)),
+        other => {
+            let stats = TrimStats {
+                budget: other.unwrap_or(0),
+                chars_before,
+                chars_after: chars_before,
+                ..TrimStats::default()
+            };
+            return (messages, stats);
+        }
     };
 
     let has_system = messages.first().is_some_and(|m| m.role == Role::System);
     let body_start = usize::from(has_system);
-    let boundaries = turn_boundaries(messages, body_start);
+    let boundaries = turn_boundaries(&messages, body_start);
     let cur_start = boundaries.last().copied().unwrap_or(body_start);
 
     let mut total = chars_before;
@@ -255,27 +256,26 @@ fn project_cow(
     let note = (dropped_turns > 0).then(|| dropped_note(dropped_turns));
     if let Some(note) = &note {
         if !has_system {
-            out.push(Message::new(Role::System, note.clone()));
+            out.push(Cow::Owned(Message::new(Role::System, note.clone())));
         }
     }
     let mut elided_tool_results = 0;
-    for (i, m) in messages.iter().enumerate() {
+    for (i, m) in messages.into_iter().enumerate() {
         if dropped_turns > 0 && i >= first_turn && i < keep_from {
             continue;
         }
         if i == 0 && has_system {
             if let Some(note) = &note {
-                out.push(Message {
-                    content: format!("{}\n\n{}", m.content, note),
-                    size: SizeCache::default(),
-                    ..m.as_ref().clone()
-                });
+                let mut system = m.into_owned();
+                system.content = format!("{}\n\n{}", system.content, note);
+                system.size = SizeCache::default();
+                out.push(Cow::Owned(system));
                 continue;
             }
         }
         if elided[i] {
             elided_tool_results += 1;
-            out.push(Message {
+            out.push(Cow::Owned(Message {
                 index: m.index,
                 role: m.role,
                 content: omitted_placeholder(m.content.chars().count()),
@@ -284,9 +284,9 @@ fn project_cow(
                 tool_call_id: m.tool_call_id.clone(),
                 created_at: m.created_at,
                 size: SizeCache::default(),
-            });
+            }));
         } else {
-            out.push(m.as_ref().clone());
+            out.push(m);
         }
     }
 
@@ -368,8 +368,8 @@ mod tests {
     fn contents(v: &[Message]) -> Vec<&str> {
         v.iter().map(|m| m.content.as_str()).collect()
     }
-    fn indices(v: &[Message]) -> Vec<i64> {
-        v.iter().map(|m| m.index).collect()
+    fn indices<M: AsRef<Message>>(v: &[M]) -> Vec<i64> {
+        v.iter().map(|m| m.as_ref().index).collect()
     }
     /// Every tool call in `v` has a tool message with its id after it, and every tool message
     /// answers a call made before it.
@@ -828,8 +828,12 @@ mod tests {
         let (out, stats) = prepare_context(&h, "NEW PROMPT", None);
         assert_eq!(out[0].content, "NEW PROMPT");
         assert_eq!(out[0].index, 0);
-        assert_eq!(out[1..], h[1..]);
         assert!(!stats.trimmed());
+        // What the projection leaves as it is, it borrows from the history: no copies.
+        assert_eq!(out.len(), h.len());
+        for (sent, stored) in out[1..].iter().zip(&h[1..]) {
+            assert!(matches!(sent, Cow::Borrowed(m) if std::ptr::eq(*m, stored)));
+        }
     }
 
     #[test]
@@ -839,7 +843,7 @@ mod tests {
         assert_eq!(out.len(), 3);
         assert_eq!(out[0].role, Role::System);
         assert_eq!(out[0].content, "P");
-        assert_eq!(out[1..], h[..]);
+        assert!(out[1..].iter().map(AsRef::as_ref).eq(h.iter()));
         // A leading summary is not a system prompt to replace.
         let h = indexed(vec![sys(&summary_content("s")), user("q")]);
         let (out, _) = prepare_context(&h, "P", None);

@@ -1,5 +1,6 @@
 //! One run of the default agent loop, with `max_steps` and cancellation.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -223,6 +224,8 @@ pub async fn run_turn<J: Journal>(
             });
         }
 
+        // The request borrows the history: the client encodes it into the stream it returns
+        // (nothing is sent before the stream is polled), and the step is recorded after that.
         let history = journal.history();
         let (messages, stats) =
             context::prepare_context(history, &settings.system_prompt, settings.context_chars);
@@ -236,19 +239,19 @@ pub async fn run_turn<J: Journal>(
             tools: tools.iter().map(|t| t.name.clone()).collect(),
             trim: stats.clone(),
         };
+        let (provider, model) = (deps.model.name(), deps.model.model());
+        let span = telemetry::chat_span(journal.session_id(), provider, model, &messages);
+        let mut stream = deps.model.stream(ModelRequest {
+            messages,
+            tools: tools.into_iter().map(Cow::Borrowed).collect(),
+            purpose: Purpose::Turn,
+        });
         let step_id = journal.llm_started(descriptor).await?;
         if stats.trimmed() {
             journal.context_trimmed(step_id, &stats).await?;
         }
         steps += 1;
-        let (provider, model) = (deps.model.name(), deps.model.model());
-        let span = telemetry::chat_span(journal.session_id(), provider, model, &messages);
         let mut timer = crate::metrics::LlmRequestTimer::start(provider);
-        let mut stream = deps.model.stream(ModelRequest {
-            messages,
-            tools,
-            purpose: Purpose::Turn,
-        });
         let outcome = loop {
             // The pieces already received are taken at once; before waiting for more, what
             // was recorded of them is handed on. `None`: cancelled while waiting.

@@ -400,11 +400,8 @@ mod tests {
     }
 
     async fn call(client: &OpenAiClient, messages: Vec<Message>) -> (Vec<String>, ModelReply) {
-        let mut stream = client.stream(ModelRequest {
-            messages,
-            tools: vec![schema()],
-            purpose: Purpose::Turn,
-        });
+        let mut stream =
+            client.stream(ModelRequest::owned(messages, vec![schema()], Purpose::Turn));
         let mut deltas = Vec::new();
         while let Some(item) = stream.next().await {
             match item.unwrap() {

@@ -11,6 +11,7 @@
 //! Only the dialect lives here; retries, timeouts, SSE decoding and error mapping are shared
 //! with the OpenAI client in [`super::wire`].
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -134,7 +135,7 @@ fn request_body(model: &str, limits: Limits, request: &ModelRequest) -> Value {
         body["system"] = Value::String(system.join("\n\n"));
     }
     if !request.tools.is_empty() {
-        body["tools"] = Value::Array(request.tools.iter().map(tool).collect());
+        body["tools"] = Value::Array(request.tools.iter().map(|t| tool(t)).collect());
     }
     if let Some(budget) = budget {
         body["thinking"] = json!({"type": "enabled", "budget_tokens": budget});
@@ -169,7 +170,7 @@ impl Turn {
 /// The conversation as alternating user/assistant messages of content blocks. An assistant
 /// message carries its signed thinking blocks first only within the current tool-use cycle
 /// (after the last user message that answers no tool call), where the API requires them.
-fn conversation(history: &[Message]) -> Vec<Turn> {
+fn conversation(history: &[Cow<'_, Message>]) -> Vec<Turn> {
     let mut merged: Vec<Turn> = Vec::new();
     for m in history {
         let (role, blocks) = match m.role {
@@ -514,15 +515,15 @@ mod tests {
 
     #[test]
     fn empty_messages_are_skipped_and_roles_alternate() {
-        let request = ModelRequest {
-            messages: vec![
+        let request = ModelRequest::owned(
+            vec![
                 Message::new(Role::User, "a"),
                 Message::assistant("", vec![]),
                 Message::new(Role::User, "b"),
             ],
-            tools: vec![],
-            purpose: Purpose::Turn,
-        };
+            vec![],
+            Purpose::Turn,
+        );
         let body = request_body("m", limits(None), &request);
         assert_eq!(
             body["messages"],
@@ -561,12 +562,8 @@ mod tests {
         ]
     }
 
-    fn turn(messages: Vec<Message>) -> ModelRequest {
-        ModelRequest {
-            messages,
-            tools: vec![],
-            purpose: Purpose::Turn,
-        }
+    fn turn(messages: Vec<Message>) -> ModelRequest<'static> {
+        ModelRequest::owned(messages, vec![], Purpose::Turn)
     }
 
     #[test]

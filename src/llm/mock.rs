@@ -19,6 +19,7 @@
 //! When the turn's input mentions thinking ("think", "thinking", …), every reply of the turn
 //! first streams a short piece of reasoning about its next move, as reasoning models do.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use futures::{stream, StreamExt};
@@ -90,7 +91,7 @@ fn split_pieces(text: &str) -> Vec<String> {
 }
 
 fn reply_to(request: &ModelRequest) -> ModelReply {
-    let input_chars: usize = request.messages.iter().map(Message::size_chars).sum();
+    let input_chars: usize = request.messages.iter().map(|m| m.size_chars()).sum();
     let (text, tool_calls) = match request.purpose {
         Purpose::Summary => (summary_of(request), Vec::new()),
         Purpose::Turn => next_move(request),
@@ -240,7 +241,7 @@ fn next_move(request: &ModelRequest) -> (String, Vec<ToolCall>) {
         }
     }
     (
-        summary_text(&input, &entries, readme.copied(), read),
+        summary_text(&input, &entries, readme.copied(), read.map(|m| m.as_ref())),
         Vec::new(),
     )
 }
@@ -250,8 +251,8 @@ fn next_move(request: &ModelRequest) -> (String, Vec<ToolCall>) {
 #[derive(Clone, Copy)]
 struct Asked<'a> {
     input: &'a str,
-    request: &'a ModelRequest,
-    turn: &'a [Message],
+    request: &'a ModelRequest<'a>,
+    turn: &'a [Cow<'a, Message>],
     next_index: i64,
 }
 
@@ -323,7 +324,12 @@ fn delegation(asked: Asked<'_>) -> Option<(String, Vec<ToolCall>)> {
         .and_then(|w| w.parse::<usize>().ok())
         .unwrap_or(1)
         .clamp(1, 8);
-    let results: Vec<&Message> = asked.turn.iter().filter(|m| m.role == Role::Tool).collect();
+    let results: Vec<&Message> = asked
+        .turn
+        .iter()
+        .filter(|m| m.role == Role::Tool)
+        .map(|m| m.as_ref())
+        .collect();
     if results.is_empty() {
         let calls = (0..count)
             .map(|i| ToolCall {
@@ -503,12 +509,8 @@ mod tests {
         history.push(Message::tool_result(&reply.tool_calls[0].id, output));
     }
 
-    fn request(messages: Vec<Message>) -> ModelRequest {
-        ModelRequest {
-            messages,
-            tools: tools(),
-            purpose: Purpose::Turn,
-        }
+    fn request(messages: Vec<Message>) -> ModelRequest<'static> {
+        ModelRequest::owned(messages, tools(), Purpose::Turn)
     }
 
     #[test]
@@ -551,11 +553,11 @@ mod tests {
         });
         let mut history = vec![Message::new(Role::User, input)];
         let ask = |history: &[Message]| {
-            reply_to(&ModelRequest {
-                messages: history.to_vec(),
-                tools: offered.clone(),
-                purpose: Purpose::Turn,
-            })
+            reply_to(&ModelRequest::owned(
+                history.to_vec(),
+                offered.clone(),
+                Purpose::Turn,
+            ))
         };
         let first = ask(&history);
         assert_eq!(first.tool_calls.len(), 1);
@@ -591,11 +593,11 @@ mod tests {
 
     #[test]
     fn without_tools_it_echoes() {
-        let req = ModelRequest {
-            messages: vec![Message::new(Role::User, "héllo 世界")],
-            tools: vec![],
-            purpose: Purpose::Turn,
-        };
+        let req = ModelRequest::owned(
+            vec![Message::new(Role::User, "héllo 世界")],
+            vec![],
+            Purpose::Turn,
+        );
         assert_eq!(reply_to(&req).text, "Echo: héllo 世界");
     }
 
@@ -612,11 +614,11 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         let ask = |input: &str| {
-            let req = ModelRequest {
-                messages: vec![Message::new(Role::User, input)],
-                tools: offer(&["list_files", "write_file", "edit_file"]),
-                purpose: Purpose::Turn,
-            };
+            let req = ModelRequest::owned(
+                vec![Message::new(Role::User, input)],
+                offer(&["list_files", "write_file", "edit_file"]),
+                Purpose::Turn,
+            );
             reply_to(&req).tool_calls
         };
         let calls = ask("write a note please");
@@ -648,17 +650,17 @@ mod tests {
 
     #[test]
     fn summaries_list_user_lines() {
-        let req = ModelRequest {
-            messages: vec![
+        let req = ModelRequest::owned(
+            vec![
                 Message::new(Role::System, "summarise"),
                 Message::new(
                     Role::User,
                     "user: first ask\nassistant: ok\nuser: second ask",
                 ),
             ],
-            tools: vec![],
-            purpose: Purpose::Summary,
-        };
+            vec![],
+            Purpose::Summary,
+        );
         let text = reply_to(&req).text;
         assert!(text.contains("2 request(s)"));
         assert!(text.contains("1. first ask") && text.contains("2. second ask"));
@@ -692,11 +694,11 @@ mod tests {
     async fn thinking_streams_before_the_text() {
         let model = MockModel::new(Duration::ZERO);
         let items: Vec<StreamItem> = model
-            .stream(ModelRequest {
-                messages: vec![Message::new(Role::User, "think, then echo")],
-                tools: vec![],
-                purpose: Purpose::Turn,
-            })
+            .stream(ModelRequest::owned(
+                vec![Message::new(Role::User, "think, then echo")],
+                vec![],
+                Purpose::Turn,
+            ))
             .map(|item| item.expect("no error"))
             .collect()
             .await;

@@ -16,6 +16,8 @@ pub mod mock;
 pub mod openai;
 pub mod wire;
 
+use std::borrow::Cow;
+
 use futures::stream::BoxStream;
 use serde::Serialize;
 
@@ -42,12 +44,25 @@ impl Purpose {
 }
 
 /// One request to the model: the projected context (system message first) and the tools.
+/// It borrows what it can (the session's history, the registry's schemas): a client reads it
+/// while [`ModelClient::stream`] runs and keeps nothing of it.
 #[derive(Debug, Clone, Serialize)]
-pub struct ModelRequest {
-    pub messages: Vec<Message>,
-    pub tools: Vec<ToolSchema>,
+pub struct ModelRequest<'a> {
+    pub messages: Vec<Cow<'a, Message>>,
+    pub tools: Vec<Cow<'a, ToolSchema>>,
     #[serde(skip)]
     pub purpose: Purpose,
+}
+
+impl ModelRequest<'static> {
+    /// A request that owns its messages and tools.
+    pub fn owned(messages: Vec<Message>, tools: Vec<ToolSchema>, purpose: Purpose) -> Self {
+        ModelRequest {
+            messages: messages.into_iter().map(Cow::Owned).collect(),
+            tools: tools.into_iter().map(Cow::Owned).collect(),
+            purpose,
+        }
+    }
 }
 
 /// The complete reply of one model call.
@@ -125,6 +140,6 @@ pub trait ModelClient: Send + Sync {
     fn model(&self) -> &str;
 
     /// Starts one model call. Connecting happens lazily when the stream is polled; dropping the
-    /// stream aborts the call.
-    fn stream(&self, request: ModelRequest) -> ModelStream;
+    /// stream aborts the call. The stream owns what it needs of the request.
+    fn stream(&self, request: ModelRequest<'_>) -> ModelStream;
 }

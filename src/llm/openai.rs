@@ -112,12 +112,16 @@ impl<'a> RequestBody<'a> {
         let completion = field == "max_completion_tokens";
         RequestBody {
             model,
-            messages: request.messages.iter().map(WireMessage::of).collect(),
+            messages: request
+                .messages
+                .iter()
+                .map(|m| WireMessage::of(m))
+                .collect(),
             stream: true,
             stream_options: StreamOptions {
                 include_usage: true,
             },
-            tools: request.tools.iter().map(WireTool::of).collect(),
+            tools: request.tools.iter().map(|t| WireTool::of(t)).collect(),
             max_tokens: (!completion).then_some(limit),
             max_completion_tokens: completion.then_some(limit),
         }
@@ -359,11 +363,8 @@ mod tests {
                 arguments: Value::String("{broken".into()),
             },
         ];
-        let request = ModelRequest {
-            messages: vec![Message::assistant("", calls)],
-            tools: vec![],
-            purpose: Purpose::Turn,
-        };
+        let request =
+            ModelRequest::owned(vec![Message::assistant("", calls)], vec![], Purpose::Turn);
         let body = serde_json::to_value(RequestBody::new("m", ("max_tokens", 64), &request))
             .expect("the body serialises");
         let sent = &body["messages"][0];

@@ -136,6 +136,13 @@ pub const SUMMARY_PREFIX: &str = "[Summary of the earlier conversation]";
 /// else starts a line with it there).
 pub const TRANSCRIPT_USER_MARKER: &str = "user: ";
 
+/// So that functions over messages take owned and borrowed ones (`Cow<Message>`) alike.
+impl AsRef<Message> for Message {
+    fn as_ref(&self) -> &Message {
+        self
+    }
+}
+
 impl Message {
     pub fn new(role: Role, content: impl Into<String>) -> Message {
         Message {

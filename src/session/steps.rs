@@ -57,7 +57,7 @@ async fn offered(
     session_id: Uuid,
     run_id: Uuid,
 ) -> StoreResult<Vec<ToolSchema>> {
-    let mut tools = deps.agent.tools.schemas();
+    let mut tools: Vec<ToolSchema> = deps.agent.tools.schemas().into_iter().cloned().collect();
     tools.push(subagents::task_schema());
     if let Some(record) = deps.store.session(session_id).await? {
         let run = deps.store.run(session_id, run_id).await?;

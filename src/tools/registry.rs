@@ -209,11 +209,11 @@ impl ToolRegistry {
     }
 
     /// What the model is offered: the available tools.
-    pub fn schemas(&self) -> Vec<ToolSchema> {
+    pub fn schemas(&self) -> Vec<&ToolSchema> {
         self.tools
             .iter()
             .filter(|e| e.tool.availability() == Availability::Available)
-            .map(|e| e.schema().clone())
+            .map(|e| e.schema())
             .collect()
     }
 
@@ -356,7 +356,11 @@ mod tests {
             .iter()
             .filter(|t| t.name != "shell")
             .all(|t| t.available));
-        let offered: Vec<String> = registry.schemas().into_iter().map(|s| s.name).collect();
+        let offered: Vec<String> = registry
+            .schemas()
+            .into_iter()
+            .map(|s| s.name.clone())
+            .collect();
         assert_eq!(offered, builtin::NAMES[..6]);
     }
 

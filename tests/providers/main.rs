@@ -91,20 +91,20 @@ fn error_body(message: &str) -> String {
     serde_json::json!({ "error": { "message": message } }).to_string()
 }
 
-fn request(text: &str) -> ModelRequest {
-    ModelRequest {
-        messages: vec![
+fn request(text: &str) -> ModelRequest<'static> {
+    ModelRequest::owned(
+        vec![
             Message::new(Role::System, "be brief"),
             Message::new(Role::User, text),
         ],
-        tools: vec![],
-        purpose: Purpose::Turn,
-    }
+        vec![],
+        Purpose::Turn,
+    )
 }
 
 type Items = Vec<Result<StreamItem, LlmError>>;
 
-async fn run(client: &dyn ModelClient, request: ModelRequest) -> Items {
+async fn run(client: &dyn ModelClient, request: ModelRequest<'_>) -> Items {
     tokio::time::timeout(Duration::from_secs(20), client.stream(request).collect())
         .await
         .expect("the stream finishes")
@@ -116,7 +116,7 @@ async fn run(client: &dyn ModelClient, request: ModelRequest) -> Items {
 async fn request_sent(
     flavor: Flavor,
     configure: impl FnOnce(&mut HttpModelConfig),
-    request: ModelRequest,
+    request: ModelRequest<'_>,
 ) -> support::fakes::Recorded {
     let server = fake(flavor, vec![Reply::sse(text_reply(flavor, &["ok"]))]).await;
     let mut cfg = config(&server.base_url, 0);

@@ -1,6 +1,8 @@
 //! The exact requests each dialect sends: path, headers and body for a history with tool calls
 //! and tool results, without a key or tools, and with a base URL that ends in `/v1`.
 
+use std::borrow::Cow;
+
 use serde_json::{json, Value};
 use tah::model::{ToolCall, ToolSchema};
 
@@ -12,9 +14,9 @@ use crate::*;
 
 /// The history of the request-shape tests: system, user, assistant with two tool calls, two
 /// tool results, user.
-fn shaped_request() -> ModelRequest {
-    ModelRequest {
-        messages: vec![
+fn shaped_request() -> ModelRequest<'static> {
+    ModelRequest::owned(
+        vec![
             Message::new(Role::System, "You are helpful."),
             Message::new(Role::User, "What is in here?"),
             Message::assistant(
@@ -36,13 +38,13 @@ fn shaped_request() -> ModelRequest {
             Message::tool_result("call_2", r#"{"error":"too large"}"#),
             Message::new(Role::User, "Thanks. Summarise."),
         ],
-        tools: vec![ToolSchema {
+        vec![ToolSchema {
             name: "list_files".into(),
             description: "List files.".into(),
             parameters: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
         }],
-        purpose: Purpose::Turn,
-    }
+        Purpose::Turn,
+    )
 }
 
 /// A request body: what both dialects send of the model, the reply's token limit and
@@ -90,7 +92,7 @@ async fn openai_request_shape() {
     // assistant message with only tool calls has `content: null`.
     let mut req = shaped_request();
     req.tools.clear();
-    req.messages[2].content.clear();
+    req.messages[2].to_mut().content.clear();
     let sent = request_sent(Flavor::OpenAi, |cfg| cfg.api_key = None, req).await;
     assert!(!sent.headers.contains_key("authorization"));
     assert!(sent.body.get("tools").is_none());
@@ -143,9 +145,9 @@ async fn anthropic_request_shape() {
     let mut req = shaped_request();
     req.tools.clear();
     req.messages
-        .insert(1, Message::new(Role::System, "Summary."));
-    req.messages[3].tool_calls[0].arguments = Value::String("{broken".into());
-    req.messages[3].content.clear();
+        .insert(1, Cow::Owned(Message::new(Role::System, "Summary.")));
+    req.messages[3].to_mut().tool_calls[0].arguments = Value::String("{broken".into());
+    req.messages[3].to_mut().content.clear();
     let body = &request_sent(Flavor::Anthropic, |_| {}, req).await.body;
     assert_eq!(body["system"], "You are helpful.\n\nSummary.");
     assert!(body.get("tools").is_none());

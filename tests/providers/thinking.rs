@@ -161,9 +161,9 @@ fn call(id: &str) -> ToolCall {
 /// An earlier turn whose answer came with thinking, then the current turn in its tool-use
 /// cycle: a reply that thought (signed, redacted, and reasoning without a signature) and
 /// called a tool, and the tool's result.
-fn history_with_thinking() -> ModelRequest {
-    ModelRequest {
-        messages: vec![
+fn history_with_thinking() -> ModelRequest<'static> {
+    ModelRequest::owned(
+        vec![
             Message::new(Role::System, "be brief"),
             Message::new(Role::User, "first"),
             Message::assistant("old answer", vec![]).with_thinking(vec![signed("old", "sig-old")]),
@@ -180,9 +180,9 @@ fn history_with_thinking() -> ModelRequest {
             ]),
             Message::tool_result("toolu_01", "README.md"),
         ],
-        tools: vec![],
-        purpose: Purpose::Turn,
-    }
+        vec![],
+        Purpose::Turn,
+    )
 }
 
 #[tokio::test]
@@ -328,7 +328,7 @@ async fn openai_reasoning_is_never_sent_back() {
     let with = history_with_thinking();
     let mut without = with.clone();
     for m in &mut without.messages {
-        m.thinking.clear();
+        m.to_mut().thinking.clear();
     }
     // A thinking budget is Anthropic's: an OpenAI-compatible request ignores it.
     let budget = |cfg: &mut HttpModelConfig| cfg.thinking_budget = Some(2048);

@@ -917,7 +917,11 @@ mod tests {
         let sandbox = crate::tools::SandboxStatus::Unavailable("not probed in this test".into());
         let settings = crate::tools::ToolSettings::default();
         let registry = crate::tools::ToolRegistry::builtin(&settings, sandbox);
-        let names: Vec<String> = registry.schemas().into_iter().map(|s| s.name).collect();
+        let names: Vec<String> = registry
+            .schemas()
+            .into_iter()
+            .map(|s| s.name.clone())
+            .collect();
         assert_eq!(names[..2], ["list_files", "read_file"]);
         let call = crate::model::ToolCall {
             id: "call_1".into(),
