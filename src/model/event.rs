@@ -32,11 +32,12 @@ pub struct Event {
     frame: Rendered<Frame>,
 }
 
-/// An SSE frame and where the event's JSON lies in it.
+/// An SSE frame, where the event's JSON lies in it, and where that JSON's `data` lies.
 #[derive(Debug, Clone)]
 struct Frame {
     bytes: Bytes,
     json: std::ops::Range<usize>,
+    data: std::ops::Range<usize>,
 }
 
 /// A lazily rendered form of an event; not part of its identity.
@@ -93,17 +94,11 @@ impl Event {
     }
 
     /// The `data` object's JSON text, as the store keeps it: the part of [`Event::json`]
-    /// between `"data":` and `,"created_at"`.
+    /// between `"data":` and `,"created_at"`, found when the frame is rendered.
     pub fn stored_data(&self) -> &str {
-        const DATA: &str = r#","data":"#;
-        const CREATED_AT: &str = r#","created_at":""#;
-        let json = self.json();
-        // The fields before `data` (an id, a number, a type name) cannot hold the key, and
-        // `created_at` is the last field, after everything `data` holds.
-        let start = json.find(DATA).map(|at| at + DATA.len());
-        let end = json.rfind(CREATED_AT);
-        match (start, end) {
-            (Some(start), Some(end)) if start <= end => &json[start..end],
+        let frame = self.frame();
+        match std::str::from_utf8(&frame.bytes[frame.data.clone()]) {
+            Ok(data) if !data.is_empty() => data,
             _ => "{}",
         }
     }
@@ -134,10 +129,13 @@ impl Event {
             let start = frame.len();
             let _ = serde_json::to_writer(&mut frame, self);
             let json = start..frame.len();
+            let data = data_range(&frame[json.clone()]);
+            let data = start + data.start..start + data.end;
             frame.extend_from_slice(b"\n\n");
             Frame {
                 bytes: Bytes::from(frame),
                 json,
+                data,
             }
         })
     }
@@ -150,6 +148,21 @@ impl Event {
     /// The run this event belongs to, for the events that name one.
     pub fn run_id(&self) -> Option<Uuid> {
         self.kind.run_id()
+    }
+}
+
+/// Where the `data` object lies in an event's JSON: between `"data":` and `,"created_at"`.
+/// The fields before `data` (an id, a number, a type name) cannot hold the key, and
+/// `created_at` is the last field, after everything `data` holds.
+fn data_range(json: &[u8]) -> std::ops::Range<usize> {
+    const DATA: &[u8] = br#","data":"#;
+    const CREATED_AT: &[u8] = br#","created_at":""#;
+    let start = memchr::memmem::find(json, DATA).map(|at| at + DATA.len());
+    let end = memchr::memmem::rfind(json, CREATED_AT);
+    match (start, end) {
+        (Some(start), Some(end)) if start <= end => start..end,
+        // Not an event's JSON: an empty object.
+        _ => 0..0,
     }
 }
 

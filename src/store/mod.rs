@@ -32,6 +32,7 @@ use bytes::Bytes;
 
 use crate::model::{
     ArtifactRecord, Checkpoint, Event, Message, RunRecord, SessionRecord, SessionState, StepRecord,
+    Usage,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -93,6 +94,8 @@ pub enum WriteOp {
     InsertSession(SessionRecord),
     /// Writes the mutable columns of a session (state, error, usage, last run, title…).
     UpdateSession(SessionRecord),
+    /// Writes what a session's runs change: [`SessionProgress`].
+    UpdateProgress(SessionProgress),
     /// Removes the session and everything in it.
     DeleteSession(Uuid),
     InsertMessage {
@@ -133,6 +136,32 @@ pub enum WriteOp {
         error: String,
         at: chrono::DateTime<chrono::Utc>,
     },
+}
+
+/// The columns of a session that its runs change (state, error, usage, last run, update
+/// time), written without the ones only its creation and its policy set (title, metadata,
+/// options), which would have to be copied and serialised again at every state change.
+#[derive(Debug, Clone)]
+pub struct SessionProgress {
+    pub id: Uuid,
+    pub state: SessionState,
+    pub error: Option<String>,
+    pub usage: Usage,
+    pub last_run_id: Option<Uuid>,
+    pub updated_at: chrono::DateTime<chrono::Utc>,
+}
+
+impl SessionProgress {
+    pub fn of(s: &SessionRecord) -> SessionProgress {
+        SessionProgress {
+            id: s.id,
+            state: s.state,
+            error: s.error.clone(),
+            usage: s.usage,
+            last_run_id: s.last_run_id,
+            updated_at: s.updated_at,
+        }
+    }
 }
 
 /// An artifact to record, with its bytes (see [`WriteOp::InsertArtifact`]).

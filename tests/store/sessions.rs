@@ -7,7 +7,7 @@ use std::sync::Arc;
 use chrono::Duration;
 use serde_json::json;
 use tah::model::{new_id, now, Checkpoint, Role, SessionRecord, SessionState, StepKind, Usage};
-use tah::store::{SessionQuery, Store, WriteOp};
+use tah::store::{SessionProgress, SessionQuery, Store, WriteOp};
 use uuid::Uuid;
 
 use crate::builders::*;
@@ -15,6 +15,7 @@ use crate::builders::*;
 conformance!(
     session_round_trip,
     session_update_writes_only_mutable_columns,
+    session_progress_writes_only_what_runs_change,
     sessions_page_newest_first_with_cursor_and_state,
     active_sessions_are_running_or_waiting_tool,
     delete_session_removes_everything,
@@ -97,6 +98,48 @@ async fn session_update_writes_only_mutable_columns(store: Arc<dyn Store>) {
     // Updating a session that does not exist is not an error and creates nothing.
     let ghost = session(SessionState::Idle);
     commit(&store, vec![WriteOp::UpdateSession(ghost.clone())]).await;
+    assert!(store.session(ghost.id).await.expect("read").is_none());
+}
+
+async fn session_progress_writes_only_what_runs_change(store: Arc<dyn Store>) {
+    let mut s = session(SessionState::Idle);
+    s.title = Some("kept".into());
+    s.metadata = json!({ "kept": true });
+    s.options.tools = Some(vec!["read_file".into()]);
+    commit(&store, vec![WriteOp::InsertSession(s.clone())]).await;
+
+    let mut changed = s.clone();
+    changed.state = SessionState::WaitingTool;
+    changed.error = Some("ünïcode error 世界".into());
+    changed.usage = Usage {
+        input_tokens: 7,
+        output_tokens: 8,
+    };
+    changed.last_run_id = Some(new_id());
+    changed.updated_at = s.updated_at + Duration::seconds(3);
+    // What a progress update does not write: these stay as inserted.
+    changed.title = Some("ignored".into());
+    changed.metadata = json!({ "ignored": 1 });
+    changed.options.tools = None;
+    let progress = SessionProgress::of(&changed);
+    commit(&store, vec![WriteOp::UpdateProgress(progress)]).await;
+
+    let got = store.session(s.id).await.expect("read").expect("present");
+    let mut want = changed.clone();
+    want.title = s.title.clone();
+    want.metadata = s.metadata.clone();
+    want.options = s.options.clone();
+    assert_same(&got, &want);
+    assert_eq!(got.options, s.options);
+
+    // The error is cleared again, and a session that does not exist is not created.
+    want.error = None;
+    want.state = SessionState::Idle;
+    commit(&store, vec![WriteOp::UpdateProgress(SessionProgress::of(&want))]).await;
+    let got = store.session(s.id).await.expect("read").expect("present");
+    assert_same(&got, &want);
+    let ghost = session(SessionState::Idle);
+    commit(&store, vec![WriteOp::UpdateProgress(SessionProgress::of(&ghost))]).await;
     assert!(store.session(ghost.id).await.expect("read").is_none());
 }
 

@@ -22,7 +22,7 @@ use crate::model::{
 use crate::session::live::Slot;
 use crate::session::SessionDeps;
 use crate::store::writer::Commit;
-use crate::store::{StoreError, StoreResult, WriteOp};
+use crate::store::{SessionProgress, StoreError, StoreResult, WriteOp};
 use crate::tools::ToolOutput;
 
 /// Streamed pieces gathered at most before they are handed to the writer, when a reply's
@@ -101,7 +101,8 @@ impl Batch {
         if from != to {
             self.event(core, EventKind::StateChanged { from, to });
         }
-        self.ops.push(WriteOp::UpdateSession(core.record.clone()));
+        self.ops
+            .push(WriteOp::UpdateProgress(SessionProgress::of(&core.record)));
     }
 
     pub fn checkpoint(&mut self, core: &mut Core, run_id: Uuid, step_id: Option<Uuid>) {
@@ -130,7 +131,8 @@ impl Batch {
         self.message(core, Message::new(Role::System, summary.content.clone()));
         core.record.usage.add(summary.usage);
         core.record.updated_at = model::now();
-        self.ops.push(WriteOp::UpdateSession(core.record.clone()));
+        self.ops
+            .push(WriteOp::UpdateProgress(SessionProgress::of(&core.record)));
         let session_id = self.session_id;
         self.event(
             core,
@@ -370,7 +372,7 @@ impl Journal for RunJournal<'_> {
         self.core.record.updated_at = model::now();
         self.batch
             .ops
-            .push(WriteOp::UpdateSession(self.core.record.clone()));
+            .push(WriteOp::UpdateProgress(SessionProgress::of(&self.core.record)));
         self.batch.event(
             self.core,
             EventKind::LlmCompleted {

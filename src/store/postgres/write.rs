@@ -21,7 +21,7 @@ use crate::model::{
     ToolCall,
 };
 use crate::store::rows::{tokens, CopiedRows, COPIED_ARTIFACTS, COPIED_MESSAGES, SESSION_TABLES};
-use crate::store::{NewArtifact, StoreResult, WriteOp};
+use crate::store::{NewArtifact, SessionProgress, StoreResult, WriteOp};
 
 /// Applies every group of ops in one transaction: all or nothing.
 pub(super) async fn commit(store: &PostgresStore, batch: &[&[WriteOp]]) -> StoreResult<()> {
@@ -73,6 +73,7 @@ async fn lock_sessions(
         .iter()
         .filter_map(|op| match op {
             WriteOp::UpdateSession(s) => Some(s.id),
+            WriteOp::UpdateProgress(p) => Some(p.id),
             WriteOp::Fence { session_id, .. } | WriteOp::DeleteSession(session_id) => {
                 Some(*session_id)
             }
@@ -99,6 +100,7 @@ async fn apply(conn: &mut PgConnection, op: &WriteOp) -> StoreResult<()> {
     match op {
         WriteOp::InsertSession(s) => insert_session(conn, s).await?,
         WriteOp::UpdateSession(s) => update_session(conn, s).await?,
+        WriteOp::UpdateProgress(p) => update_progress(conn, p).await?,
         WriteOp::DeleteSession(id) => delete_session(conn, *id).await?,
         WriteOp::InsertMessage {
             session_id,
@@ -158,6 +160,23 @@ async fn update_session(conn: &mut PgConnection, s: &SessionRecord) -> Result<()
         .bind(s.id)
         .execute(conn)
         .await?;
+    Ok(())
+}
+
+async fn update_progress(conn: &mut PgConnection, p: &SessionProgress) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE sessions SET state = $1, error = $2, input_tokens = $3, output_tokens = $4, \
+         last_run_id = $5, updated_at = $6 WHERE id = $7",
+    )
+    .bind(p.state.as_str())
+    .bind(opt_text(&p.error))
+    .bind(tokens(p.usage.input_tokens))
+    .bind(tokens(p.usage.output_tokens))
+    .bind(p.last_run_id)
+    .bind(p.updated_at)
+    .bind(p.id)
+    .execute(conn)
+    .await?;
     Ok(())
 }
 

@@ -19,7 +19,7 @@ use crate::model::{
     ToolCall,
 };
 use crate::store::rows::{tokens, CopiedRows, COPIED_ARTIFACTS, COPIED_MESSAGES, SESSION_TABLES};
-use crate::store::{NewArtifact, StoreError, StoreResult, WriteOp};
+use crate::store::{NewArtifact, SessionProgress, StoreError, StoreResult, WriteOp};
 
 /// WAL pages after which a commit checkpoints (SQLite's default: 1,000).
 const WAL_AUTOCHECKPOINT_PAGES: i64 = 10_000;
@@ -151,6 +151,7 @@ fn apply(tx: &Transaction<'_>, op: &WriteOp) -> rusqlite::Result<()> {
     match op {
         WriteOp::InsertSession(s) => insert_session(tx, s),
         WriteOp::UpdateSession(s) => update_session(tx, s),
+        WriteOp::UpdateProgress(p) => update_progress(tx, p),
         WriteOp::DeleteSession(id) => delete_session(tx, *id),
         WriteOp::InsertMessage {
             session_id,
@@ -203,6 +204,23 @@ fn update_session(tx: &Transaction<'_>, s: &SessionRecord) -> rusqlite::Result<(
          input_tokens = ?, output_tokens = ?, last_run_id = ?, updated_at = ? WHERE id = ?",
     )?
     .execute(params_from_iter(mutable_columns(s).into_iter().chain([id])))?;
+    Ok(())
+}
+
+fn update_progress(tx: &Transaction<'_>, p: &SessionProgress) -> rusqlite::Result<()> {
+    tx.prepare_cached(
+        "UPDATE sessions SET state = ?, error = ?, input_tokens = ?, output_tokens = ?, \
+         last_run_id = ?, updated_at = ? WHERE id = ?",
+    )?
+    .execute(params![
+        p.state.as_str(),
+        p.error,
+        tokens(p.usage.input_tokens),
+        tokens(p.usage.output_tokens),
+        p.last_run_id.map(|id| id.to_string()),
+        p.updated_at.to_rfc3339(),
+        p.id.to_string(),
+    ])?;
     Ok(())
 }
 
