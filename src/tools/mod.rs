@@ -92,6 +92,15 @@ pub struct Subject {
     pub text: String,
 }
 
+impl Subject {
+    /// What stands for a subject nobody looked at: the rules for the tool have no subject
+    /// pattern (see [`policy::Rules::read_subject_of`]), so they match whatever it is.
+    pub const UNREAD: Subject = Subject {
+        kind: SubjectKind::Input,
+        text: String::new(),
+    };
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SubjectKind {

@@ -109,6 +109,14 @@ impl Rules {
         self.compiled.iter().map(|c| &c.rule)
     }
 
+    /// Whether a rule for `tool` has a subject pattern: only then does what the rules say of a
+    /// call of it depend on the call's subject.
+    pub fn read_subject_of(&self, tool: &str) -> bool {
+        self.compiled
+            .iter()
+            .any(|c| c.subject.is_some() && c.tool.is_match(tool))
+    }
+
     fn matching<'a>(
         &'a self,
         tool: &'a str,
@@ -229,6 +237,29 @@ mod tests {
 
     fn action(server: &Rules, session: &Rules, tool: &str, subject: &Subject) -> Action {
         decide(server, session, ApprovalMode::Ask, tool, subject).action
+    }
+
+    #[test]
+    fn only_rules_with_a_subject_pattern_read_the_subject_of_their_tools() {
+        let set = rules(json!([
+            {"tool": "shell", "action": "ask"},
+            {"tool": "write_*", "match": "src/**", "action": "allow"},
+        ]));
+        assert!(!set.read_subject_of("shell"));
+        assert!(set.read_subject_of("write_file"));
+        assert!(!set.read_subject_of("read_file"));
+        assert!(!Rules::default().read_subject_of("write_file"));
+        // Where no rule reads it, the decision is the same whatever the subject is.
+        for subject in [path("src/a.rs"), command("rm -rf /"), Subject::UNREAD] {
+            assert_eq!(
+                action(&set, &Rules::default(), "shell", &subject),
+                Action::Ask
+            );
+            assert_eq!(
+                action(&set, &Rules::default(), "read_file", &subject),
+                Action::Allow
+            );
+        }
     }
 
     #[test]

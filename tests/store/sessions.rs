@@ -135,11 +135,19 @@ async fn session_progress_writes_only_what_runs_change(store: Arc<dyn Store>) {
     // The error is cleared again, and a session that does not exist is not created.
     want.error = None;
     want.state = SessionState::Idle;
-    commit(&store, vec![WriteOp::UpdateProgress(SessionProgress::of(&want))]).await;
+    commit(
+        &store,
+        vec![WriteOp::UpdateProgress(SessionProgress::of(&want))],
+    )
+    .await;
     let got = store.session(s.id).await.expect("read").expect("present");
     assert_same(&got, &want);
     let ghost = session(SessionState::Idle);
-    commit(&store, vec![WriteOp::UpdateProgress(SessionProgress::of(&ghost))]).await;
+    commit(
+        &store,
+        vec![WriteOp::UpdateProgress(SessionProgress::of(&ghost))],
+    )
+    .await;
     assert!(store.session(ghost.id).await.expect("read").is_none());
 }
 

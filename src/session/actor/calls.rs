@@ -168,6 +168,27 @@ pub(super) fn lock<T>(data: &Mutex<T>) -> MutexGuard<'_, T> {
     data.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// What policy says of a call of `tool` without looking at its subject; `None` when a rule for
+/// the tool has a subject pattern, so that the subject decides.
+fn decide_unread(
+    policy: &ToolPolicy,
+    session_rules: &Mutex<Rules>,
+    tool: &str,
+) -> Option<policy::Decision> {
+    let session_rules = lock_rules(session_rules);
+    if policy.rules.read_subject_of(tool) || session_rules.read_subject_of(tool) {
+        return None;
+    }
+    let unread = Subject::UNREAD;
+    Some(policy::decide(
+        &policy.rules,
+        &session_rules,
+        policy.mode,
+        tool,
+        &unread,
+    ))
+}
+
 fn lock_rules(rules: &Mutex<Rules>) -> MutexGuard<'_, Rules> {
     // Rules are only read or pushed to, never held across an await: a panic cannot leave
     // them torn.
@@ -298,15 +319,25 @@ impl RunJournal<'_> {
                 call: call.clone(),
             });
         }
-        let subject = self.calls.tools.subject(&self.calls.context, call).await;
-        let policy = self.policy();
-        let decision = policy::decide(
-            &policy.rules,
-            &lock_rules(&self.calls.session_rules),
-            policy.mode,
-            &call.name,
-            &subject,
-        );
+        // The subject (a path resolved in the workspace, a command) is worked out only when a
+        // rule for this tool looks at it, or for a human to be asked about the call.
+        let policy = &self.sink.deps.policy;
+        let mut subject = None;
+        let decision = match decide_unread(policy, &self.calls.session_rules, &call.name) {
+            Some(decision) => decision,
+            None => {
+                let read = self.calls.tools.subject(&self.calls.context, call).await;
+                let decision = policy::decide(
+                    &policy.rules,
+                    &lock_rules(&self.calls.session_rules),
+                    policy.mode,
+                    &call.name,
+                    &read,
+                );
+                subject = Some(read);
+                decision
+            }
+        };
         match decision.action {
             Action::Allow => Ok(Admission::Run {
                 step_id,
@@ -329,6 +360,10 @@ impl RunJournal<'_> {
                 })
             }
             Action::Ask => {
+                let subject = match subject {
+                    Some(subject) => subject,
+                    None => self.calls.tools.subject(&self.calls.context, call).await,
+                };
                 let kind = EventKind::ToolApprovalRequested {
                     step_id,
                     call_id: call.id.clone(),

@@ -372,7 +372,9 @@ impl Journal for RunJournal<'_> {
         self.core.record.updated_at = model::now();
         self.batch
             .ops
-            .push(WriteOp::UpdateProgress(SessionProgress::of(&self.core.record)));
+            .push(WriteOp::UpdateProgress(SessionProgress::of(
+                &self.core.record,
+            )));
         self.batch.event(
             self.core,
             EventKind::LlmCompleted {
