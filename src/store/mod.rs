@@ -31,8 +31,8 @@ use uuid::Uuid;
 use bytes::Bytes;
 
 use crate::model::{
-    ArtifactRecord, Checkpoint, Event, Message, RunRecord, SessionRecord, SessionState, StepRecord,
-    Usage,
+    ArtifactRecord, Checkpoint, Event, Message, RunRecord, SessionRecord, SessionState, StepKind,
+    StepRecord, StepStatus, Usage,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -119,7 +119,7 @@ pub enum WriteOp {
         upto: Option<i64>,
     },
     UpsertRun(RunRecord),
-    UpsertStep(StepRecord),
+    UpsertStep(StepRow),
     InsertEvent(Arc<Event>),
     InsertCheckpoint(Checkpoint),
     /// Refuses the whole commit unless `owner` still holds the session's lease at `epoch`
@@ -160,6 +160,43 @@ impl SessionProgress {
             usage: s.usage,
             last_run_id: s.last_run_id,
             updated_at: s.updated_at,
+        }
+    }
+}
+
+/// A step as the stores write it: a [`StepRecord`] whose request and response are JSON text
+/// already, serialised where the step was made rather than on the writer's thread, which every
+/// commit waits for. An update of an existing step writes its status, response, usage, error and
+/// finish time; its request stays as first written.
+#[derive(Debug, Clone)]
+pub struct StepRow {
+    pub id: Uuid,
+    pub session_id: Uuid,
+    pub run_id: Uuid,
+    pub kind: StepKind,
+    pub status: StepStatus,
+    pub request: String,
+    pub response: Option<String>,
+    pub usage: Option<Usage>,
+    pub error: Option<String>,
+    pub created_at: chrono::DateTime<chrono::Utc>,
+    pub finished_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+impl From<StepRecord> for StepRow {
+    fn from(s: StepRecord) -> StepRow {
+        StepRow {
+            id: s.id,
+            session_id: s.session_id,
+            run_id: s.run_id,
+            kind: s.kind,
+            status: s.status,
+            request: s.request.to_string(),
+            response: s.response.as_ref().map(|r| r.to_string()),
+            usage: s.usage,
+            error: s.error,
+            created_at: s.created_at,
+            finished_at: s.finished_at,
         }
     }
 }

@@ -117,6 +117,27 @@ async fn steps_are_recorded_and_an_llm_step_shows_its_exact_request() {
     }
     assert_eq!(steps[1]["tool"], "list_files", "{}", steps[1]);
     assert_eq!(steps[3]["tool"], "read_file", "{}", steps[3]);
+    // What each step answered: a tool its output, an LLM step the message it recorded and why
+    // the reply ended.
+    for tool in [&steps[1], &steps[3]] {
+        assert!(
+            tool["output"].as_str().is_some_and(|o| !o.is_empty()),
+            "{tool}"
+        );
+        assert_eq!(tool["is_error"], false, "{tool}");
+    }
+    let recorded = server.messages(&id).await;
+    for (llm, at) in [(&steps[0], 2), (&steps[2], 4), (&steps[4], 6)] {
+        let reply = &llm["response"];
+        assert_eq!(reply["message"]["role"], "assistant", "{llm}");
+        assert_eq!(
+            reply["message"]["content"], recorded[at]["content"],
+            "{llm}"
+        );
+        assert!(reply["finish_reason"].is_string(), "{llm}");
+    }
+    let last = &steps[4]["response"];
+    assert_eq!(last["message"]["content"], result["text"], "{last}");
 
     // The step ids are those the events announced, in the same order.
     let events = server.events(&id).await;

@@ -100,7 +100,7 @@ async fn negative_limit_means_no_limit(store: Arc<dyn Store>) {
                     message: message(1, Role::Assistant, "b"),
                 },
                 WriteOp::UpsertRun(r.clone()),
-                WriteOp::UpsertStep(step(s.id, r.id, StepKind::Llm)),
+                WriteOp::UpsertStep(step(s.id, r.id, StepKind::Llm).into()),
             ],
         ]
         .concat(),

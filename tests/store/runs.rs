@@ -111,7 +111,7 @@ async fn steps_upsert_and_lookup(store: Arc<dyn Store>) {
         &store,
         vec![
             WriteOp::UpsertRun(r.clone()),
-            WriteOp::UpsertStep(llm.clone()),
+            WriteOp::UpsertStep(llm.clone().into()),
         ],
     )
     .await;
@@ -125,7 +125,7 @@ async fn steps_upsert_and_lookup(store: Arc<dyn Store>) {
 
     let mut streaming = llm.clone();
     streaming.status = StepStatus::Streaming;
-    commit(&store, vec![WriteOp::UpsertStep(streaming.clone())]).await;
+    commit(&store, vec![WriteOp::UpsertStep(streaming.clone().into())]).await;
     assert_eq!(
         store
             .step(s.id, llm.id)
@@ -150,7 +150,7 @@ async fn steps_upsert_and_lookup(store: Arc<dyn Store>) {
     // The request is written once, at insert.
     let mut attempt = done.clone();
     attempt.request = json!({ "ignored": true });
-    commit(&store, vec![WriteOp::UpsertStep(attempt)]).await;
+    commit(&store, vec![WriteOp::UpsertStep(attempt.into())]).await;
     let got = store
         .step(s.id, llm.id)
         .await
@@ -160,12 +160,12 @@ async fn steps_upsert_and_lookup(store: Arc<dyn Store>) {
 
     let mut tool = step(s.id, r.id, StepKind::Tool);
     tool.request = json!({ "id": "call_1", "name": "read_file", "arguments": { "path": "x" } });
-    commit(&store, vec![WriteOp::UpsertStep(tool.clone())]).await;
+    commit(&store, vec![WriteOp::UpsertStep(tool.clone().into())]).await;
     tool.status = StepStatus::Failed;
     tool.error = Some("no such file: x".into());
     tool.response = Some(json!("no such file: x"));
     tool.finished_at = Some(now());
-    commit(&store, vec![WriteOp::UpsertStep(tool.clone())]).await;
+    commit(&store, vec![WriteOp::UpsertStep(tool.clone().into())]).await;
 
     let all = store.steps(s.id, None, 10).await.expect("steps");
     assert_eq!(all.len(), 2);

@@ -295,7 +295,7 @@ async fn delete_session_removes_everything(store: Arc<dyn Store>) {
                 message: message(0, Role::User, "hi"),
             },
             WriteOp::UpsertRun(r.clone()),
-            WriteOp::UpsertStep(st.clone()),
+            WriteOp::UpsertStep(st.clone().into()),
             WriteOp::InsertCheckpoint(Checkpoint {
                 id: new_id(),
                 session_id: s.id,

@@ -595,7 +595,7 @@ impl RunJournal<'_> {
             self.calls.notes.insert(call.id.clone(), note);
         }
         let mut step = self.tool_step(step_id, call, status);
-        step.response = Some(json!({ "output": text, "is_error": output.is_error }));
+        step.response = Some(json!({ "output": text, "is_error": output.is_error }).to_string());
         step.finished_at = Some(model::now());
         self.batch.ops.push(WriteOp::UpsertStep(step));
         let kind = EventKind::ToolFinished {
@@ -682,7 +682,7 @@ impl RunJournal<'_> {
                 arguments: item.input.clone(),
             };
             let mut step = self.tool_step(item.step_id, &call, StepStatus::Failed);
-            step.response = Some(json!({ "output": output.output, "is_error": true }));
+            step.response = Some(json!({ "output": output.output, "is_error": true }).to_string());
             step.finished_at = Some(model::now());
             self.batch.ops.push(WriteOp::UpsertStep(step));
             let kind = EventKind::ToolFinished {

@@ -6,7 +6,6 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use serde_json::{json, Value};
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
@@ -17,12 +16,12 @@ use crate::agent::context::TrimStats;
 use crate::agent::{Admission, Answer, Completion, Journal};
 use crate::model::{
     self, CharsBeforeAfter, Checkpoint, Event, EventKind, LlmRequestDescriptor, Message, Role,
-    SessionState, StepKind, StepRecord, StepStatus, ToolCall,
+    SessionState, StepKind, StepStatus, ToolCall,
 };
 use crate::session::live::Slot;
 use crate::session::SessionDeps;
 use crate::store::writer::Commit;
-use crate::store::{SessionProgress, StoreError, StoreResult, WriteOp};
+use crate::store::{SessionProgress, StepRow, StoreError, StoreResult, WriteOp};
 use crate::tools::ToolOutput;
 
 /// Streamed pieces gathered at most before they are handed to the writer, when a reply's
@@ -146,6 +145,13 @@ impl Batch {
     }
 }
 
+/// What a completed LLM step's record keeps as its response.
+#[derive(serde::Serialize)]
+struct LlmStepResponse<'a> {
+    finish_reason: &'a model::FinishReason,
+    message: &'a Message,
+}
+
 /// Where a session's commits go: the writer, behind the session's lease, published to its
 /// subscribers once durable.
 #[derive(Clone, Copy)]
@@ -265,8 +271,9 @@ impl<'a> RunJournal<'a> {
             .event(self.core, EventKind::UserMessage { message, queued });
     }
 
-    fn step(&self, id: Uuid, kind: StepKind, status: StepStatus, request: Value) -> StepRecord {
-        StepRecord {
+    /// A step of the run; its request is JSON text (see [`StepRow`]).
+    fn step(&self, id: Uuid, kind: StepKind, status: StepStatus, request: String) -> StepRow {
+        StepRow {
             id,
             session_id: self.id,
             run_id: self.run_id,
@@ -281,8 +288,9 @@ impl<'a> RunJournal<'a> {
         }
     }
 
-    pub(super) fn tool_step(&self, id: Uuid, call: &ToolCall, status: StepStatus) -> StepRecord {
-        let request = serde_json::to_value(call).unwrap_or(Value::Null);
+    pub(super) fn tool_step(&self, id: Uuid, call: &ToolCall, status: StepStatus) -> StepRow {
+        // Plain data with string keys: serialising it cannot fail.
+        let request = serde_json::to_string(call).unwrap_or_else(|_| "null".to_string());
         self.step(id, StepKind::Tool, status, request)
     }
 }
@@ -302,7 +310,7 @@ impl Journal for RunJournal<'_> {
     async fn llm_started(&mut self, request: LlmRequestDescriptor) -> Result<Uuid, StoreError> {
         let step_id = model::new_id();
         // A struct of strings, numbers and lists: serialising it cannot fail.
-        let request = serde_json::to_value(request).unwrap_or(Value::Null);
+        let request = serde_json::to_string(&request).unwrap_or_else(|_| "null".to_string());
         let step = self.step(step_id, StepKind::Llm, StepStatus::Streaming, request);
         self.batch.ops.push(WriteOp::UpsertStep(step));
         self.batch
@@ -351,8 +359,13 @@ impl Journal for RunJournal<'_> {
             usage,
         } = reply;
         let message = self.batch.message(self.core, message);
-        let mut step = self.step(step_id, StepKind::Llm, StepStatus::Completed, Value::Null);
-        step.response = Some(json!({ "message": message, "finish_reason": finish_reason }));
+        // The request was written when the step started; an update keeps it.
+        let mut step = self.step(step_id, StepKind::Llm, StepStatus::Completed, "null".into());
+        let response = LlmStepResponse {
+            finish_reason: &finish_reason,
+            message: &message,
+        };
+        step.response = serde_json::to_string(&response).ok();
         step.usage = Some(usage);
         step.finished_at = Some(model::now());
         self.batch.ops.push(WriteOp::UpsertStep(step));
@@ -362,9 +375,9 @@ impl Journal for RunJournal<'_> {
                 model::new_id(),
                 StepKind::Thinking,
                 StepStatus::Completed,
-                request,
+                request.to_string(),
             );
-            thinking.response = Some(response);
+            thinking.response = Some(response.to_string());
             thinking.finished_at = Some(thinking.created_at);
             self.batch.ops.push(WriteOp::UpsertStep(thinking));
         }
@@ -391,7 +404,7 @@ impl Journal for RunJournal<'_> {
     }
 
     async fn llm_failed(&mut self, step_id: Uuid, error: String) -> Result<(), StoreError> {
-        let mut step = self.step(step_id, StepKind::Llm, StepStatus::Failed, Value::Null);
+        let mut step = self.step(step_id, StepKind::Llm, StepStatus::Failed, "null".into());
         step.error = Some(error.clone());
         step.finished_at = Some(model::now());
         self.batch.ops.push(WriteOp::UpsertStep(step));

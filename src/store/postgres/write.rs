@@ -17,11 +17,10 @@ use uuid::Uuid;
 
 use super::{cluster, PostgresStore};
 use crate::model::{
-    Checkpoint, Event, FinishReason, Message, RunRecord, SessionRecord, StepRecord, ThinkingBlock,
-    ToolCall,
+    Checkpoint, Event, FinishReason, Message, RunRecord, SessionRecord, ThinkingBlock, ToolCall,
 };
 use crate::store::rows::{tokens, CopiedRows, COPIED_ARTIFACTS, COPIED_MESSAGES, SESSION_TABLES};
-use crate::store::{NewArtifact, SessionProgress, StoreResult, WriteOp};
+use crate::store::{NewArtifact, SessionProgress, StepRow, StoreResult, WriteOp};
 
 /// Applies every group of ops in one transaction: all or nothing.
 pub(super) async fn commit(store: &PostgresStore, batch: &[&[WriteOp]]) -> StoreResult<()> {
@@ -354,11 +353,11 @@ async fn upsert_run(conn: &mut PgConnection, r: &RunRecord) -> Result<(), sqlx::
     Ok(())
 }
 
-async fn upsert_step(conn: &mut PgConnection, s: &StepRecord) -> Result<(), sqlx::Error> {
+async fn upsert_step(conn: &mut PgConnection, s: &StepRow) -> Result<(), sqlx::Error> {
     sqlx::query(
         "INSERT INTO steps (id, session_id, run_id, kind, status, request, response, \
          input_tokens, output_tokens, error, created_at, finished_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+         VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7::jsonb, $8, $9, $10, $11, $12) \
          ON CONFLICT (id) DO UPDATE SET status = excluded.status, \
          response = excluded.response, input_tokens = excluded.input_tokens, \
          output_tokens = excluded.output_tokens, error = excluded.error, \
@@ -369,8 +368,8 @@ async fn upsert_step(conn: &mut PgConnection, s: &StepRecord) -> Result<(), sqlx
     .bind(s.run_id)
     .bind(s.kind.as_str())
     .bind(s.status.as_str())
-    .bind(json(&s.request))
-    .bind(s.response.as_ref().map(json))
+    .bind(json_text(&s.request))
+    .bind(s.response.as_deref().map(json_text))
     .bind(s.usage.map(|u| tokens(u.input_tokens)))
     .bind(s.usage.map(|u| tokens(u.output_tokens)))
     .bind(opt_text(&s.error))

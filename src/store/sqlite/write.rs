@@ -11,15 +11,13 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{params, params_from_iter, Connection, Transaction, TransactionBehavior};
-use serde_json::Value;
 use uuid::Uuid;
 
 use crate::model::{
-    Checkpoint, Event, FinishReason, Message, RunRecord, SessionRecord, StepRecord, ThinkingBlock,
-    ToolCall,
+    Checkpoint, Event, FinishReason, Message, RunRecord, SessionRecord, ThinkingBlock, ToolCall,
 };
 use crate::store::rows::{tokens, CopiedRows, COPIED_ARTIFACTS, COPIED_MESSAGES, SESSION_TABLES};
-use crate::store::{NewArtifact, SessionProgress, StoreError, StoreResult, WriteOp};
+use crate::store::{NewArtifact, SessionProgress, StepRow, StoreError, StoreResult, WriteOp};
 
 /// WAL pages after which a commit checkpoints (SQLite's default: 1,000).
 const WAL_AUTOCHECKPOINT_PAGES: i64 = 10_000;
@@ -374,7 +372,7 @@ fn run_client_tools(r: &RunRecord) -> Option<serde_json::Value> {
     }
 }
 
-fn upsert_step(tx: &Transaction<'_>, s: &StepRecord) -> rusqlite::Result<()> {
+fn upsert_step(tx: &Transaction<'_>, s: &StepRow) -> rusqlite::Result<()> {
     tx.prepare_cached(
         "INSERT INTO steps (id, session_id, run_id, kind, status, request, response, \
          input_tokens, output_tokens, error, created_at, finished_at) \
@@ -390,8 +388,8 @@ fn upsert_step(tx: &Transaction<'_>, s: &StepRecord) -> rusqlite::Result<()> {
         s.run_id.to_string(),
         s.kind.as_str(),
         s.status.as_str(),
-        s.request.to_string(),
-        s.response.as_ref().map(Value::to_string),
+        s.request,
+        s.response,
         s.usage.map(|u| tokens(u.input_tokens)),
         s.usage.map(|u| tokens(u.output_tokens)),
         s.error,
