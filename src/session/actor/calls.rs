@@ -179,13 +179,12 @@ fn decide_unread(
     if policy.rules.read_subject_of(tool) || session_rules.read_subject_of(tool) {
         return None;
     }
-    let unread = Subject::UNREAD;
     Some(policy::decide(
         &policy.rules,
         &session_rules,
         policy.mode,
         tool,
-        &unread,
+        &Subject::UNREAD,
     ))
 }
 
@@ -326,16 +325,15 @@ impl RunJournal<'_> {
         let decision = match decide_unread(policy, &self.calls.session_rules, &call.name) {
             Some(decision) => decision,
             None => {
-                let read = self.calls.tools.subject(&self.calls.context, call).await;
-                let decision = policy::decide(
+                let read =
+                    subject.insert(self.calls.tools.subject(&self.calls.context, call).await);
+                policy::decide(
                     &policy.rules,
                     &lock_rules(&self.calls.session_rules),
                     policy.mode,
                     &call.name,
-                    &read,
-                );
-                subject = Some(read);
-                decision
+                    read,
+                )
             }
         };
         match decision.action {

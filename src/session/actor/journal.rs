@@ -100,6 +100,18 @@ impl Batch {
         if from != to {
             self.event(core, EventKind::StateChanged { from, to });
         }
+        self.progress(core);
+    }
+
+    /// Counts a model call's usage for the session and writes it.
+    pub fn usage(&mut self, core: &mut Core, usage: model::Usage) {
+        core.record.usage.add(usage);
+        core.record.updated_at = model::now();
+        self.progress(core);
+    }
+
+    /// Writes what runs change of the session's row (see [`SessionProgress`]).
+    fn progress(&mut self, core: &Core) {
         self.ops
             .push(WriteOp::UpdateProgress(SessionProgress::of(&core.record)));
     }
@@ -128,10 +140,7 @@ impl Batch {
     /// session.
     pub fn summary(&mut self, core: &mut Core, summary: &Summary, auto: bool) {
         self.message(core, Message::new(Role::System, summary.content.clone()));
-        core.record.usage.add(summary.usage);
-        core.record.updated_at = model::now();
-        self.ops
-            .push(WriteOp::UpdateProgress(SessionProgress::of(&core.record)));
+        self.usage(core, summary.usage);
         let session_id = self.session_id;
         self.event(
             core,
@@ -381,13 +390,7 @@ impl Journal for RunJournal<'_> {
             thinking.finished_at = Some(thinking.created_at);
             self.batch.ops.push(WriteOp::UpsertStep(thinking));
         }
-        self.core.record.usage.add(usage);
-        self.core.record.updated_at = model::now();
-        self.batch
-            .ops
-            .push(WriteOp::UpdateProgress(SessionProgress::of(
-                &self.core.record,
-            )));
+        self.batch.usage(self.core, usage);
         self.batch.event(
             self.core,
             EventKind::LlmCompleted {
