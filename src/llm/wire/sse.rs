@@ -46,7 +46,8 @@ pub(super) type Events = EventStream<BoxStream<'static, Result<Bytes, BodyError>
 
 /// The response body as a stream of chunks: the first must arrive before `deadline`, each later
 /// one within `idle` of the previous, and the whole stays within `limits`. It ends after the
-/// first error. Owning the response, it closes the connection when dropped.
+/// first error. Owning the response, it closes the connection when dropped. Each chunk is
+/// handed on cut into its [`lines`].
 pub(super) fn timed_body(
     response: reqwest::Response,
     deadline: Instant,
@@ -77,7 +78,29 @@ pub(super) fn timed_body(
             }
         }
     })
+    .flat_map(|read| {
+        let pieces: Vec<_> = match read {
+            Ok(chunk) => lines(chunk).map(Ok).collect(),
+            Err(error) => vec![Err(error)],
+        };
+        futures::stream::iter(pieces)
+    })
     .boxed()
+}
+
+/// A chunk of the body cut after each line feed, sharing its bytes. The SSE decoder keeps what
+/// it has not parsed yet in a buffer and copies the rest of that buffer after each line it
+/// parses: fed a whole chunk of many events (a fast reply arrives in a few reads), it copied
+/// the chunk again at every line, quadratic in the chunk's size; fed line by line, its buffer
+/// holds one line.
+fn lines(mut rest: Bytes) -> impl Iterator<Item = Bytes> {
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let end = memchr::memchr(b'\n', &rest).map_or(rest.len(), |i| i + 1);
+        Some(rest.split_to(end))
+    })
 }
 
 fn sse_failure(e: EventStreamError<BodyError>, timeouts: &Timeouts) -> Failure {
@@ -279,5 +302,84 @@ impl<P: EventParser> Call<P> {
             message,
         )));
         self.state = State::Finished;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use eventsource_stream::Eventsource;
+
+    use super::*;
+
+    /// An event's type and data.
+    type Decoded = Vec<(String, String)>;
+
+    /// Decodes `chunks` as one body, each chunk fed whole or cut into its lines first.
+    async fn decode(chunks: &[&[u8]], cut: bool) -> Decoded {
+        let chunks: Vec<Result<Bytes, BodyError>> = chunks
+            .iter()
+            .flat_map(|c| {
+                let chunk = Bytes::copy_from_slice(c);
+                if cut {
+                    lines(chunk).collect::<Vec<_>>()
+                } else {
+                    vec![chunk]
+                }
+            })
+            .map(Ok)
+            .collect();
+        futures::stream::iter(chunks)
+            .eventsource()
+            .map(|e| e.map(|e| (e.event, e.data)).expect("a well-formed stream"))
+            .collect()
+            .await
+    }
+
+    #[test]
+    fn a_chunk_is_cut_after_each_line_feed_and_loses_nothing() {
+        let cut: Vec<Bytes> =
+            lines(Bytes::from_static(b"data: a\n\ndata: b\r\n\r\npart")).collect();
+        assert_eq!(
+            cut,
+            ["data: a\n", "\n", "data: b\r\n", "\r\n", "part"].map(Bytes::from)
+        );
+        assert_eq!(lines(Bytes::new()).count(), 0);
+    }
+
+    #[tokio::test]
+    async fn lines_decode_to_the_same_events_as_whole_chunks() {
+        let event = |event: &str, data: &str| (event.to_string(), data.to_string());
+        let bodies: [(&[&[u8]], Decoded); 3] = [
+            // Many events in one read, as a fast reply arrives.
+            (
+                &[b"data: {\"a\":1}\n\ndata: 2\n\nevent: ping\ndata: x\ndata: y\n\ndata: [DONE]\n\n"],
+                vec![
+                    event("message", "{\"a\":1}"),
+                    event("message", "2"),
+                    event("ping", "x\ny"),
+                    event("message", "[DONE]"),
+                ],
+            ),
+            // Events and lines split across reads, in the middle of a line and of a character.
+            (
+                &[
+                    b"data: {\"a\":",
+                    b"1}\n",
+                    b"\nevent: pi",
+                    b"ng\ndata: \xc3",
+                    b"\xa9t\xc3\xa9\n\n: comment\n\n",
+                ],
+                vec![event("message", "{\"a\":1}"), event("ping", "\u{e9}t\u{e9}")],
+            ),
+            // CRLF line ends, one of them split between two reads.
+            (
+                &[b"data: one\r", b"\n\r\ndata: two\r\n\r\n"],
+                vec![event("message", "one"), event("message", "two")],
+            ),
+        ];
+        for (body, events) in bodies {
+            assert_eq!(decode(body, false).await, events, "{body:?} whole");
+            assert_eq!(decode(body, true).await, events, "{body:?} cut into lines");
+        }
     }
 }
