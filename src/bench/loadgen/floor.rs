@@ -138,7 +138,18 @@ async fn floor_request(
         .await?;
     let response = expect_status(response, StatusCode::OK, "POST /chat/completions").await?;
     let mut reply = FloorReply::default();
-    let mut events = response.bytes_stream().eventsource();
+    // Cut into lines as the server's client cuts them (`llm::wire::sse_lines`), so that both
+    // decode a reply of many events in one read at the same cost.
+    let mut events = response
+        .bytes_stream()
+        .flat_map(|read| {
+            let pieces: Vec<_> = match read {
+                Ok(chunk) => tah::llm::wire::sse_lines(chunk).map(Ok).collect(),
+                Err(error) => vec![Err(error)],
+            };
+            futures::stream::iter(pieces)
+        })
+        .eventsource();
     while let Some(event) = events.next().await {
         floor_event(&event?.data, &mut reply)?;
         if reply.done {

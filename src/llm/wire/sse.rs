@@ -93,7 +93,7 @@ pub(super) fn timed_body(
 /// parses: fed a whole chunk of many events (a fast reply arrives in a few reads), it copied
 /// the chunk again at every line, quadratic in the chunk's size; fed line by line, its buffer
 /// holds one line.
-fn lines(mut rest: Bytes) -> impl Iterator<Item = Bytes> {
+pub fn lines(mut rest: Bytes) -> impl Iterator<Item = Bytes> {
     std::iter::from_fn(move || {
         if rest.is_empty() {
             return None;
