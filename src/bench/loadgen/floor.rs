@@ -11,6 +11,7 @@ use reqwest::header::AUTHORIZATION;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use tah::cli::{BenchArgs, DEFAULT_SYSTEM_PROMPT};
+use tah::llm::wire::cut_into_lines;
 use tokio::time::Instant;
 
 use super::client::{expect_status, Errors};
@@ -138,18 +139,9 @@ async fn floor_request(
         .await?;
     let response = expect_status(response, StatusCode::OK, "POST /chat/completions").await?;
     let mut reply = FloorReply::default();
-    // Cut into lines as the server's client cuts them (`llm::wire::sse_lines`), so that both
-    // decode a reply of many events in one read at the same cost.
-    let mut events = response
-        .bytes_stream()
-        .flat_map(|read| {
-            let pieces: Vec<_> = match read {
-                Ok(chunk) => tah::llm::wire::sse_lines(chunk).map(Ok).collect(),
-                Err(error) => vec![Err(error)],
-            };
-            futures::stream::iter(pieces)
-        })
-        .eventsource();
+    // Cut into lines as the server's client cuts them, so that both decode a reply of many
+    // events in one read at the same cost.
+    let mut events = cut_into_lines(response.bytes_stream()).eventsource();
     while let Some(event) = events.next().await {
         floor_event(&event?.data, &mut reply)?;
         if reply.done {

@@ -32,7 +32,7 @@ pub use config::{HttpModelConfig, RetryPolicy, Timeouts};
 pub(crate) use reply::{
     error_message, parse_arguments, parse_json, truncate, EventParser, Piece, ReplyDraft,
 };
-pub use sse::lines as sse_lines;
+pub use sse::cut_into_lines;
 pub use status::parse_retry_after;
 pub(crate) use transport::{key_header, Transport};
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use eventsource_stream::{EventStream, EventStreamError};
 use futures::stream::BoxStream;
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use tokio::time::Instant;
 
 use super::config::Timeouts;
@@ -56,7 +56,7 @@ pub(super) fn timed_body(
 ) -> BoxStream<'static, Result<Bytes, BodyError>> {
     let first_byte = deadline.saturating_duration_since(Instant::now());
     let state = (Some(response), true, BodyMeter::default());
-    futures::stream::unfold(state, move |(response, first, mut meter)| {
+    let body = futures::stream::unfold(state, move |(response, first, mut meter)| {
         let limits = limits.clone();
         async move {
             let mut response = response?;
@@ -77,15 +77,21 @@ pub(super) fn timed_body(
                 },
             }
         }
-    })
-    .flat_map(|read| {
+    });
+    cut_into_lines(body).boxed()
+}
+
+/// A body's chunks, each cut into its [`lines`]; an error passes as it is.
+pub fn cut_into_lines<E>(
+    body: impl Stream<Item = Result<Bytes, E>>,
+) -> impl Stream<Item = Result<Bytes, E>> {
+    body.flat_map(|read| {
         let pieces: Vec<_> = match read {
             Ok(chunk) => lines(chunk).map(Ok).collect(),
             Err(error) => vec![Err(error)],
         };
         futures::stream::iter(pieces)
     })
-    .boxed()
 }
 
 /// A chunk of the body cut after each line feed, sharing its bytes. The SSE decoder keeps what
@@ -93,7 +99,7 @@ pub(super) fn timed_body(
 /// parses: fed a whole chunk of many events (a fast reply arrives in a few reads), it copied
 /// the chunk again at every line, quadratic in the chunk's size; fed line by line, its buffer
 /// holds one line.
-pub fn lines(mut rest: Bytes) -> impl Iterator<Item = Bytes> {
+fn lines(mut rest: Bytes) -> impl Iterator<Item = Bytes> {
     std::iter::from_fn(move || {
         if rest.is_empty() {
             return None;
@@ -318,18 +324,15 @@ mod tests {
     async fn decode(chunks: &[&[u8]], cut: bool) -> Decoded {
         let chunks: Vec<Result<Bytes, BodyError>> = chunks
             .iter()
-            .flat_map(|c| {
-                let chunk = Bytes::copy_from_slice(c);
-                if cut {
-                    lines(chunk).collect::<Vec<_>>()
-                } else {
-                    vec![chunk]
-                }
-            })
-            .map(Ok)
+            .map(|c| Ok(Bytes::copy_from_slice(c)))
             .collect();
-        futures::stream::iter(chunks)
-            .eventsource()
+        let body = futures::stream::iter(chunks);
+        let body = if cut {
+            cut_into_lines(body).boxed()
+        } else {
+            body.boxed()
+        };
+        body.eventsource()
             .map(|e| e.map(|e| (e.event, e.data)).expect("a well-formed stream"))
             .collect()
             .await
