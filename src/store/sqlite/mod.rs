@@ -1,7 +1,8 @@
 //! The embedded SQLite store: WAL, `synchronous=NORMAL`, a busy timeout, and `BEGIN IMMEDIATE`
 //! for every write transaction. Ids are stored as text, JSON as text, times as RFC 3339. This
 //! file opens the database; `read.rs` answers the [`Store`](super::Store) reads, `write.rs`
-//! applies the writer's batches, `lock.rs` keeps a second process off the same file.
+//! applies the writer's batches, `wal_vfs.rs` hands its WAL frames to the file system, `lock.rs`
+//! keeps a second process off the same file.
 //!
 //! Two drivers, on purpose. Reads and migrations use an sqlx pool: async, and WAL lets them run
 //! beside the writer. Writes use one `rusqlite` connection that applies a whole batch in one hop
@@ -11,10 +12,13 @@
 //! switches and 450 futex calls, and the round trips capped the mock C=64 run at about 16,000
 //! events/s (~300 turns/s). Through one `rusqlite` connection a turn costs about 45 context
 //! switches and 43 futex calls, a hop 20–40 µs, and sqlx's worker threads are 2% of the samples
-//! or less (`BENCHMARKS.md`, "Where the time goes").
+//! or less (`BENCHMARKS.md`, "Where the time goes"). That connection opens its WAL through a
+//! shim (`wal_vfs.rs`) that writes a transaction's frames with one call rather than two per
+//! frame.
 
 mod lock;
 mod read;
+mod wal_vfs;
 mod write;
 
 use std::path::Path;

@@ -43,7 +43,15 @@ impl SqliteWriter {
     pub fn open(path: &Path) -> StoreResult<SqliteWriter> {
         let unusable =
             |what: String| StoreError::Unusable(format!("the database {}: {what}", path.display()));
-        let conn = Connection::open(path).map_err(|e| unusable(format!("cannot open it: {e}")))?;
+        // Through the shim that writes a transaction's WAL frames in one call (`wal_vfs`).
+        let vfs = super::wal_vfs::register()
+            .map_err(|rc| unusable(format!("cannot register its VFS (SQLite error {rc})")))?;
+        let conn = Connection::open_with_flags_and_vfs(
+            path,
+            rusqlite::OpenFlags::default(),
+            vfs.to_str().unwrap_or_default(),
+        )
+        .map_err(|e| unusable(format!("cannot open it: {e}")))?;
         // A write transaction that changes nothing: refused at once on a read-only file or
         // file system, rather than at the first real write.
         conn.execute_batch("BEGIN IMMEDIATE; ROLLBACK;")
