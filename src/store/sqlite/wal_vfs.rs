@@ -28,7 +28,7 @@ use rusqlite::ffi;
 pub const NAME: &CStr = c"tah-wal";
 
 /// Bytes held at most before they are written, whatever the transaction.
-const HELD_AT_MOST: usize = 8 << 20;
+const HELD_AT_MOST: usize = 1 << 20;
 /// Bytes per write at most: SQLite's own VFS writes the low 17 bits of a larger amount's size
 /// (`seekAndWriteFd`), as it never writes more at once.
 const WRITE_AT_MOST: usize = 64 << 10;
