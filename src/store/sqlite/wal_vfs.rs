@@ -14,7 +14,8 @@
 //! readers, the database file and the shared-memory index use SQLite's own VFS. Every other call
 //! on a wrapped WAL file (a read, a sync, a size, a truncation, a lock, a file control, closing)
 //! writes what is held first, so SQLite never sees the file differ from what it wrote. What is
-//! held is at most [`HELD_AT_MOST`] bytes: a larger transaction writes in several pieces.
+//! held is at most [`HELD_AT_MOST`] bytes (a larger transaction writes in several pieces), and
+//! the room kept between transactions [`HELD_KEPT`].
 //! `synchronous=NORMAL` does not sync the WAL at commit, so the shim changes how many calls
 //! write a transaction, not when it is durable.
 
@@ -29,6 +30,8 @@ pub const NAME: &CStr = c"tah-wal";
 
 /// Bytes held at most before they are written, whatever the transaction.
 const HELD_AT_MOST: usize = 1 << 20;
+/// Bytes of room kept between transactions.
+const HELD_KEPT: usize = 128 << 10;
 /// Bytes per write at most: SQLite's own VFS writes the low 17 bits of a larger amount's size
 /// (`seekAndWriteFd`), as it never writes more at once.
 const WRITE_AT_MOST: usize = 64 << 10;
@@ -148,6 +151,8 @@ unsafe fn write_held(file: *mut ffi::sqlite3_file) -> c_int {
         at += i64::from(len);
     }
     held.bytes.clear();
+    // What a large batch needed is given back; a turn's transaction fits in what is kept.
+    held.bytes.shrink_to(HELD_KEPT);
     rc
 }
 
