@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use eventsource_stream::{EventStream, EventStreamError};
+use futures::future::Either;
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
 use tokio::time::Instant;
@@ -85,12 +86,9 @@ pub(super) fn timed_body(
 pub fn cut_into_lines<E>(
     body: impl Stream<Item = Result<Bytes, E>>,
 ) -> impl Stream<Item = Result<Bytes, E>> {
-    body.flat_map(|read| {
-        let pieces: Vec<_> = match read {
-            Ok(chunk) => lines(chunk).map(Ok).collect(),
-            Err(error) => vec![Err(error)],
-        };
-        futures::stream::iter(pieces)
+    body.flat_map(|read| match read {
+        Ok(chunk) => Either::Left(futures::stream::iter(lines(chunk).map(Ok))),
+        Err(error) => Either::Right(futures::stream::iter([Err(error)])),
     })
 }
 

@@ -26,7 +26,7 @@ use std::sync::OnceLock;
 use rusqlite::ffi;
 
 /// The name the shim is registered under.
-pub const NAME: &CStr = c"tah-wal";
+const NAME: &CStr = c"tah-wal";
 
 /// Bytes held at most before they are written, whatever the transaction.
 const HELD_AT_MOST: usize = 1 << 20;
@@ -132,19 +132,29 @@ unsafe fn held<'a>(file: *mut ffi::sqlite3_file) -> &'a mut Held {
     &mut *(*file.cast::<WalFile>()).held
 }
 
+/// Writes `len` bytes at `offset` to the real file.
+unsafe fn write_real(
+    file: *mut ffi::sqlite3_file,
+    data: *const c_void,
+    len: c_int,
+    offset: i64,
+) -> c_int {
+    match methods(file).xWrite {
+        Some(write) => write(real(file), data, len, offset),
+        None => ffi::SQLITE_IOERR_WRITE,
+    }
+}
+
 /// Writes what is held, in as few calls as the real file takes.
 unsafe fn write_held(file: *mut ffi::sqlite3_file) -> c_int {
     let held = held(file);
     held.after_header = false;
-    let Some(write) = methods(file).xWrite else {
-        return ffi::SQLITE_IOERR_WRITE;
-    };
     let mut rc = ffi::SQLITE_OK;
     let mut at = held.at;
     for piece in held.bytes.chunks(WRITE_AT_MOST) {
         // At most `WRITE_AT_MOST` bytes: both fit.
         let len = piece.len() as c_int;
-        rc = write(real(file), piece.as_ptr().cast(), len, at);
+        rc = write_real(file, piece.as_ptr().cast(), len, at);
         if rc != ffi::SQLITE_OK {
             break;
         }
@@ -178,12 +188,8 @@ unsafe extern "C" fn wal_write(
         if rc != ffi::SQLITE_OK {
             return rc;
         }
-        let Some(write) = methods(file).xWrite else {
-            return ffi::SQLITE_IOERR_WRITE;
-        };
-        return write(real(file), data, amount, offset);
+        return write_real(file, data, amount, offset);
     }
-    let held_ref = held(file);
     if held_ref.bytes.is_empty() {
         held_ref.at = offset;
     }
