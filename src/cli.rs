@@ -33,9 +33,9 @@ pub enum Command {
     /// Serve the HTTP API (sessions, runs, events over SSE) until SIGINT/SIGTERM.
     #[command(after_help = SERVE_AFTER_HELP)]
     Serve(Box<ServeArgs>),
-    /// Serve a fake OpenAI-compatible model (streaming Chat Completions) for tests and
-    /// benchmarks.
-    #[command(hide = true)]
+    /// Serve a fake OpenAI-compatible model (streaming Chat Completions, with tool calls) on
+    /// loopback: try `tah serve --provider openai --base-url http://ADDRESS/v1` offline, or
+    /// test and benchmark against it.
     FakeModel(FakeModelArgs),
     /// Drive a tah server with concurrent sessions and report throughput, latency, CPU and
     /// memory, side by side with the same workload sent straight to the model.

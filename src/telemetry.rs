@@ -182,8 +182,8 @@ pub fn run_ended(span: &Span, run: &RunRecord) {
         return;
     }
     span.record("tah.run.status", run.status.as_str());
-    span.record("gen_ai.usage.input_tokens", run.usage.input_tokens);
-    span.record("gen_ai.usage.output_tokens", run.usage.output_tokens);
+    span.record("gen_ai.usage.input_tokens", count(run.usage.input_tokens));
+    span.record("gen_ai.usage.output_tokens", count(run.usage.output_tokens));
     if let Some(reason) = &run.finish_reason {
         finish_reasons(span, reason.as_str());
     }
@@ -244,8 +244,11 @@ pub fn chat_done(span: &Span, reply: &ModelReply) {
     if span.is_disabled() {
         return;
     }
-    span.record("gen_ai.usage.input_tokens", reply.usage.input_tokens);
-    span.record("gen_ai.usage.output_tokens", reply.usage.output_tokens);
+    span.record("gen_ai.usage.input_tokens", count(reply.usage.input_tokens));
+    span.record(
+        "gen_ai.usage.output_tokens",
+        count(reply.usage.output_tokens),
+    );
     finish_reasons(span, &reply.finish_reason);
     if with_content(span) {
         let message = Message::assistant(reply.text.clone(), reply.tool_calls.clone());
@@ -344,6 +347,12 @@ fn message_parts(message: &Message) -> Value {
     });
     parts.extend(calls);
     json!({ "role": message.role.as_str(), "parts": parts })
+}
+
+/// A token count as an OpenTelemetry integer: the layer records a `u64` as text, the GenAI
+/// conventions want an int.
+fn count(tokens: u64) -> i64 {
+    i64::try_from(tokens).unwrap_or(i64::MAX)
 }
 
 #[cfg(test)]

@@ -9,8 +9,14 @@
 //!   the "simple" form-style ones that need no preflight. A state-changing request is refused
 //!   unless it has no `Origin` (curl, servers), comes from the server's own origin (the built-in
 //!   page), or from an origin allowed with `--cors-origin`.
+//!
+//! A browser hides why a cross-origin request failed from the page (without
+//! `Access-Control-Allow-Origin` the answer cannot be read), so the first request from each
+//! origin that is not allowed is logged as a warning naming the origin and the flag.
 
+use std::collections::HashSet;
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, Method, StatusCode};
@@ -27,7 +33,13 @@ pub struct RequestGuard {
     /// Origins allowed besides the server's own (normalised), and whether any is.
     origins: Vec<String>,
     any_origin: bool,
+    /// Origins already warned about (at most [`MAX_WARNED_ORIGINS`]).
+    warned: Arc<Mutex<HashSet<String>>>,
 }
+
+/// Refused origins remembered so that each is logged once; past this many, no more are logged
+/// (a page cannot fill the server's memory or its log with made-up origins).
+const MAX_WARNED_ORIGINS: usize = 256;
 
 impl RequestGuard {
     /// `allowed_hosts` are names (or `name:port`) to answer besides the loopback names and
@@ -55,7 +67,26 @@ impl RequestGuard {
             hosts,
             origins: cors_origins.iter().map(|o| normalise_origin(o)).collect(),
             any_origin: cors_origins.iter().any(|o| o == "*"),
+            warned: Arc::default(),
         }
+    }
+
+    /// Logs the first request from `origin`, which is not allowed; answers whether it did.
+    fn warn_once(&self, origin: &str) -> bool {
+        let origin = truncate(&normalise_origin(origin), 100).to_owned();
+        let Ok(mut warned) = self.warned.lock() else {
+            return false;
+        };
+        if warned.len() >= MAX_WARNED_ORIGINS || !warned.insert(origin.clone()) {
+            return false;
+        }
+        let shown = origin.escape_debug().to_string();
+        tracing::warn!(
+            origin = %shown,
+            "a browser request from a web origin that is not allowed: the page cannot read the \
+             answer; start the server with --cors-origin {shown} to allow it"
+        );
+        true
     }
 
     fn host_allowed(&self, host: &str) -> bool {
@@ -162,10 +193,11 @@ pub async fn check(State(guard): State<RequestGuard>, request: Request, next: Ne
             .into_response();
         }
     }
-    if changes_state(request.method()) {
-        if let Some(origin) = request.headers().get(header::ORIGIN) {
-            let origin = origin.to_str().unwrap_or("");
-            if !guard.origin_allowed(origin, host.as_deref()) {
+    if let Some(origin) = request.headers().get(header::ORIGIN) {
+        let origin = origin.to_str().unwrap_or("");
+        if !guard.origin_allowed(origin, host.as_deref()) {
+            guard.warn_once(origin);
+            if changes_state(request.method()) {
                 return Problem::new(
                     StatusCode::FORBIDDEN,
                     "origin-not-allowed",
@@ -192,6 +224,18 @@ fn truncate(text: &str, max: usize) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_origin_is_warned_about_once_and_the_memory_is_bounded() {
+        let guard = guard(&[], &["http://allowed.example"], false);
+        assert!(guard.warn_once("http://other.example"));
+        assert!(!guard.warn_once("http://other.example"), "once per origin");
+        assert!(!guard.warn_once("HTTP://other.example/"), "as compared");
+        for n in 0..2 * MAX_WARNED_ORIGINS {
+            guard.warn_once(&format!("http://{n}.example"));
+        }
+        assert_eq!(guard.warned.lock().expect("lock").len(), MAX_WARNED_ORIGINS);
+    }
 
     fn guard(allowed: &[&str], cors: &[&str], tokens: bool) -> RequestGuard {
         let listen: SocketAddr = "10.0.0.5:8080".parse().unwrap();

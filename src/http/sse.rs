@@ -6,8 +6,10 @@
 //! - heartbeats come from one process-wide tick, not a timer per stream: an idle stream costs
 //!   no timer and no CPU between two ticks.
 //!
-//! On the wire this is what axum's `Sse` wrote: a `retry:` field first, then `id:`, `event:`
-//! and `data:` per event, and `: heartbeat` comments on a stream with nothing else to send.
+//! On the wire: `id:`, `event:` and `data:` per event, the first event also carrying the
+//! stream's `retry:` field, and `: heartbeat` comments on a stream with nothing else to send.
+//! The retry field rides with an event rather than in a frame of its own: a frame with no
+//! data is dispatched by some clients (httpx-sse) as an empty message.
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -34,8 +36,8 @@ type Shutdown = futures::stream::Once<Pin<Box<WaitForCancellationFutureOwned>>>;
 /// ≤ 15 s), and an idle stream beats every other tick.
 const TICK: Duration = Duration::from_secs(5);
 /// What a client waits before it reconnects to a stream that broke (browsers would otherwise
-/// wait 3 s); sent once per stream.
-const RETRY: &[u8] = b"retry: 1000\n\n";
+/// wait 3 s); sent once per stream, as the first line of its first event.
+const RETRY: &[u8] = b"retry: 1000\n";
 const HEARTBEAT: &[u8] = b": heartbeat\n\n";
 /// Ready frames joined into one chunk at most (bytes); more wait for the next write.
 const MAX_CHUNK: usize = 64 * 1024;
@@ -73,6 +75,8 @@ struct Feed {
     shutdown: OnWake<Shutdown>,
     /// Something was sent since the last tick.
     sent: bool,
+    /// The retry field is still to be sent (with the next event).
+    retry_pending: bool,
     /// Counted as open until the stream is dropped.
     _open: crate::metrics::SseSubscriber,
 }
@@ -90,6 +94,9 @@ impl Feed {
                 item = self.events.next() => {
                     self.sent = true;
                     return match item? {
+                        Ok(event) if std::mem::take(&mut self.retry_pending) => {
+                            Some(with_retry(&event.sse_frame()))
+                        }
                         Ok(event) => Some(event.sse_frame()),
                         Err(error) => {
                             tracing::warn!(%error, "event stream ended by a storage error");
@@ -114,6 +121,14 @@ impl Feed {
             }
         }
     }
+}
+
+/// `frame` preceded by the stream's retry field, in the same frame.
+fn with_retry(frame: &[u8]) -> Bytes {
+    let mut joined = BytesMut::with_capacity(RETRY.len() + frame.len());
+    joined.extend_from_slice(RETRY);
+    joined.extend_from_slice(frame);
+    joined.freeze()
 }
 
 /// Joins the frames that are ready into one chunk.
@@ -162,15 +177,13 @@ pub fn response(events: EventStream, shutdown: CancellationToken) -> Response {
         ticks: OnWake::new(WatchStream::from_changes(ticks())),
         ticking: true,
         shutdown: OnWake::new(futures::stream::once(Box::pin(shutdown.cancelled_owned()))),
-        // The retry field goes out first.
-        sent: true,
+        sent: false,
+        retry_pending: true,
         _open: crate::metrics::SseSubscriber::open(),
     };
-    let frames = futures::stream::once(std::future::ready(Bytes::from_static(RETRY))).chain(
-        futures::stream::unfold(feed, |mut feed| async move {
-            feed.next().await.map(|frame| (frame, feed))
-        }),
-    );
+    let frames = futures::stream::unfold(feed, |mut feed| async move {
+        feed.next().await.map(|frame| (frame, feed))
+    });
     let body = Body::from_stream(Coalesce {
         frames: Box::pin(frames),
         done: false,

@@ -286,6 +286,7 @@ async fn a_cancel_resolves_what_waits_before_the_run_ends() {
     let (_model, server, id, _) = waiting_on(call("k1", "shell", json!({"command": "true"}))).await;
     let outcome = server.cancel(&id).await;
     assert_eq!(outcome["cancelled"], true, "{outcome}");
+    assert_eq!(outcome["state"], "cancelled", "{outcome}");
     assert_eq!(ended(&server, &id).await["state"], "cancelled");
     let events = server.events(&id).await;
     let kinds: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();

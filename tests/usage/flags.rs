@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::CommandFactory;
 use tah::app::ReadyLine;
-use tah::cli::ServeArgs;
+use tah::cli::{Cli, ServeArgs};
 
 use crate::demo::scratch;
 use crate::readme::README;
@@ -93,6 +93,29 @@ fn every_flag_of_tah_serve_is_in_the_readme_table_with_its_variable_and_default(
         documented, flags,
         "the README's table lists the flags in tah serve --help's order"
     );
+}
+
+#[test]
+fn every_command_of_tah_is_in_its_help_and_the_readme() {
+    let readme = std::fs::read_to_string(README).expect("README.md");
+    let mut cli = Cli::command();
+    let help = cli.render_help().to_string();
+    for command in cli.get_subcommands().filter(|c| c.get_name() != "help") {
+        let name = command.get_name();
+        assert!(
+            !command.is_hide_set(),
+            "tah {name} is hidden from tah --help"
+        );
+        assert!(
+            help.contains(name),
+            "tah --help does not list {name}:\n{help}"
+        );
+        assert!(
+            readme.contains(&format!("-- {name}")) || readme.contains(&format!("tah {name}")),
+            "README.md never shows how to run tah {name}"
+        );
+    }
+    assert!(help.contains("fake-model"), "{help}");
 }
 
 /// Starts `tah serve` on 0.0.0.0 without tokens and with `TAH_ALLOW_UNAUTHENTICATED=value`:
@@ -202,4 +225,56 @@ async fn a_cors_origin_written_with_a_trailing_slash_matches_what_browsers_send(
         "{:?}",
         reply.headers
     );
+}
+
+#[tokio::test]
+async fn a_refused_origin_is_logged_once_with_the_flag_that_allows_it() {
+    let server = TestServer::start(
+        ServerOptions::new()
+            .process()
+            .args(&["--cors-origin", "http://localhost:5173"]),
+    )
+    .await;
+    for method in [
+        reqwest::Method::GET,
+        reqwest::Method::POST,
+        reqwest::Method::GET,
+    ] {
+        let reply = server
+            .send(
+                server
+                    .request(method.clone(), "/v1/sessions")
+                    .header("origin", "http://localhost:3000"),
+            )
+            .await;
+        assert!(
+            reply.headers.get("access-control-allow-origin").is_none(),
+            "{method}: {:?}",
+            reply.headers
+        );
+    }
+    // An allowed origin is not warned about.
+    server
+        .send(
+            server
+                .request(reqwest::Method::GET, "/v1/sessions")
+                .header("origin", "http://localhost:5173"),
+        )
+        .await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let warnings = loop {
+        let lines = server.log_lines("web origin that is not allowed");
+        if !lines.is_empty() || std::time::Instant::now() > deadline {
+            break lines;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].contains("WARN"), "{}", warnings[0]);
+    assert!(
+        warnings[0].contains("--cors-origin http://localhost:3000"),
+        "{}",
+        warnings[0]
+    );
+    assert!(!server.log().contains("localhost:5173 to allow"));
 }

@@ -190,14 +190,28 @@ async fn more_turns(w: &mut Walk) {
     w.show_as(&streamed, StatusCode::OK, |reply| {
         let frames = frames(&reply.body);
         let events: Vec<&Frame> = frames.iter().filter(|f| f.seq().is_some()).collect();
-        assert_eq!(frames[0].lines, ["retry: 1000"], "it starts with its retry");
+        assert_eq!(
+            frames[0].lines[0], "retry: 1000",
+            "it starts with its retry"
+        );
+        assert!(
+            frames
+                .iter()
+                .all(|f| f.field("data").is_some() || f.lines[0].starts_with(':')),
+            "every frame but a comment carries data (no retry-only frame): {frames:?}"
+        );
+        assert_eq!(
+            frames[0].seq(),
+            events[0].seq(),
+            "the retry rides with the first event"
+        );
         let (last, before) = (events[events.len() - 1], events[events.len() - 2]);
         assert_eq!(
             last.event_type(),
             Some("agent.finished"),
             "it ends after the run"
         );
-        let head: Vec<&Frame> = frames[..3].iter().collect();
+        let head: Vec<&Frame> = frames[..2].iter().collect();
         let middle = elided(events[2], before, "the rest of the run");
         [shown(&head), middle, shown(&[last])].join("\n")
     })
@@ -215,9 +229,9 @@ async fn replay(w: &mut Walk) {
     for (curl, events) in [(by_header, 2), (by_query, 1)] {
         let enough = |f: &[Frame]| f.iter().filter(|f| f.seq().is_some()).count() >= events;
         let replay = w.demo.stream_until(&curl, enough).await;
-        let frames: Vec<&Frame> = replay.frames.iter().take(events + 1).collect();
+        let frames: Vec<&Frame> = replay.frames.iter().take(events).collect();
         assert_eq!(
-            frames[1].seq(),
+            frames[0].seq(),
             Some(6),
             "{}: it starts after 5",
             curl.command()

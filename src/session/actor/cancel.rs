@@ -12,8 +12,10 @@ pub(super) async fn handle(phase: Phase<'_>, reply: Reply<CancelOutcome>) -> Res
         Phase::Busy(activity) => {
             let already = activity.cancel.is_cancelled();
             activity.cancel.cancel();
+            // The state the cancel leads to: a run ends cancelled, a compaction leaves the
+            // session as it was.
             let (run_id, state) = match activity.what {
-                Active::Run(run_id) => (Some(run_id), SessionState::Running),
+                Active::Run(run_id) => (Some(run_id), SessionState::Cancelled),
                 Active::Compaction(state) => (None, state),
             };
             let _ = reply.send(Ok(CancelOutcome {
@@ -46,7 +48,7 @@ pub(super) async fn handle(phase: Phase<'_>, reply: Reply<CancelOutcome>) -> Res
             let _ = reply.send(Ok(CancelOutcome {
                 cancelled: true,
                 run_id,
-                state: SessionState::WaitingTool,
+                state: SessionState::Cancelled,
             }));
             let mut begin = Begin::resumed(waiting);
             begin.cancelled = true;
@@ -79,7 +81,7 @@ impl SessionActor {
             return Ok(CancelOutcome {
                 cancelled: true,
                 run_id: record.last_run_id,
-                state: record.state,
+                state: SessionState::Cancelled,
             });
         }
         Ok(CancelOutcome {

@@ -18,6 +18,10 @@ async fn cancel_during_a_slow_stream_ends_the_run_cancelled() {
     let outcome = server.cancel(&id).await;
     assert_eq!(outcome["cancelled"], true, "{outcome}");
     assert_eq!(outcome["run_id"], run_id.as_str(), "{outcome}");
+    assert_eq!(
+        outcome["state"], "cancelled",
+        "the answer says what the cancel leads to: {outcome}"
+    );
     let rest = sse.until(|f| is_terminal(&f.data)).await;
     let latency = asked.elapsed();
     let terminal = rest.last().expect("frames");

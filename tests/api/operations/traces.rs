@@ -40,6 +40,8 @@ struct Received {
     span_id: Vec<u8>,
     parent: Vec<u8>,
     attributes: HashMap<String, String>,
+    /// The attributes sent as OpenTelemetry integers.
+    ints: HashMap<String, i64>,
     status: i32,
     service: String,
 }
@@ -70,6 +72,17 @@ fn text(value: Option<&Any>) -> String {
             .join(","),
         other => format!("{other:?}"),
     }
+}
+
+fn ints(list: &[KeyValue]) -> HashMap<String, i64> {
+    list.iter()
+        .filter_map(
+            |kv| match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+                Some(Any::IntValue(n)) => Some((kv.key.clone(), *n)),
+                _ => None,
+            },
+        )
+        .collect()
 }
 
 fn attributes(list: &[KeyValue]) -> HashMap<String, String> {
@@ -112,6 +125,7 @@ impl Collector {
                             span_id: span.span_id,
                             parent: span.parent_span_id,
                             attributes: attributes(&span.attributes),
+                            ints: ints(&span.attributes),
                             status: span.status.map_or(0, |s| s.code),
                             service: service.clone(),
                         });
@@ -222,6 +236,16 @@ async fn a_turn_is_a_run_span_with_a_chat_span_per_llm_call_and_a_tool_span_per_
         usage["output_tokens"].to_string()
     );
     assert_ne!(run.status, StatusCode::Error as i32);
+    for span in std::iter::once(&run).chain(of_operation(&children, "chat")) {
+        for key in ["gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens"] {
+            assert!(
+                span.ints.contains_key(key),
+                "{} sends {key} as an integer: {:?}",
+                span.name,
+                span.attributes.get(key)
+            );
+        }
+    }
 
     let chats = of_operation(&children, "chat");
     assert_eq!(chats.len(), llm_steps, "{children:#?}");
