@@ -108,12 +108,14 @@ fn run_with(input: &str) -> Curl {
 #[tokio::test]
 async fn the_approval_example_shows_what_the_server_answers() {
     let dir = scratch();
-    std::fs::create_dir_all(dir.path().join("demo")).expect("mkdir demo");
+    // A directory of its own: the Quick start's `demo/` has files, which the mock would read
+    // first (other call ids, other events).
+    std::fs::create_dir(dir.path().join("approval-demo")).expect("mkdir approval-demo");
     let mut t = Transcript::new("approval");
     t.block("serve", "sh");
-    t.push("mkdir -p demo");
-    t.push("cargo run --release -- serve --workspace demo");
-    let demo = Demo::start(dir.path(), &["--workspace", "demo"], &[]).await;
+    t.push("mkdir approval-demo");
+    t.push("cargo run --release -- serve --workspace approval-demo");
+    let demo = Demo::start(dir.path(), &["--workspace", "approval-demo"], &[]).await;
     let mut w = Walk { demo, t };
 
     w.t.block("ask", "console");
@@ -145,9 +147,10 @@ async fn the_approval_example_shows_what_the_server_answers() {
         })
         .await;
     assert_eq!(ended.value()["status"], "completed", "{}", ended.body);
-    let note = std::fs::read_to_string(dir.path().join("demo/notes.md")).expect("the note");
+    let note =
+        std::fs::read_to_string(dir.path().join("approval-demo/notes.md")).expect("the note");
     assert_eq!(note, "Write a note about the release\n");
-    w.t.command("cat demo/notes.md", note.trim_end());
+    w.t.command("cat approval-demo/notes.md", note.trim_end());
     let events = Curl::get("/v1/sessions/$SESSION/events");
     let reply = w.demo.send(&events).await.expect(StatusCode::OK, "events");
     let lines = event_lines(&reply, |kind| kind.starts_with("tool."));
