@@ -9,6 +9,10 @@
 //!
 //! Likewise `cfg(mount_tests)`: the storage-fault tests mount a small tmpfs (a disk that fills
 //! up, a file system made read-only), which only root can; `TAH_TEST_MOUNT=on|off` overrides.
+//!
+//! And `cfg(sandbox_tests)`: the tests of the `shell` tool need bubblewrap (`bwrap` on `PATH`)
+//! able to build its sandbox here; `TAH_TEST_SANDBOX=on|off` overrides the guess and
+//! `TAH_REQUIRE_SANDBOX=1` (CI) is `on`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -37,6 +41,48 @@ fn main() {
     if mounts {
         println!("cargo::rustc-cfg=mount_tests");
     }
+    println!("cargo::rustc-check-cfg=cfg(sandbox_tests)");
+    println!("cargo::rerun-if-env-changed=TAH_TEST_SANDBOX");
+    println!("cargo::rerun-if-env-changed=TAH_REQUIRE_SANDBOX");
+    let required = std::env::var("TAH_REQUIRE_SANDBOX").is_ok_and(|v| v == "1");
+    let sandbox = match std::env::var("TAH_TEST_SANDBOX")
+        .unwrap_or_default()
+        .as_str()
+    {
+        "off" => false,
+        "on" => true,
+        _ => required || bwrap_works(),
+    };
+    if sandbox {
+        println!("cargo::rustc-cfg=sandbox_tests");
+    }
+}
+
+/// Whether a `bwrap` on `PATH` can build a sandbox here (user namespaces may be refused, as
+/// in some containers).
+fn bwrap_works() -> bool {
+    let Some(path) = std::env::var_os("PATH") else {
+        return false;
+    };
+    let Some(bwrap) = std::env::split_paths(&path)
+        .map(|dir| dir.join("bwrap"))
+        .find(|candidate| candidate.is_file())
+    else {
+        return false;
+    };
+    Command::new(bwrap)
+        .args([
+            "--unshare-all",
+            "--die-with-parent",
+            "--ro-bind",
+            "/",
+            "/",
+            "true",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success())
 }
 
 /// Whether the build runs as root (the effective uid on the `Uid:` line of /proc/self/status).

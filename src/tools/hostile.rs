@@ -299,7 +299,10 @@ async fn shell(f: &Fixture, command: &str) -> String {
     out.output
 }
 
-#[cfg_attr(tah_no_sandbox, ignore = "needs bubblewrap")]
+#[cfg_attr(
+    not(sandbox_tests),
+    ignore = "needs bubblewrap: install it (apt-get install bubblewrap), then touch build.rs"
+)]
 #[tokio::test]
 async fn shell_cannot_write_outside_the_workspace() {
     let Some(f) = with_shell(false).await else {
@@ -332,7 +335,10 @@ async fn shell_cannot_write_outside_the_workspace() {
     assert!(out.contains("Read-only file system"), "{out}");
 }
 
-#[cfg_attr(tah_no_sandbox, ignore = "needs bubblewrap")]
+#[cfg_attr(
+    not(sandbox_tests),
+    ignore = "needs bubblewrap: install it (apt-get install bubblewrap), then touch build.rs"
+)]
 #[tokio::test]
 async fn shell_cannot_read_host_files() {
     let Some(f) = with_shell(false).await else {
@@ -369,7 +375,10 @@ async fn shell_cannot_read_host_files() {
         .starts_with("root:"));
 }
 
-#[cfg_attr(tah_no_sandbox, ignore = "needs bubblewrap")]
+#[cfg_attr(
+    not(sandbox_tests),
+    ignore = "needs bubblewrap: install it (apt-get install bubblewrap), then touch build.rs"
+)]
 #[tokio::test]
 async fn shell_has_no_network_unless_allowed() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
@@ -392,7 +401,10 @@ async fn shell_has_no_network_unless_allowed() {
     assert!(accepted);
 }
 
-#[cfg_attr(tah_no_sandbox, ignore = "needs bubblewrap")]
+#[cfg_attr(
+    not(sandbox_tests),
+    ignore = "needs bubblewrap: install it (apt-get install bubblewrap), then touch build.rs"
+)]
 #[tokio::test]
 async fn cancelling_a_call_kills_everything_it_started() {
     let Some(f) = with_shell(false).await else {
@@ -420,7 +432,10 @@ async fn cancelling_a_call_kills_everything_it_started() {
     assert!(gone, "left behind: {:?}", processes_with(&m));
 }
 
-#[cfg_attr(tah_no_sandbox, ignore = "needs bubblewrap")]
+#[cfg_attr(
+    not(sandbox_tests),
+    ignore = "needs bubblewrap: install it (apt-get install bubblewrap), then touch build.rs"
+)]
 #[tokio::test]
 async fn children_that_outlive_the_command_are_gone_when_the_call_ends() {
     let Some(f) = with_shell(false).await else {
@@ -442,7 +457,10 @@ async fn children_that_outlive_the_command_are_gone_when_the_call_ends() {
     );
 }
 
-#[cfg_attr(tah_no_sandbox, ignore = "needs bubblewrap")]
+#[cfg_attr(
+    not(sandbox_tests),
+    ignore = "needs bubblewrap: install it (apt-get install bubblewrap), then touch build.rs"
+)]
 #[tokio::test]
 async fn links_the_shell_makes_do_not_lead_file_tools_out() {
     let Some(f) = with_shell(false).await else {

@@ -427,23 +427,15 @@ fn find_on_path(program: &str) -> Option<PathBuf> {
 pub(crate) mod testing {
     use super::*;
 
-    /// The sandbox, for tests that need one. Without it they fail, unless
-    /// `TAH_SKIP_SANDBOX_TESTS` is set: then they print "skipped" and end early. (Build with
-    /// `RUSTFLAGS="--cfg tah_no_sandbox"` to have them reported as ignored instead.)
+    /// The sandbox, for the tests that need one: those are built as ignored where `build.rs`
+    /// found no working bubblewrap (`cfg(sandbox_tests)`), so here it must work.
     pub async fn sandbox() -> Option<Arc<Sandbox>> {
         match Sandbox::probe().await {
             SandboxStatus::Ready(sandbox) => Some(sandbox),
-            SandboxStatus::Unavailable(reason) => {
-                if std::env::var_os("TAH_SKIP_SANDBOX_TESTS").is_some() {
-                    eprintln!("skipped: the sandbox is unavailable: {reason}");
-                    None
-                } else {
-                    panic!(
-                        "the sandbox is unavailable ({reason}); install bubblewrap, or set \
-                         TAH_SKIP_SANDBOX_TESTS=1 to skip the tests that need it"
-                    )
-                }
-            }
+            SandboxStatus::Unavailable(reason) => panic!(
+                "the sandbox is unavailable ({reason}), though the build found bubblewrap; \
+                 build with TAH_TEST_SANDBOX=off to have these tests reported as ignored"
+            ),
         }
     }
 
@@ -523,7 +515,10 @@ mod tests {
         // checks that the tool runs, and the hostile tests check what it confines.
     }
 
-    #[cfg_attr(tah_no_sandbox, ignore = "needs bubblewrap")]
+    #[cfg_attr(
+        not(sandbox_tests),
+        ignore = "needs bubblewrap: install it (apt-get install bubblewrap), then touch build.rs"
+    )]
     #[tokio::test]
     async fn the_probe_accepts_the_installed_bwrap() {
         let Some(sandbox) = testing::sandbox().await else {
@@ -533,7 +528,10 @@ mod tests {
         assert!(sandbox.system_paths.contains(&PathBuf::from("/usr")));
     }
 
-    #[cfg_attr(tah_no_sandbox, ignore = "needs bubblewrap")]
+    #[cfg_attr(
+        not(sandbox_tests),
+        ignore = "needs bubblewrap: install it (apt-get install bubblewrap), then touch build.rs"
+    )]
     #[tokio::test]
     async fn a_workspace_holding_system_directories_is_refused() {
         let Some(sandbox) = testing::sandbox().await else {

@@ -376,7 +376,10 @@ const COMMANDS: [&str; 3] = [
 ];
 
 #[tokio::test]
-#[cfg_attr(tah_no_sandbox, ignore = "needs bubblewrap")]
+#[cfg_attr(
+    not(sandbox_tests),
+    ignore = "needs bubblewrap: install it (apt-get install bubblewrap), then touch build.rs"
+)]
 async fn the_policy_example_shows_what_the_server_answers() {
     let dir = scratch();
     crate::demo::echo_into(dir.path(), "demo/README.md", "# Demo");

@@ -200,7 +200,10 @@ mod tests {
         f.shell.call(&f.ctx, &args).await.map(|r| r.output)
     }
 
-    #[cfg_attr(tah_no_sandbox, ignore = "needs bubblewrap")]
+    #[cfg_attr(
+        not(sandbox_tests),
+        ignore = "needs bubblewrap: install it (apt-get install bubblewrap), then touch build.rs"
+    )]
     #[tokio::test]
     async fn output_is_stdout_and_stderr_merged_then_the_exit_code() {
         let Some(f) = fixture(ShellSettings::default()).await else {
@@ -218,7 +221,10 @@ mod tests {
         );
     }
 
-    #[cfg_attr(tah_no_sandbox, ignore = "needs bubblewrap")]
+    #[cfg_attr(
+        not(sandbox_tests),
+        ignore = "needs bubblewrap: install it (apt-get install bubblewrap), then touch build.rs"
+    )]
     #[tokio::test]
     async fn the_workspace_is_the_writable_working_directory() {
         let Some(f) = fixture(ShellSettings::default()).await else {
@@ -237,7 +243,10 @@ mod tests {
         assert!(root.join("a/b").is_dir());
     }
 
-    #[cfg_attr(tah_no_sandbox, ignore = "needs bubblewrap")]
+    #[cfg_attr(
+        not(sandbox_tests),
+        ignore = "needs bubblewrap: install it (apt-get install bubblewrap), then touch build.rs"
+    )]
     #[tokio::test]
     async fn nothing_of_the_server_environment_or_tmp_is_visible() {
         let Some(f) = fixture(ShellSettings::default()).await else {
@@ -256,7 +265,10 @@ mod tests {
         assert!(host_tmp.path().exists());
     }
 
-    #[cfg_attr(tah_no_sandbox, ignore = "needs bubblewrap")]
+    #[cfg_attr(
+        not(sandbox_tests),
+        ignore = "needs bubblewrap: install it (apt-get install bubblewrap), then touch build.rs"
+    )]
     #[tokio::test]
     async fn output_is_capped_with_a_note() {
         let Some(f) = fixture(ShellSettings::default()).await else {
@@ -277,7 +289,10 @@ mod tests {
         );
     }
 
-    #[cfg_attr(tah_no_sandbox, ignore = "needs bubblewrap")]
+    #[cfg_attr(
+        not(sandbox_tests),
+        ignore = "needs bubblewrap: install it (apt-get install bubblewrap), then touch build.rs"
+    )]
     #[tokio::test]
     async fn a_timeout_kills_the_command_and_everything_it_started() {
         let settings = ShellSettings {
@@ -322,7 +337,10 @@ mod tests {
         );
     }
 
-    #[cfg_attr(tah_no_sandbox, ignore = "needs bubblewrap")]
+    #[cfg_attr(
+        not(sandbox_tests),
+        ignore = "needs bubblewrap: install it (apt-get install bubblewrap), then touch build.rs"
+    )]
     #[tokio::test]
     async fn three_calls_run_side_by_side() {
         let Some(f) = fixture(ShellSettings::default()).await else {
