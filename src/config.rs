@@ -650,7 +650,12 @@ mod tests {
     fn a_shell_with_network_needs_tokens() {
         for args in [
             &["--shell-network"][..],
-            &["--shell-network", "--listen", "0.0.0.0:8080", "--allow-unauthenticated"],
+            &[
+                "--shell-network",
+                "--listen",
+                "0.0.0.0:8080",
+                "--allow-unauthenticated",
+            ],
         ] {
             assert!(
                 matches!(parse(args), Err(ConfigError::ShellNetworkWithoutTokens)),

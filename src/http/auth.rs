@@ -79,7 +79,9 @@ impl Tokens {
     fn bound(&self, cookie: &CookieValue, binding: &str) -> bool {
         let mut ok = subtle::Choice::from(0);
         for token in self.0.iter() {
-            ok |= token_binding(cookie, token).as_bytes().ct_eq(binding.as_bytes());
+            ok |= token_binding(cookie, token)
+                .as_bytes()
+                .ct_eq(binding.as_bytes());
         }
         ok.into()
     }
@@ -453,7 +455,12 @@ mod tests {
             Some(value)
         );
         // Not 32 bytes of hex: not a sign-in cookie (the token itself, in hex, included).
-        for other in ["00ff", "not-hex", "", &encode_hex(b"a-token-of-enough-length")] {
+        for other in [
+            "00ff",
+            "not-hex",
+            "",
+            &encode_hex(b"a-token-of-enough-length"),
+        ] {
             assert_eq!(cookies(format!("{COOKIE_NAME}={other}")), None, "{other}");
         }
         for bad in ["", "abc", "zz", "0g"] {

@@ -389,7 +389,10 @@ mod tests {
     #[test]
     fn shown_urls_carry_no_credentials() {
         let shown = |url: &str| shown_url(&Url::parse(url).unwrap());
-        assert_eq!(shown("http://user:pass@host:8080/v1/chat"), "http://host:8080/…");
+        assert_eq!(
+            shown("http://user:pass@host:8080/v1/chat"),
+            "http://host:8080/…"
+        );
         assert_eq!(
             shown("https://hooks.example/services/T0/B0/s3cr3t?token=t0k3n#x"),
             "https://hooks.example/…"

@@ -33,8 +33,7 @@ pub trait SignIns: Send + Sync {
 pub(super) mod sql {
     pub const INSERT: &str =
         "INSERT INTO sign_ins (id, token_binding, created_at, expires_at) VALUES ($1, $2, $3, $4)";
-    pub const SELECT: &str =
-        "SELECT token_binding FROM sign_ins WHERE id = $1 AND expires_at > $2";
+    pub const SELECT: &str = "SELECT token_binding FROM sign_ins WHERE id = $1 AND expires_at > $2";
     pub const DELETE: &str = "DELETE FROM sign_ins WHERE id = $1";
     pub const PURGE: &str = "DELETE FROM sign_ins WHERE expires_at <= $1";
 }

@@ -232,7 +232,10 @@ async fn a_database_deleted_under_the_server_is_noticed() {
     let file = server.database_path();
     let dir = file.parent().expect("a data directory");
     for shown in [&file, dir] {
-        assert!(!readyz.text().contains(&*shown.to_string_lossy()), "{problem}");
+        assert!(
+            !readyz.text().contains(&*shown.to_string_lossy()),
+            "{problem}"
+        );
     }
     assert!(!detail.contains('/'), "no path in {problem}");
     let reply = server.post_json("/v1/sessions", &json!({})).await;

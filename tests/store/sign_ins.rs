@@ -16,8 +16,14 @@ async fn a_sign_in_lives_until_it_expires_or_is_deleted(store: Arc<dyn Store>) {
         created_at: 1_000,
         expires_at,
     };
-    sign_ins.insert_sign_in(&new("a", 5_000)).await.expect("insert a");
-    sign_ins.insert_sign_in(&new("b", 3_000)).await.expect("insert b");
+    sign_ins
+        .insert_sign_in(&new("a", 5_000))
+        .await
+        .expect("insert a");
+    sign_ins
+        .insert_sign_in(&new("b", 3_000))
+        .await
+        .expect("insert b");
     assert!(
         sign_ins.insert_sign_in(&new("a", 9_000)).await.is_err(),
         "an id is used once"
@@ -28,7 +34,11 @@ async fn a_sign_in_lives_until_it_expires_or_is_deleted(store: Arc<dyn Store>) {
     // Expired by the time it is asked for: as if it were not there.
     assert_eq!(sign_ins.sign_in("b", 3_000).await.expect("read b"), None);
     assert_eq!(sign_ins.purge_sign_ins(3_000).await.expect("purge"), 1);
-    assert!(sign_ins.sign_in("a", 3_000).await.expect("read a").is_some());
+    assert!(sign_ins
+        .sign_in("a", 3_000)
+        .await
+        .expect("read a")
+        .is_some());
 
     assert!(sign_ins.delete_sign_in("a").await.expect("delete a"));
     assert!(!sign_ins.delete_sign_in("a").await.expect("delete again"));

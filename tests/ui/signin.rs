@@ -159,7 +159,9 @@ async fn with_cookie(server: &TestServer, path: &str, cookie: &str) -> Reply {
 
 /// A cookie's value as hex bytes.
 fn cookie_bytes(cookie: &str) -> Vec<u8> {
-    let hex = cookie.strip_prefix("tah_token=").expect("a tah_token cookie");
+    let hex = cookie
+        .strip_prefix("tah_token=")
+        .expect("a tah_token cookie");
     assert_eq!(hex.len() % 2, 0, "{cookie}");
     (0..hex.len())
         .step_by(2)
@@ -172,7 +174,10 @@ async fn the_cookie_is_a_random_credential_not_the_token() {
     let server = with_token().await;
     let cookies: Vec<String> = [signed_in(&server).await, signed_in(&server).await].into();
     eprintln!("two sign-ins with one token: {cookies:?}");
-    assert_ne!(cookies[0], cookies[1], "each sign-in has a cookie of its own");
+    assert_ne!(
+        cookies[0], cookies[1],
+        "each sign-in has a cookie of its own"
+    );
     for cookie in &cookies {
         let bytes = cookie_bytes(cookie);
         assert_eq!(bytes.len(), 32, "32 random bytes: {cookie}");
@@ -181,7 +186,10 @@ async fn the_cookie_is_a_random_credential_not_the_token() {
             "{cookie}"
         );
         let token_hex: String = TOKEN.bytes().map(|b| format!("{b:02x}")).collect();
-        assert!(!cookie.contains(&token_hex), "not the token in hex: {cookie}");
+        assert!(
+            !cookie.contains(&token_hex),
+            "not the token in hex: {cookie}"
+        );
         // The cookie is not a bearer token, and the token is not a cookie.
         let bearer = server
             .send(
@@ -198,11 +206,17 @@ async fn the_cookie_is_a_random_credential_not_the_token() {
     }
     let token_as_cookie = format!(
         "tah_token={}",
-        TOKEN.bytes().map(|b| format!("{b:02x}")).collect::<String>()
+        TOKEN
+            .bytes()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
     );
     with_cookie(&server, "/v1/sessions", &token_as_cookie)
         .await
-        .expect_problem(StatusCode::UNAUTHORIZED, "the token in hex, as the cookie was");
+        .expect_problem(
+            StatusCode::UNAUTHORIZED,
+            "the token in hex, as the cookie was",
+        );
 }
 
 #[tokio::test]
@@ -229,7 +243,10 @@ async fn a_cookie_replayed_after_sign_out_is_refused() {
         .await
         .expect_problem(StatusCode::UNAUTHORIZED, "replayed after sign-out");
     assert!(
-        problem["detail"].as_str().unwrap_or("").contains("sign in again"),
+        problem["detail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("sign in again"),
         "{problem}"
     );
     let status = with_cookie(&server, "/v1/auth/cookie", &cookie).await;
@@ -237,7 +254,10 @@ async fn a_cookie_replayed_after_sign_out_is_refused() {
     let events = server
         .send(
             server
-                .request(Method::GET, "/v1/sessions/00000000-0000-0000-0000-000000000000/events")
+                .request(
+                    Method::GET,
+                    "/v1/sessions/00000000-0000-0000-0000-000000000000/events",
+                )
                 .header("accept", "text/event-stream")
                 .header("cookie", &cookie),
         )
@@ -254,11 +274,12 @@ async fn a_cookie_replayed_after_sign_out_is_refused() {
 async fn a_cookie_ends_with_its_token_in_the_configuration() {
     const OTHER: &str = "ui-test-other-token-5d18b2";
     const THIRD: &str = "ui-test-third-token-90ce4a";
-    let mut server = TestServer::start(
-        ServerOptions::new()
-            .process()
-            .args(&["--api-token", TOKEN, "--api-token", OTHER]),
-    )
+    let mut server = TestServer::start(ServerOptions::new().process().args(&[
+        "--api-token",
+        TOKEN,
+        "--api-token",
+        OTHER,
+    ]))
     .await;
     let by_token = signed_in(&server).await;
     let by_other = cookie_pair(&set_cookie(&sign_in(&server, OTHER, &[]).await));
@@ -270,11 +291,16 @@ async fn a_cookie_ends_with_its_token_in_the_configuration() {
         .await
         .expect_problem(StatusCode::UNAUTHORIZED, "its token was removed");
     assert!(
-        problem["detail"].as_str().unwrap_or("").contains("sign in again"),
+        problem["detail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("sign in again"),
         "{problem}"
     );
     assert_eq!(
-        with_cookie(&server, "/v1/auth/cookie", &by_token).await.body,
+        with_cookie(&server, "/v1/auth/cookie", &by_token)
+            .await
+            .body,
         json!({"required": true, "signed_in": false})
     );
     assert_eq!(

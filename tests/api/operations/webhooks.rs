@@ -394,7 +394,12 @@ async fn a_failed_delivery_logs_the_host_and_not_the_credentials_of_its_url() {
     let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let host = closed.local_addr().unwrap().to_string();
     drop(closed);
-    let secrets = ["hook-user", "hunter2-password", "path-s3cr3t", "query-t0k3n"];
+    let secrets = [
+        "hook-user",
+        "hunter2-password",
+        "path-s3cr3t",
+        "query-t0k3n",
+    ];
     let url = format!(
         "http://{}:{}@{host}/services/{}/hook?token={}",
         secrets[0], secrets[1], secrets[2], secrets[3]
