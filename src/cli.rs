@@ -302,7 +302,8 @@ pub struct ServeArgs {
     pub approval_timeout_secs: u64,
 
     /// Let `shell` commands use the network (default: none, not even loopback; the env var
-    /// takes true/false, 1/0, yes/no or on/off, in any case).
+    /// takes true/false, 1/0, yes/no or on/off, in any case). Needs API tokens: a command
+    /// could otherwise use this server's own API.
     #[arg(long, env = "TAH_SHELL_NETWORK", value_parser = boolish())]
     pub shell_network: bool,
 

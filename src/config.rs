@@ -29,6 +29,12 @@ pub enum ConfigError {
     #[error("API tokens must be at least 16 characters without spaces")]
     WeakToken,
     #[error(
+        "refusing --shell-network without API tokens: a shell command could reach this \
+         server's own API and approve its own calls; set --api-token (or TAH_API_TOKENS), \
+         or leave --shell-network off"
+    )]
+    ShellNetworkWithoutTokens,
+    #[error(
         "--cors-origin {origin:?} is not an origin ({reason}): give scheme://host[:port], \
          such as http://localhost:5173 or https://app.example.com, or * for any origin"
     )]
@@ -153,6 +159,9 @@ impl Settings {
             |t: &String| t.len() < 16 || t.chars().any(|c| c.is_whitespace() || c.is_control());
         if tokens.iter().any(weak) {
             return Err(ConfigError::WeakToken);
+        }
+        if tokens.is_empty() && args.shell_network {
+            return Err(ConfigError::ShellNetworkWithoutTokens);
         }
         let cors_origins = args
             .cors_origins
@@ -635,6 +644,27 @@ mod tests {
             !format!("{settings:?}").contains(token),
             "tokens are redacted"
         );
+    }
+
+    #[test]
+    fn a_shell_with_network_needs_tokens() {
+        for args in [
+            &["--shell-network"][..],
+            &[
+                "--shell-network",
+                "--listen",
+                "0.0.0.0:8080",
+                "--allow-unauthenticated",
+            ],
+        ] {
+            assert!(
+                matches!(parse(args), Err(ConfigError::ShellNetworkWithoutTokens)),
+                "{args:?}"
+            );
+        }
+        let token = "a-token-of-enough-length";
+        let settings = parse(&["--shell-network", "--api-token", token]).expect("ok");
+        assert!(settings.shell().network);
     }
 
     #[test]

@@ -28,6 +28,7 @@ use sha2::Sha256;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::llm::guard::shown_url;
 use crate::store::webhooks::{Claim, Delivery, FailedAttempt};
 use crate::store::{Store, StoreResult};
 
@@ -239,14 +240,14 @@ impl Dispatcher {
                 let next = next_attempt(&delivery, now_ms());
                 match next {
                     Some(_) => tracing::warn!(
-                        url = %delivery.url,
+                        url = %shown(&delivery.url),
                         id = %webhook_id(&delivery),
                         attempts = delivery.attempts + 1,
                         %error,
                         "webhook delivery failed; it will be tried again"
                     ),
                     None => tracing::warn!(
-                        url = %delivery.url,
+                        url = %shown(&delivery.url),
                         id = %webhook_id(&delivery),
                         attempts = delivery.attempts + 1,
                         %error,
@@ -314,6 +315,11 @@ enum Failure {
     /// The event is not in the log any more.
     Gone,
     Attempt(String),
+}
+
+/// A delivery's URL as a log line may show it: credentials, path and query left out.
+fn shown(url: &str) -> String {
+    reqwest::Url::parse(url).map_or_else(|_| "(not a URL)".to_string(), |url| shown_url(&url))
 }
 
 /// The message id: one per event, the same on every retry.

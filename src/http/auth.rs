@@ -6,13 +6,20 @@
 //! `access_token` query parameter (browsers' EventSource cannot send headers; it is never
 //! logged: request spans record the path only).
 //!
+//! The cookie is a credential of its own, not the token: 32 random bytes, of which the store
+//! keeps only a hash (`store::sign_ins`), with an expiry and the token it was traded for bound
+//! to it (an HMAC of the token keyed by the cookie's value, so the table reveals nothing of the
+//! tokens). A cookie is accepted while its row exists, has not expired, and its token is still
+//! one of the server's: signing out deletes the row, and removing a token from the
+//! configuration ends every sign-in made with it.
+//!
 //! The cookie is `HttpOnly` (no script reads it, so an injected script could not steal it) and
 //! `SameSite=Strict` (another site's page cannot make the browser send it). `Secure` is set when
 //! the browser reached the page over https (its `Origin` says so, or a TLS-terminating proxy's
 //! `X-Forwarded-Proto` / `Forwarded`); over plain http, sign-in is accepted only on a loopback
 //! name, where browsers count the page as a secure context and nothing crosses a network.
 //! Elsewhere over plain http it is refused: a `Secure` cookie would be dropped by the browser,
-//! and a cookie without it would teach people to send a long-lived token in clear text.
+//! and a cookie without it would teach people to send a long-lived credential in clear text.
 //!
 //! Same-site is not same-origin (`evil.example.com` is the same site as `tah.example.com`), so
 //! a state-changing request authenticated by the cookie must also carry the server's own
@@ -27,12 +34,17 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use hmac::{Hmac, Mac};
+use rand::RngCore;
 use serde::Deserialize;
 use serde_json::json;
+use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::guard::{changes_state, is_loopback_host, request_host, sends_own_origin};
 use super::problem::{ApiJson, Problem};
+use crate::store::sign_ins::{NewSignIn, SignIns};
+use crate::store::Store;
 
 /// The accepted tokens; empty = authentication is off.
 #[derive(Clone, Default)]
@@ -62,6 +74,51 @@ impl Tokens {
         }
         ok.into()
     }
+
+    /// True when `binding` is the binding of `cookie` to one of the tokens.
+    fn bound(&self, cookie: &CookieValue, binding: &str) -> bool {
+        let mut ok = subtle::Choice::from(0);
+        for token in self.0.iter() {
+            ok |= token_binding(cookie, token)
+                .as_bytes()
+                .ct_eq(binding.as_bytes());
+        }
+        ok.into()
+    }
+}
+
+/// The tokens, and the store that keeps the page's sign-ins.
+#[derive(Clone)]
+pub struct Auth {
+    tokens: Tokens,
+    store: Arc<dyn Store>,
+}
+
+impl Auth {
+    pub fn new(tokens: Tokens, store: Arc<dyn Store>) -> Auth {
+        Auth { tokens, store }
+    }
+
+    fn sign_ins(&self) -> Result<&dyn SignIns, Problem> {
+        self.store.sign_ins().ok_or_else(|| {
+            Problem::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                "this server's store keeps no sign-ins: send Authorization: Bearer <token>",
+            )
+        })
+    }
+
+    /// Whether `cookie` names a sign-in that has not expired and whose token is still one of
+    /// the server's.
+    async fn signed_in(&self, cookie: &CookieValue) -> Result<bool, Problem> {
+        let binding = self
+            .sign_ins()?
+            .sign_in(&sign_in_id(cookie), now_ms())
+            .await
+            .map_err(Problem::from)?;
+        Ok(binding.is_some_and(|binding| self.tokens.bound(cookie, &binding)))
+    }
 }
 
 /// The token of an `Authorization: Bearer <token>` value; the scheme is case-insensitive.
@@ -76,7 +133,8 @@ fn bearer_token(value: &str) -> Option<&str> {
 /// The sign-in route, which takes no token itself.
 const COOKIE_ROUTE: &str = "/v1/auth/cookie";
 
-pub async fn require_token(State(tokens): State<Tokens>, request: Request, next: Next) -> Response {
+pub async fn require_token(State(auth): State<Auth>, request: Request, next: Next) -> Response {
+    let tokens = &auth.tokens;
     let path = request.uri().path();
     if !tokens.enabled() || !path.starts_with("/v1/") || path == COOKIE_ROUTE {
         return next.run(request).await;
@@ -93,9 +151,13 @@ pub async fn require_token(State(tokens): State<Tokens>, request: Request, next:
             false => unauthorized("the API token is not valid"),
         };
     }
-    if let Some(token) = cookie_token(request.headers()) {
-        if !tokens.accepts(&token) {
-            return unauthorized("the sign-in cookie is not valid any more: sign in again");
+    if let Some(cookie) = sign_in_cookie(request.headers()) {
+        match auth.signed_in(&cookie).await {
+            Ok(true) => {}
+            Ok(false) => {
+                return unauthorized("the sign-in cookie is not valid any more: sign in again")
+            }
+            Err(problem) => return problem.into_response(),
         }
         if changes_state(request.method()) && !sends_own_origin(request.headers()) {
             return Problem::new(
@@ -121,12 +183,21 @@ pub async fn require_token(State(tokens): State<Tokens>, request: Request, next:
 /// The name of the sign-in cookie.
 pub const COOKIE_NAME: &str = "tah_token";
 
-/// How long a sign-in lasts in the browser, in seconds (30 days).
+/// How long a sign-in lasts, in seconds (30 days): the cookie's `Max-Age` and its row's expiry.
 const COOKIE_MAX_AGE: u64 = 30 * 24 * 3600;
 
-/// The token in the `tah_token` cookie (hex-encoded there: tokens may hold characters a
-/// cookie value may not).
-fn cookie_token(headers: &HeaderMap) -> Option<Vec<u8>> {
+/// The random bytes of a sign-in cookie (hex-encoded in the cookie).
+type CookieValue = [u8; 32];
+
+/// A new cookie value, from the operating system's random source.
+fn new_cookie_value() -> CookieValue {
+    let mut value = [0; 32];
+    rand::rngs::OsRng.fill_bytes(&mut value);
+    value
+}
+
+/// The value of the `tah_token` cookie, when it has the shape of one.
+fn sign_in_cookie(headers: &HeaderMap) -> Option<CookieValue> {
     headers
         .get_all(header::COOKIE)
         .iter()
@@ -135,6 +206,25 @@ fn cookie_token(headers: &HeaderMap) -> Option<Vec<u8>> {
         .filter_map(|pair| pair.trim().split_once('='))
         .find(|(name, _)| *name == COOKIE_NAME)
         .and_then(|(_, value)| decode_hex(value.trim()))
+        .and_then(|bytes| CookieValue::try_from(bytes).ok())
+}
+
+/// What the store knows a sign-in by: the SHA-256 of its cookie's value, so that reading the
+/// table gives no cookie.
+fn sign_in_id(cookie: &CookieValue) -> String {
+    encode_hex(&Sha256::digest(cookie))
+}
+
+/// The token a sign-in was traded for, as stored with it: HMAC-SHA256 keyed by the cookie's
+/// value, so it can be checked against the configured tokens but tells nothing of them.
+fn token_binding(cookie: &CookieValue, token: &[u8]) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(cookie).expect("HMAC takes any key length");
+    mac.update(token);
+    encode_hex(&mac.finalize().into_bytes())
+}
+
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
 }
 
 fn encode_hex(bytes: &[u8]) -> String {
@@ -153,16 +243,22 @@ fn decode_hex(text: &str) -> Option<Vec<u8>> {
 
 /// `/v1/auth/cookie`: `GET` says whether tokens are required and the cookie is valid, `POST`
 /// signs in, `DELETE` signs out.
-pub fn routes<S>(tokens: Tokens) -> Router<S> {
+pub fn routes<S>(auth: Auth) -> Router<S> {
     Router::new()
         .route(COOKIE_ROUTE, get(status).post(sign_in).delete(sign_out))
-        .with_state(tokens)
+        .with_state(auth)
 }
 
-async fn status(State(tokens): State<Tokens>, headers: HeaderMap) -> Response {
-    let signed_in =
-        tokens.enabled() && cookie_token(&headers).is_some_and(|token| tokens.accepts(&token));
-    no_store(Json(json!({ "required": tokens.enabled(), "signed_in": signed_in })).into_response())
+async fn status(State(auth): State<Auth>, headers: HeaderMap) -> Response {
+    let required = auth.tokens.enabled();
+    let signed_in = match sign_in_cookie(&headers) {
+        Some(cookie) if required => match auth.signed_in(&cookie).await {
+            Ok(signed_in) => signed_in,
+            Err(problem) => return problem.into_response(),
+        },
+        _ => false,
+    };
+    no_store(Json(json!({ "required": required, "signed_in": signed_in })).into_response())
 }
 
 /// The longest token accepted for sign-in, in bytes.
@@ -175,10 +271,11 @@ struct SignIn {
 }
 
 async fn sign_in(
-    State(tokens): State<Tokens>,
+    State(auth): State<Auth>,
     request_headers: HeaderMap,
     ApiJson(body): ApiJson<SignIn>,
 ) -> Result<Response, Problem> {
+    let tokens = &auth.tokens;
     if !tokens.enabled() {
         return Err(Problem::new(
             StatusCode::CONFLICT,
@@ -202,26 +299,57 @@ async fn sign_in(
             ))
         }
     };
+    let value = new_cookie_value();
+    let now = now_ms();
+    let sign_ins = auth.sign_ins()?;
+    sign_ins
+        .insert_sign_in(&NewSignIn {
+            id: &sign_in_id(&value),
+            token_binding: &token_binding(&value, body.token.as_bytes()),
+            created_at: now,
+            expires_at: now + COOKIE_MAX_AGE as i64 * 1000,
+        })
+        .await
+        .map_err(Problem::from)?;
+    if let Err(error) = sign_ins.purge_sign_ins(now).await {
+        tracing::warn!(%error, "cannot forget expired sign-ins");
+    }
     let cookie = format!(
         "{COOKIE_NAME}={}; Path=/; Max-Age={COOKIE_MAX_AGE}; HttpOnly; SameSite=Strict{secure}",
-        encode_hex(body.token.as_bytes())
+        encode_hex(&value)
     );
-    Ok(with_cookie(cookie))
+    Ok(with_cookie(StatusCode::NO_CONTENT.into_response(), cookie))
 }
 
-async fn sign_out(request_headers: HeaderMap) -> Response {
+/// Deletes the request's sign-in, so its cookie is refused even if it is sent again, and
+/// clears the cookie in the browser (also when the sign-in could not be deleted, which the
+/// answer then says).
+async fn sign_out(State(auth): State<Auth>, request_headers: HeaderMap) -> Response {
     let secure = match transport(&request_headers) {
         Transport::Https => "; Secure",
         Transport::LoopbackHttp | Transport::Http => "",
     };
-    with_cookie(format!(
-        "{COOKIE_NAME}=; Path=/; Max-Age=0; HttpOnly; SameSite=Strict{secure}"
-    ))
+    let deleted = match (sign_in_cookie(&request_headers), auth.sign_ins()) {
+        (Some(cookie), Ok(sign_ins)) => sign_ins
+            .delete_sign_in(&sign_in_id(&cookie))
+            .await
+            .map(|_| ())
+            .map_err(Problem::from),
+        (Some(_), Err(problem)) => Err(problem),
+        (None, _) => Ok(()),
+    };
+    let response = match deleted {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(problem) => problem.into_response(),
+    };
+    with_cookie(
+        response,
+        format!("{COOKIE_NAME}=; Path=/; Max-Age=0; HttpOnly; SameSite=Strict{secure}"),
+    )
 }
 
-/// `204` that sets `cookie`.
-fn with_cookie(cookie: String) -> Response {
-    let mut response = StatusCode::NO_CONTENT.into_response();
+/// `response`, setting `cookie`.
+fn with_cookie(mut response: Response, cookie: String) -> Response {
     if let Ok(value) = HeaderValue::from_str(&cookie) {
         response.headers_mut().insert(header::SET_COOKIE, value);
     }
@@ -314,17 +442,42 @@ mod tests {
 
     #[test]
     fn cookie_values_round_trip_through_hex() {
-        let token = "a;b,c=d\"e\\f é";
-        let mut headers = HeaderMap::new();
-        let value = format!(
-            "other=1; {COOKIE_NAME}={}; x=y",
-            encode_hex(token.as_bytes())
+        let value = new_cookie_value();
+        assert_ne!(value, new_cookie_value());
+        let cookies = |pair: String| {
+            let mut headers = HeaderMap::new();
+            let line = format!("other=1; {pair}; x=y");
+            headers.insert(header::COOKIE, HeaderValue::from_str(&line).unwrap());
+            sign_in_cookie(&headers)
+        };
+        assert_eq!(
+            cookies(format!("{COOKIE_NAME}={}", encode_hex(&value))),
+            Some(value)
         );
-        headers.insert(header::COOKIE, HeaderValue::from_str(&value).unwrap());
-        assert_eq!(cookie_token(&headers), Some(token.as_bytes().to_vec()));
+        // Not 32 bytes of hex: not a sign-in cookie (the token itself, in hex, included).
+        for other in [
+            "00ff",
+            "not-hex",
+            "",
+            &encode_hex(b"a-token-of-enough-length"),
+        ] {
+            assert_eq!(cookies(format!("{COOKIE_NAME}={other}")), None, "{other}");
+        }
         for bad in ["", "abc", "zz", "0g"] {
             assert_eq!(decode_hex(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn a_binding_names_its_token_and_only_for_its_cookie() {
+        let tokens = Tokens::new(&["0123456789abcdef".into(), "fedcba9876543210".into()]);
+        let value = new_cookie_value();
+        let binding = token_binding(&value, b"fedcba9876543210");
+        assert!(tokens.bound(&value, &binding));
+        assert!(!tokens.bound(&new_cookie_value(), &binding));
+        assert!(!Tokens::new(&["0123456789abcdef".into()]).bound(&value, &binding));
+        assert!(!binding.contains(&encode_hex(b"fedcba9876543210")));
+        assert_ne!(sign_in_id(&value), encode_hex(&value));
     }
 
     #[test]

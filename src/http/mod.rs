@@ -111,6 +111,7 @@ pub fn router(state: AppState, options: &HttpOptions) -> Router {
         &options.cors_origins,
         tokens.enabled(),
     );
+    let auth = auth::Auth::new(tokens, state.sessions.store().clone());
     let mut open = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -122,7 +123,7 @@ pub fn router(state: AppState, options: &HttpOptions) -> Router {
         .merge(runs::routes())
         .merge(approvals::routes())
         .merge(events::routes())
-        .merge(auth::routes(tokens.clone()))
+        .merge(auth::routes(auth.clone()))
         .merge(ui::routes())
         .merge(ai_sdk::routes())
         .merge(ag_ui::routes())
@@ -132,7 +133,7 @@ pub fn router(state: AppState, options: &HttpOptions) -> Router {
             idempotency::Keys::new(state.sessions.store().clone(), options.max_body_bytes),
             idempotency::check,
         ))
-        .layer(middleware::from_fn_with_state(tokens, auth::require_token))
+        .layer(middleware::from_fn_with_state(auth, auth::require_token))
         .layer(middleware::from_fn_with_state(guard, guard::check))
         .layer(middleware::from_fn(problem::problem_responses))
         .layer(middleware::from_fn(ui::api_policy))

@@ -184,12 +184,16 @@ fn scrub_bearer(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
-/// A URL as it may be shown: without user name and password.
+/// A URL as it may be shown in a log line or an error: its scheme, host and port, and `/…` in
+/// place of anything after them. A user name and password, a path and a query may all hold a
+/// credential (`user:pass@`, a webhook's token in its path, `?key=`), so none of them is shown.
 pub fn shown_url(url: &Url) -> String {
-    let mut shown = url.clone();
-    let _ = shown.set_username("");
-    let _ = shown.set_password(None);
-    shown.to_string()
+    let origin = url.origin().ascii_serialization();
+    let elided = url.path() != "/" || url.query().is_some() || url.fragment().is_some();
+    match elided {
+        true => format!("{origin}/…"),
+        false => origin,
+    }
 }
 
 // Lone surrogates. JSON may encode a character outside the Basic Multilingual Plane as a pair
@@ -384,8 +388,17 @@ mod tests {
 
     #[test]
     fn shown_urls_carry_no_credentials() {
-        let url = Url::parse("http://user:pass@host:8080/v1/chat").unwrap();
-        assert_eq!(shown_url(&url), "http://host:8080/v1/chat");
+        let shown = |url: &str| shown_url(&Url::parse(url).unwrap());
+        assert_eq!(
+            shown("http://user:pass@host:8080/v1/chat"),
+            "http://host:8080/…"
+        );
+        assert_eq!(
+            shown("https://hooks.example/services/T0/B0/s3cr3t?token=t0k3n#x"),
+            "https://hooks.example/…"
+        );
+        assert_eq!(shown("https://user@host:443/"), "https://host");
+        assert_eq!(shown("http://[::1]:9/?key=k"), "http://[::1]:9/…");
     }
 
     #[test]

@@ -14,10 +14,12 @@
 //! - `writer`: the group-commit task.
 //! - `keys`: the idempotency keys of POST requests, on both backends.
 //! - `webhooks`: the webhook delivery queue and log, on both backends.
+//! - `sign_ins`: the sign-ins of the built-in page, on both backends.
 
 pub mod keys;
 pub mod postgres;
 mod rows;
+pub mod sign_ins;
 pub mod sqlite;
 pub mod webhooks;
 pub mod writer;
@@ -327,6 +329,11 @@ pub trait Store: SessionHistory + Send + Sync + 'static {
 
     /// The webhook delivery queue; `None` for a store without it.
     fn webhooks(&self) -> Option<&dyn webhooks::WebhookQueue> {
+        None
+    }
+
+    /// The sign-ins of the built-in page; `None` for a store without them.
+    fn sign_ins(&self) -> Option<&dyn sign_ins::SignIns> {
         None
     }
 

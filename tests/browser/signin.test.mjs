@@ -1,6 +1,7 @@
 // A server with an API token: the page asks for it, trades it for an HttpOnly cookie that no
-// script can read, works through that cookie (the event stream included), stays signed in
-// across a reload, and signs out.
+// script can read and that is not the token, works through that cookie (the event stream
+// included), stays signed in across a reload, and signs out, after which the same cookie is
+// refused.
 
 import { describe, it, before, after } from "node:test";
 import assert from "node:assert/strict";
@@ -42,6 +43,8 @@ describe("sign-in with an API token", () => {
     assert.equal(cookie.httpOnly, true);
     assert.equal(cookie.sameSite, "Strict");
     assert.equal(await page.evaluate(() => document.cookie.includes("tah_token")), false, "no script can read it");
+    assert.match(cookie.value, /^[0-9a-f]{64}$/, "32 random bytes");
+    assert.ok(!cookie.value.includes(Buffer.from(TOKEN).toString("hex")), "not the token");
 
     // Everything works through the cookie, the event stream included; no token in any URL.
     const urls = [];
@@ -63,6 +66,9 @@ describe("sign-in with an API token", () => {
     await page.waitForFunction(() => document.getElementById("app").dataset.view === "signin");
     const left = (await page.context().cookies()).filter((c) => c.name === "tah_token");
     assert.deepEqual(left, []);
+    // A copy of the cookie taken before signing out is refused.
+    const replayed = await fetch(`${server.url}/v1/sessions`, { headers: { cookie: `tah_token=${cookie.value}` } });
+    assert.equal(replayed.status, 401);
     await page.reload();
     await page.waitForFunction(() => document.getElementById("app").dataset.view === "signin");
     assert.deepEqual(page.pageErrors, []);

@@ -12,6 +12,7 @@
 //! - `commits`: all-or-nothing batches, op order, limits.
 //! - `hostile`: JSON of every shape and U+0000 in every text column.
 //! - `cluster`: replicas opening one fresh PostgreSQL database together.
+//! - `sign_ins`: the page's sign-ins: found until expired or deleted, purged.
 //! - `builders`: the records and ops the cases are made of.
 
 #[path = "../support/mod.rs"]
@@ -92,3 +93,4 @@ mod hostile;
 mod messages;
 mod runs;
 mod sessions;
+mod sign_ins;

@@ -1,12 +1,15 @@
 //! Sign-in for the page: a token exchanged for an HttpOnly, SameSite=Strict cookie that every
 //! `/v1` route accepts like the bearer header (SSE included), signed out by `DELETE`, with the
 //! Secure flag when the page came over https, and no state changed by a cookie request that
-//! does not come from the server's own page.
+//! does not come from the server's own page. The cookie is a random credential of its own, not
+//! the token: signing out revokes it, and so does removing its token from the configuration.
+
+use std::time::Instant;
 
 use reqwest::{Method, StatusCode};
 use serde_json::json;
 
-use crate::support::{Reply, ServerOptions, SseStream, TestServer};
+use crate::support::{median, Reply, ServerOptions, SseStream, TestServer};
 
 const TOKEN: &str = "ui-test-token-7f3a9c21e5";
 
@@ -87,10 +90,7 @@ async fn a_token_becomes_an_http_only_strict_cookie_that_routes_accept() {
     assert!(!attrs.iter().any(|a| a == "secure"), "{header}");
     let cookie = cookie_pair(&header);
     assert!(cookie.starts_with("tah_token="), "{header}");
-    assert!(
-        !cookie.contains(TOKEN),
-        "the token is stored encoded: {header}"
-    );
+    assert!(!cookie.contains(TOKEN), "the token is not in it: {header}");
     assert_eq!(
         reply.headers.get("cache-control").map(|v| v.as_bytes()),
         Some(&b"no-store"[..])
@@ -150,6 +150,191 @@ async fn a_token_becomes_an_http_only_strict_cookie_that_routes_accept() {
         .unwrap_or_else(|e| panic!("{e}"));
     let frames = stream.until_type("agent.finished").await;
     assert_eq!(frames[0].seq(), 1);
+}
+
+/// `GET path` with `cookie` and nothing else.
+async fn with_cookie(server: &TestServer, path: &str, cookie: &str) -> Reply {
+    server
+        .send(server.request(Method::GET, path).header("cookie", cookie))
+        .await
+}
+
+/// A cookie's value as hex bytes.
+fn cookie_bytes(cookie: &str) -> Vec<u8> {
+    let hex = cookie
+        .strip_prefix("tah_token=")
+        .expect("a tah_token cookie");
+    assert_eq!(hex.len() % 2, 0, "{cookie}");
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex"))
+        .collect()
+}
+
+#[tokio::test]
+async fn the_cookie_is_a_random_credential_not_the_token() {
+    let server = with_token().await;
+    let cookies: Vec<String> = [signed_in(&server).await, signed_in(&server).await].into();
+    eprintln!("two sign-ins with one token: {cookies:?}");
+    assert_ne!(
+        cookies[0], cookies[1],
+        "each sign-in has a cookie of its own"
+    );
+    for cookie in &cookies {
+        let bytes = cookie_bytes(cookie);
+        assert_eq!(bytes.len(), 32, "32 random bytes: {cookie}");
+        assert!(
+            !String::from_utf8_lossy(&bytes).contains(TOKEN) && !cookie.contains(TOKEN),
+            "{cookie}"
+        );
+        let token_hex: String = TOKEN.bytes().map(|b| format!("{b:02x}")).collect();
+        assert!(
+            !cookie.contains(&token_hex),
+            "not the token in hex: {cookie}"
+        );
+        // The cookie is not a bearer token, and the token is not a cookie.
+        let bearer = server
+            .send(
+                server
+                    .request(Method::GET, "/v1/sessions")
+                    .bearer_auth(cookie.trim_start_matches("tah_token=")),
+            )
+            .await;
+        bearer.expect_problem(StatusCode::UNAUTHORIZED, "the cookie as a bearer token");
+        assert_eq!(
+            with_cookie(&server, "/v1/sessions", cookie).await.status,
+            StatusCode::OK
+        );
+    }
+    // What looking the sign-in up costs a request, against the bearer header.
+    let mut by_bearer = Vec::new();
+    let mut by_cookie = Vec::new();
+    for _ in 0..100 {
+        let started = Instant::now();
+        let reply = server
+            .send(
+                server
+                    .request(Method::GET, "/v1/auth/cookie")
+                    .bearer_auth(TOKEN),
+            )
+            .await;
+        by_bearer.push(started.elapsed());
+        assert_eq!(reply.status, StatusCode::OK);
+        let started = Instant::now();
+        let reply = with_cookie(&server, "/v1/auth/cookie", &cookies[0]).await;
+        by_cookie.push(started.elapsed());
+        assert_eq!(reply.body["signed_in"], true);
+    }
+    eprintln!(
+        "GET /v1/auth/cookie, median of 100: {:?} with the bearer header (no lookup), {:?} \
+         with the cookie (one lookup)",
+        median(by_bearer),
+        median(by_cookie)
+    );
+    let token_as_cookie = format!(
+        "tah_token={}",
+        TOKEN
+            .bytes()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    );
+    with_cookie(&server, "/v1/sessions", &token_as_cookie)
+        .await
+        .expect_problem(
+            StatusCode::UNAUTHORIZED,
+            "the token in hex, as the cookie was",
+        );
+}
+
+#[tokio::test]
+async fn a_cookie_replayed_after_sign_out_is_refused() {
+    let server = with_token().await;
+    let cookie = signed_in(&server).await;
+    let other = signed_in(&server).await;
+    assert_eq!(
+        with_cookie(&server, "/v1/sessions", &cookie).await.status,
+        StatusCode::OK
+    );
+    let reply = server
+        .send(
+            server
+                .request(Method::DELETE, "/v1/auth/cookie")
+                .header("cookie", &cookie)
+                .header("origin", server.api.base.as_str()),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::NO_CONTENT, "{}", reply.body);
+    assert!(set_cookie(&reply).starts_with("tah_token=;"));
+    // A copy of the cookie kept from before (a stolen one, say) is refused everywhere.
+    let problem = with_cookie(&server, "/v1/sessions", &cookie)
+        .await
+        .expect_problem(StatusCode::UNAUTHORIZED, "replayed after sign-out");
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("sign in again"),
+        "{problem}"
+    );
+    let status = with_cookie(&server, "/v1/auth/cookie", &cookie).await;
+    assert_eq!(status.body, json!({"required": true, "signed_in": false}));
+    let events = server
+        .send(
+            server
+                .request(
+                    Method::GET,
+                    "/v1/sessions/00000000-0000-0000-0000-000000000000/events",
+                )
+                .header("accept", "text/event-stream")
+                .header("cookie", &cookie),
+        )
+        .await;
+    events.expect_problem(StatusCode::UNAUTHORIZED, "SSE after sign-out");
+    // Signing out of one browser leaves the other signed in.
+    assert_eq!(
+        with_cookie(&server, "/v1/sessions", &other).await.status,
+        StatusCode::OK
+    );
+}
+
+#[tokio::test]
+async fn a_cookie_ends_with_its_token_in_the_configuration() {
+    const OTHER: &str = "ui-test-other-token-5d18b2";
+    const THIRD: &str = "ui-test-third-token-90ce4a";
+    let mut server = TestServer::start(ServerOptions::new().process().args(&[
+        "--api-token",
+        TOKEN,
+        "--api-token",
+        OTHER,
+    ]))
+    .await;
+    let by_token = signed_in(&server).await;
+    let by_other = cookie_pair(&set_cookie(&sign_in(&server, OTHER, &[]).await));
+    // Sign-ins outlive a restart while their token is configured.
+    server
+        .restart_with(ServerOptions::new().args(&["--api-token", OTHER, "--api-token", THIRD]))
+        .await;
+    let problem = with_cookie(&server, "/v1/sessions", &by_token)
+        .await
+        .expect_problem(StatusCode::UNAUTHORIZED, "its token was removed");
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("sign in again"),
+        "{problem}"
+    );
+    assert_eq!(
+        with_cookie(&server, "/v1/auth/cookie", &by_token)
+            .await
+            .body,
+        json!({"required": true, "signed_in": false})
+    );
+    assert_eq!(
+        with_cookie(&server, "/v1/sessions", &by_other).await.status,
+        StatusCode::OK,
+        "a cookie of a token still configured keeps working"
+    );
 }
 
 #[tokio::test]

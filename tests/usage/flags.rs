@@ -203,6 +203,27 @@ async fn a_thinking_budget_is_off_or_at_least_what_anthropic_takes() {
     }
 }
 
+/// A sandboxed command with the network could call this server's own API; without tokens it
+/// would approve its own calls, so the server does not start.
+#[tokio::test]
+async fn a_shell_with_network_is_refused_without_api_tokens() {
+    let listen = ["--listen", "127.0.0.1:0"];
+    let refused = start_serve(&[&listen[..], &["--shell-network"]].concat(), &[])
+        .await
+        .expect_err("no tokens");
+    assert!(
+        refused.contains("--shell-network") && refused.contains("--api-token"),
+        "{refused}"
+    );
+    let refused = start_serve(&listen, &[("TAH_SHELL_NETWORK", "true")])
+        .await
+        .expect_err("no tokens");
+    assert!(refused.contains("refusing --shell-network"), "{refused}");
+    let token = ("TAH_API_TOKENS", "a-token-of-enough-length");
+    let started = start_serve(&listen, &[("TAH_SHELL_NETWORK", "true"), token]).await;
+    assert!(started.is_ok(), "with a token: {started:?}");
+}
+
 #[tokio::test]
 async fn a_cors_origin_written_with_a_trailing_slash_matches_what_browsers_send() {
     let server =

@@ -145,6 +145,10 @@ impl Store for PostgresStore {
         Some(self)
     }
 
+    fn sign_ins(&self) -> Option<&dyn crate::store::sign_ins::SignIns> {
+        Some(self)
+    }
+
     async fn commit(&self, batch: &[&[WriteOp]]) -> StoreResult<()> {
         write::commit(self, batch).await
     }

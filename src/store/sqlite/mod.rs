@@ -104,6 +104,11 @@ crate::store::keys::idempotency_keys_over_pool!(SqliteStore, |s: &str| {
     crate::store::keys::sql::sqlite(s)
 });
 
+// The sign-ins, in the pool (they are not part of a session's batches).
+crate::store::sign_ins::sign_ins_over_pool!(SqliteStore, |s: &str| {
+    crate::store::keys::sql::sqlite(s)
+});
+
 // The webhook queue, in the pool (the trigger that fills it runs in the writer's commits).
 crate::store::webhooks::webhook_queue_over_pool!(SqliteStore, |s: &str| {
     crate::store::webhooks::sql::sqlite(s)

@@ -162,6 +162,10 @@ impl Store for SqliteStore {
         Some(self)
     }
 
+    fn sign_ins(&self) -> Option<&dyn crate::store::sign_ins::SignIns> {
+        Some(self)
+    }
+
     async fn health(&self) -> StoreResult<()> {
         self.writer.check_file()?;
         self.last_seq(Uuid::nil()).await.map(|_| ())

@@ -83,19 +83,19 @@ impl SqliteWriter {
     }
 
     /// Fails when the database file is no longer the one that was opened (deleted, replaced).
+    /// The message does not name the file: it is the answer of the open `/readyz`.
     pub fn check_file(&self) -> StoreResult<()> {
         let (path, opened) = &*self.file;
         match file_id(path) {
             Ok(id) if id == *opened => Ok(()),
-            Ok(_) => Err(StoreError::Unusable(format!(
-                "the database {} was replaced while tah was running; writes are refused: \
-                 restart tah",
-                path.display()
-            ))),
+            Ok(_) => Err(StoreError::Unusable(
+                "the database file was replaced while tah was running; writes are refused: \
+                 restart tah"
+                    .to_string(),
+            )),
             Err(e) => Err(StoreError::Unusable(format!(
-                "the database {} is gone ({e}) while tah was running; writes are refused: \
-                 restart tah",
-                path.display()
+                "the database file is gone ({e}) while tah was running; writes are refused: \
+                 restart tah"
             ))),
         }
     }

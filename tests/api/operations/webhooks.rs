@@ -387,6 +387,57 @@ async fn replicas_deliver_each_event_once() {
     assert_eq!(delivered, expected, "each event once: {hits:#?}");
 }
 
+/// A webhook URL may carry credentials in its user info, its path and its query: a failed
+/// delivery's log line names the host and port, never them.
+#[tokio::test]
+async fn a_failed_delivery_logs_the_host_and_not_the_credentials_of_its_url() {
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let host = closed.local_addr().unwrap().to_string();
+    drop(closed);
+    let secrets = [
+        "hook-user",
+        "hunter2-password",
+        "path-s3cr3t",
+        "query-t0k3n",
+    ];
+    let url = format!(
+        "http://{}:{}@{host}/services/{}/hook?token={}",
+        secrets[0], secrets[1], secrets[2], secrets[3]
+    );
+    let server = TestServer::start(
+        ServerOptions::new()
+            .process()
+            .args(&["--webhook-url", &url])
+            .args(&["--webhook-secret-env", SECRET_ENV])
+            .env(SECRET_ENV, SECRET),
+    )
+    .await;
+    let id = server.create_session().await;
+    server.run_wait(&id, "nobody listens").await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let failed = loop {
+        let lines = server.log_lines("webhook delivery failed");
+        if lines.len() >= 2 {
+            break lines;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no two failed attempts logged within 30 s: {}",
+            server.log_tail(40)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    eprintln!("a failed delivery's log line: {}", failed[0]);
+    assert!(
+        failed.iter().all(|line| line.contains(&host)),
+        "the host and port are named: {failed:#?}"
+    );
+    let log = server.log();
+    for secret in secrets {
+        assert!(!log.contains(secret), "{secret} in the log:\n{log}");
+    }
+}
+
 #[test]
 fn a_webhook_url_without_a_usable_secret_is_refused_at_start() {
     let url = ["--webhook-url", "http://127.0.0.1:9/hook"];
