@@ -89,6 +89,11 @@ impl LiveSessions {
         self.stalled_set().remove(&id);
     }
 
+    /// How many sessions stopped on a failed write and are not recorded yet.
+    pub fn stalled_count(&self) -> usize {
+        self.stalled_set().len()
+    }
+
     fn stalled_set(&self) -> MutexGuard<'_, HashSet<Uuid>> {
         // A set of plain ids: a panic while it is held cannot leave it torn.
         self.stalled.lock().unwrap_or_else(|e| e.into_inner())
@@ -272,7 +277,9 @@ mod tests {
         live.stall(id);
         assert!(live.is_stalled(id));
         assert_eq!(stalled.recv().await, Some(id));
+        assert_eq!(live.stalled_count(), 1);
         live.unstall(id);
         assert!(!live.is_stalled(id));
+        assert_eq!(live.stalled_count(), 0);
     }
 }

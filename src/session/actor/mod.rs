@@ -176,8 +176,14 @@ impl SessionActor {
     }
 
     /// Serves the mailbox until the actor stops, then leaves its slot.
+    ///
+    /// An actor that stops on a failed write leaves its slot to its subscribers, who get the
+    /// run's terminal event once a successor records it. A successor of a stalled session
+    /// tries that record first, so when it fails too the record is not near: the slot is
+    /// dropped, and its subscribers' streams end rather than wait for it.
     pub async fn run(mut self, mut inbox: Inbox) {
         let stop = self.serve(&mut inbox).await;
+        let unrecorded = matches!(stop, Stop::WriteFailed) && self.live.is_stalled(self.id);
         match stop {
             Stop::LeaseLost => {
                 tracing::warn!(session_id = %self.id, "session actor stops: another replica holds the session");
@@ -191,6 +197,10 @@ impl SessionActor {
         let generation = self.slot.generation;
         match stop {
             Stop::Gone => self.live.forget(self.id, generation),
+            Stop::WriteFailed if unrecorded => {
+                tracing::warn!(session_id = %self.id, "the session's failed run cannot be recorded yet; its event streams end");
+                self.live.forget(self.id, generation);
+            }
             // Idle eviction has left the slot already; at shutdown nothing spawns again.
             Stop::Idle | Stop::Shutdown => {}
             Stop::WriteFailed | Stop::LeaseLost => {
