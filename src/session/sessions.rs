@@ -87,13 +87,11 @@ impl Sessions {
         if let Some(error) = self.deps.writer.failing() {
             return Some(format!("the database refuses writes: {error}"));
         }
-        match self.live.stalled_count() {
-            0 => None,
-            n => Some(format!(
-                "a write failed, and {n} session(s) whose run it stopped are not recorded as \
-                 failed yet"
-            )),
-        }
+        let (n, cause) = self.live.stalled()?;
+        Some(format!(
+            "a write failed ({cause}), and {n} session(s) whose run it stopped are not recorded \
+             as failed yet"
+        ))
     }
 
     /// Creates a session: its system message and its `session.created` event commit together.
