@@ -16,9 +16,10 @@ use rmcp::model::ErrorData;
 use serde_json::{json, Value};
 use tokio::io::{AsyncRead, ReadBuf};
 
-/// The most bytes one message (one line, without its newline) may have.
+/// The most bytes one message may have: its line, newline included (rmcp's limit).
 pub const MAX_MESSAGE: usize = rmcp::transport::async_rw::DEFAULT_MAX_LINE_LENGTH;
-/// The key in the `data` of the error answered for a too-long message: its length in bytes.
+/// The key in the `data` of the error answered for a too-long message: its line's length in
+/// bytes.
 const TOO_LONG: &str = "tah_message_bytes";
 /// Bytes read from the pipe at a time.
 const READ: usize = 64 * 1024;
@@ -74,8 +75,8 @@ impl<R: AsyncRead + Unpin> AsyncRead for Limited<R> {
     }
 }
 
-/// The error message of a call whose answer was too long, if `error` is the one [`Limited`]
-/// made: the answer's length in bytes.
+/// The length in bytes of a call's answer that was too long, if `error` is the one [`Limited`]
+/// made for it.
 pub fn too_long(error: &ErrorData) -> Option<u64> {
     error.data.as_ref()?.get(TOO_LONG)?.as_u64()
 }
@@ -83,6 +84,7 @@ pub fn too_long(error: &ErrorData) -> Option<u64> {
 /// Where the stream of lines is: how long the current line is so far, and what of it was read.
 struct Lines {
     server: String,
+    /// The most bytes of a line, its newline included.
     max: usize,
     /// Bytes of the current line so far, without its newline (past `max`, not handed on).
     len: usize,
@@ -99,22 +101,22 @@ impl Lines {
         }
     }
 
-    /// Hands `input` on to `out`, each line whole while it is at most `max` bytes; a longer one
-    /// is cut at `max + 1` bytes with its newline (more than rmcp reads, so it drops it) and
-    /// followed by the error answer to its request.
+    /// Hands `input` on to `out`, each line whole while it is at most `max` bytes with its
+    /// newline; a longer one is cut after `max` bytes and its newline added (more than rmcp
+    /// reads, so it drops it), then the error answer to its request follows.
     fn push(&mut self, mut input: &[u8], out: &mut Vec<u8>) {
         while !input.is_empty() {
             let end = input.iter().position(|b| *b == b'\n');
             let piece = &input[..end.unwrap_or(input.len())];
             self.fields.read(piece);
-            let room = (self.max + 1).saturating_sub(self.len);
+            let room = self.max.saturating_sub(self.len);
             out.extend_from_slice(&piece[..piece.len().min(room)]);
             self.len += piece.len();
             let Some(end) = end else {
                 return;
             };
             out.push(b'\n');
-            if self.len > self.max {
+            if self.len >= self.max {
                 self.refuse(out);
             }
             self.len = 0;
@@ -123,9 +125,9 @@ impl Lines {
         }
     }
 
-    /// After a line of `self.len` bytes, more than `max`: the error answer to its request.
+    /// After a line longer than `max`: the error answer to its request.
     fn refuse(&self, out: &mut Vec<u8>) {
-        let bytes = self.len;
+        let bytes = self.len + 1;
         let id = match (self.fields.method, self.fields.id()) {
             (false, Some(id)) => id,
             _ => {
@@ -140,7 +142,8 @@ impl Lines {
             "error": {
                 "code": -32603,
                 "message": format!(
-                    "the answer is {bytes} bytes, more than the {} bytes of one MCP message",
+                    "the answer is a line of {bytes} bytes, more than the {} bytes of one MCP \
+                     message",
                     self.max
                 ),
                 "data": { TOO_LONG: bytes },
@@ -303,7 +306,7 @@ mod tests {
                 assert_eq!(seen.len(), 2, "{seen:?}");
                 assert_eq!(seen[0], Value::Null);
                 let error = &seen[1]["error"];
-                assert_eq!(error["data"][TOO_LONG], input.len() - 1);
+                assert_eq!(error["data"][TOO_LONG], input.len());
                 assert!(error["message"].as_str().unwrap_or("").contains("64 bytes"));
             }
         }
@@ -318,10 +321,10 @@ mod tests {
 
     #[test]
     fn exactly_at_the_limit_passes_and_one_more_is_refused() {
-        let fits = answer("1", &"x".repeat(64 - answer("1", "").len() + 1));
-        assert_eq!(fits.len() - 1, 64);
+        let fits = answer("1", &"x".repeat(64 - answer("1", "").len()));
+        assert_eq!(fits.len(), 64, "with its newline");
         assert_eq!(limited(fits.as_bytes(), 64, 9)[0]["id"], 1);
-        let over = answer("1", &"x".repeat(64 - answer("1", "").len() + 2));
+        let over = answer("1", &"x".repeat(64 - answer("1", "").len() + 1));
         let seen = limited(over.as_bytes(), 64, 9);
         assert_eq!(seen[1]["error"]["data"][TOO_LONG], 65);
     }
@@ -349,11 +352,50 @@ mod tests {
         reader.read_to_end(&mut out).await.expect("read");
         let lines: Vec<&[u8]> = out.split(|b| *b == b'\n').collect();
         assert_eq!(lines.len(), 5, "four lines and the end");
-        assert_eq!(lines[1].len(), MAX_MESSAGE + 1, "cut past the limit");
+        assert_eq!(lines[1].len(), MAX_MESSAGE, "cut: with its newline, one byte too long");
         let refused: Value = serde_json::from_slice(lines[2]).expect("JSON");
         assert_eq!(refused["id"], 2);
         let error: ErrorData = serde_json::from_value(refused["error"].clone()).expect("error");
-        assert_eq!(too_long(&error), Some(answer("2", &long).len() as u64 - 1));
+        assert_eq!(too_long(&error), Some(answer("2", &long).len() as u64));
         assert_eq!(lines[3], answer("3", "after").trim_end().as_bytes());
+    }
+
+    #[tokio::test]
+    async fn rmcp_reads_a_line_that_just_fits_and_the_error_for_one_byte_more() {
+        use rmcp::model::{JsonRpcMessage, NumberOrString};
+        use rmcp::transport::async_rw::AsyncRwTransport;
+        use rmcp::transport::Transport;
+        // A tool's answer whose line is `len` bytes, its newline included.
+        let line = |id: u32, len: usize| {
+            let head = format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[{{"type":"text","text":""#
+            );
+            let tail = r#""}]}}"#;
+            let text = "x".repeat(len - head.len() - tail.len() - 1);
+            format!("{head}{text}{tail}\n")
+        };
+        let input = line(1, MAX_MESSAGE) + &line(2, MAX_MESSAGE + 1) + &line(3, 100);
+        let reader = Limited::new("test", std::io::Cursor::new(input.into_bytes()));
+        let mut transport =
+            AsyncRwTransport::<rmcp::RoleClient, _, _>::new(reader, tokio::io::sink());
+        match transport.receive().await {
+            Some(JsonRpcMessage::Response(answer)) => {
+                assert_eq!(answer.id, NumberOrString::Number(1))
+            }
+            other => panic!("the line that fits: {other:?}"),
+        }
+        match transport.receive().await {
+            Some(JsonRpcMessage::Error(refused)) => {
+                assert_eq!(refused.id, Some(NumberOrString::Number(2)));
+                assert_eq!(too_long(&refused.error), Some(MAX_MESSAGE as u64 + 1));
+            }
+            other => panic!("the line one byte too long: {other:?}"),
+        }
+        match transport.receive().await {
+            Some(JsonRpcMessage::Response(answer)) => {
+                assert_eq!(answer.id, NumberOrString::Number(3))
+            }
+            other => panic!("the line after: {other:?}"),
+        }
     }
 }

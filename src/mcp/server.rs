@@ -111,8 +111,8 @@ impl Link {
             ))),
             Ok(Err(ServiceError::McpError(error))) => Err(ToolError(match lines::too_long(&error) {
                 Some(bytes) => format!(
-                    "MCP server {} answered {name} with a message of {bytes} bytes, more than \
-                     the {} bytes (16 MiB) tah reads in one MCP message; the call failed",
+                    "MCP server {} answered {name} with a line of {bytes} bytes, more than the \
+                     {} bytes (16 MiB) tah reads in one MCP message; the call failed",
                     self.server,
                     lines::MAX_MESSAGE
                 ),
