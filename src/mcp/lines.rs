@@ -185,8 +185,7 @@ impl Fields {
     }
 
     fn byte(&mut self, b: u8) {
-        if self.reading_id && !(self.depth == 1 && !self.in_string && matches!(b, b',' | b'}'))
-        {
+        if self.reading_id && !(self.depth == 1 && !self.in_string && matches!(b, b',' | b'}')) {
             self.keep_id(b);
         }
         if self.in_string {
@@ -298,7 +297,9 @@ mod tests {
     #[test]
     fn a_long_answer_becomes_an_error_to_its_request_wherever_its_id_is() {
         let long = "x".repeat(100);
-        let id_last = format!(r#"{{"result":{{"text":"{long}","id":7}},"jsonrpc":"2.0","id":"req-\"9\""}}"#) + "\n";
+        let id_last =
+            format!(r#"{{"result":{{"text":"{long}","id":7}},"jsonrpc":"2.0","id":"req-\"9\""}}"#)
+                + "\n";
         for input in [answer("42", &long), id_last] {
             for step in [1, 10, input.len()] {
                 let seen = limited(input.as_bytes(), 64, step);
@@ -316,7 +317,11 @@ mod tests {
             64,
             3,
         );
-        assert_eq!(seen, [Value::Null], "no newline yet: the cut line, and nothing after it");
+        assert_eq!(
+            seen,
+            [Value::Null],
+            "no newline yet: the cut line, and nothing after it"
+        );
     }
 
     #[test]
@@ -332,8 +337,12 @@ mod tests {
     #[test]
     fn a_long_request_or_notification_is_dropped_without_an_answer() {
         let long = "x".repeat(100);
-        let request = format!(r#"{{"jsonrpc":"2.0","id":3,"method":"sampling/createMessage","params":{{"t":"{long}"}}}}"#) + "\n";
-        let notification = format!(r#"{{"jsonrpc":"2.0","method":"notifications/message","params":{{"t":"{long}"}}}}"#) + "\n";
+        let request = format!(
+            r#"{{"jsonrpc":"2.0","id":3,"method":"sampling/createMessage","params":{{"t":"{long}"}}}}"#
+        ) + "\n";
+        let notification = format!(
+            r#"{{"jsonrpc":"2.0","method":"notifications/message","params":{{"t":"{long}"}}}}"#
+        ) + "\n";
         for input in [request, notification] {
             assert_eq!(limited(input.as_bytes(), 64, 11), [Value::Null]);
         }
@@ -352,7 +361,11 @@ mod tests {
         reader.read_to_end(&mut out).await.expect("read");
         let lines: Vec<&[u8]> = out.split(|b| *b == b'\n').collect();
         assert_eq!(lines.len(), 5, "four lines and the end");
-        assert_eq!(lines[1].len(), MAX_MESSAGE, "cut: with its newline, one byte too long");
+        assert_eq!(
+            lines[1].len(),
+            MAX_MESSAGE,
+            "cut: with its newline, one byte too long"
+        );
         let refused: Value = serde_json::from_slice(lines[2]).expect("JSON");
         assert_eq!(refused["id"], 2);
         let error: ErrorData = serde_json::from_value(refused["error"].clone()).expect("error");

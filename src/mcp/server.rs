@@ -109,15 +109,20 @@ impl Link {
                 "MCP server {} closed the connection before {name} answered; tah restarts it",
                 self.server
             ))),
-            Ok(Err(ServiceError::McpError(error))) => Err(ToolError(match lines::too_long(&error) {
-                Some(bytes) => format!(
+            Ok(Err(ServiceError::McpError(error))) => {
+                Err(ToolError(match lines::too_long(&error) {
+                    Some(bytes) => format!(
                     "MCP server {} answered {name} with a line of {bytes} bytes, more than the \
                      {} bytes (16 MiB) tah reads in one MCP message; the call failed",
                     self.server,
                     lines::MAX_MESSAGE
                 ),
-                None => format!("MCP server {} refused the call: {}", self.server, error.message),
-            })),
+                    None => format!(
+                        "MCP server {} refused the call: {}",
+                        self.server, error.message
+                    ),
+                }))
+            }
             Ok(Err(error)) => Err(ToolError(format!(
                 "MCP server {} failed the call: {error}",
                 self.server
