@@ -227,13 +227,8 @@ async fn readyz(State(state): State<AppState>) -> axum::response::Response {
         )
         .into_response();
     }
-    if let Some(error) = state.sessions.write_failure() {
-        return Problem::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "unavailable",
-            format!("the database refuses writes: {error}"),
-        )
-        .into_response();
+    if let Some(why) = state.sessions.write_failure() {
+        return Problem::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", why).into_response();
     }
     match state.sessions.store().health().await {
         Ok(()) => Json(json!({ "status": "ready" })).into_response(),

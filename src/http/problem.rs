@@ -120,6 +120,18 @@ impl From<SessionError> for Problem {
                     )
                 }
             }
+            SessionError::Unrecorded(error) => Problem {
+                retry_after: Some(2),
+                ..Problem::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "storage-unavailable",
+                    format!(
+                        "the session's last run stopped because the database refused a write, \
+                         and it cannot be recorded as failed yet ({error}); its events are served \
+                         again once it is"
+                    ),
+                )
+            },
             SessionError::Store(error) => {
                 tracing::error!(%error, "storage error");
                 Problem::new(

@@ -103,6 +103,7 @@ impl Connection {
                     tokio::spawn(log_stderr(server.to_string(), stderr));
                 }
                 let mut child = ChildProcess::new(child);
+                let stdout = super::lines::Limited::new(server, stdout);
                 let handshake = Host::new().serve((stdout, stdin));
                 match tokio::time::timeout(handshake_timeout, handshake).await {
                     Ok(Ok(service)) => Ok(Connection {

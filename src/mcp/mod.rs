@@ -12,12 +12,14 @@
 //!
 //! - `config`: the `mcpServers` file and `${VAR}` expansion (pure).
 //! - `connection`: one connection (a child process or streamable HTTP), its handshake, its end.
+//! - `lines`: a stdio server's messages, each at most 16 MiB; a longer answer fails its call.
 //! - `server`: a server's supervisor (restarts with backoff) and the link its tools call
 //!   through.
 //! - `tool`: tools as `Tool`s, and a call's result as text and artifacts.
 
 pub mod config;
 mod connection;
+mod lines;
 mod server;
 mod tool;
 

@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::config::{ServerConfig, Transport};
 use super::connection::{Connection, Ended};
+use super::lines;
 use super::tool::{self, Placeholder};
 use super::McpSettings;
 use crate::tools::{Availability, Tool, ToolError};
@@ -108,10 +109,20 @@ impl Link {
                 "MCP server {} closed the connection before {name} answered; tah restarts it",
                 self.server
             ))),
-            Ok(Err(ServiceError::McpError(error))) => Err(ToolError(format!(
-                "MCP server {} refused the call: {}",
-                self.server, error.message
-            ))),
+            Ok(Err(ServiceError::McpError(error))) => {
+                Err(ToolError(match lines::too_long(&error) {
+                    Some(bytes) => format!(
+                    "MCP server {} answered {name} with a line of {bytes} bytes, more than the \
+                     {} bytes (16 MiB) tah reads in one MCP message; the call failed",
+                    self.server,
+                    lines::MAX_MESSAGE
+                ),
+                    None => format!(
+                        "MCP server {} refused the call: {}",
+                        self.server, error.message
+                    ),
+                }))
+            }
             Ok(Err(error)) => Err(ToolError(format!(
                 "MCP server {} failed the call: {error}",
                 self.server

@@ -5,7 +5,7 @@
 //! This module keeps the map and nothing else: it does not know how an actor is made (the
 //! caller of [`LiveSessions::get_or_spawn`] says that), so actors may use it without a cycle.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -51,8 +51,9 @@ impl Slot {
 pub(super) struct LiveSessions {
     slots: Arc<Mutex<HashMap<Uuid, Arc<Slot>>>>,
     generations: Arc<AtomicU64>,
-    /// Sessions whose actor stopped because a write failed, until their run is recorded.
-    stalled: Arc<Mutex<HashSet<Uuid>>>,
+    /// Sessions whose actor stopped because a write failed, with why, until their run is
+    /// recorded.
+    stalled: Arc<Mutex<HashMap<Uuid, String>>>,
     /// Tells the recovery task about a newly stalled session.
     recovery: mpsc::UnboundedSender<Uuid>,
 }
@@ -71,17 +72,17 @@ impl LiveSessions {
         (live, stalled)
     }
 
-    /// A write of the session failed and its actor stopped: its run is to be recorded as
-    /// failed (`storage`) as soon as writes succeed again.
-    pub fn stall(&self, id: Uuid) {
-        self.stalled_set().insert(id);
+    /// A write of the session failed (`cause`) and its actor stopped: its run is to be
+    /// recorded as failed (`storage`) as soon as writes succeed again.
+    pub fn stall(&self, id: Uuid, cause: &str) {
+        self.stalled_set().insert(id, cause.to_string());
         // The task is gone only at shutdown; the session is then recovered at the next start.
         let _ = self.recovery.send(id);
     }
 
     /// Whether the session's last actor stopped on a failed write.
     pub fn is_stalled(&self, id: Uuid) -> bool {
-        self.stalled_set().contains(&id)
+        self.stalled_set().contains_key(&id)
     }
 
     /// The session's state is written again.
@@ -89,7 +90,15 @@ impl LiveSessions {
         self.stalled_set().remove(&id);
     }
 
-    fn stalled_set(&self) -> MutexGuard<'_, HashSet<Uuid>> {
+    /// How many sessions stopped on a failed write and are not recorded yet, and the cause of
+    /// one of those failures; `None` when there are none.
+    pub fn stalled(&self) -> Option<(usize, String)> {
+        let stalled = self.stalled_set();
+        let cause = stalled.values().next()?.clone();
+        Some((stalled.len(), cause))
+    }
+
+    fn stalled_set(&self) -> MutexGuard<'_, HashMap<Uuid, String>> {
         // A set of plain ids: a panic while it is held cannot leave it torn.
         self.stalled.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -269,10 +278,12 @@ mod tests {
         let (live, mut stalled) = LiveSessions::new();
         let id = Uuid::now_v7();
         assert!(!live.is_stalled(id));
-        live.stall(id);
+        live.stall(id, "disk full");
         assert!(live.is_stalled(id));
         assert_eq!(stalled.recv().await, Some(id));
+        assert_eq!(live.stalled(), Some((1, "disk full".to_string())));
         live.unstall(id);
         assert!(!live.is_stalled(id));
+        assert_eq!(live.stalled(), None);
     }
 }

@@ -123,4 +123,8 @@ pub enum SessionError {
     ShuttingDown,
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The session's last run stopped on a failed write, and recording it as failed fails
+    /// too: what needs that record (its event stream) waits until writes succeed.
+    #[error("the session's last run is not recorded yet: {0}")]
+    Unrecorded(StoreError),
 }

@@ -81,9 +81,17 @@ impl Sessions {
         &self.deps
     }
 
-    /// Why the database refuses writes, while it does.
+    /// Why the server is not ready to write: the database refuses writes, or it accepts them
+    /// again but a session whose run a failed write stopped is not recorded as failed yet.
     pub fn write_failure(&self) -> Option<String> {
-        self.deps.writer.failing()
+        if let Some(error) = self.deps.writer.failing() {
+            return Some(format!("the database refuses writes: {error}"));
+        }
+        let (n, cause) = self.live.stalled()?;
+        Some(format!(
+            "a write failed ({cause}), and {n} session(s) whose run it stopped are not recorded \
+             as failed yet"
+        ))
     }
 
     /// Creates a session: its system message and its `session.created` event commit together.
@@ -378,6 +386,15 @@ impl Sessions {
         after: i64,
         run: Option<Uuid>,
     ) -> Result<EventStream, SessionError> {
+        // A run a failed write stopped is recorded first, so that the stream has its end.
+        if self.live.is_stalled(id) {
+            self.send(id, |reply| Command::Recover { reply })
+                .await
+                .map_err(|error| match error {
+                    SessionError::Store(error) => SessionError::Unrecorded(error),
+                    other => other,
+                })?;
+        }
         // Subscribe before reading the backlog so nothing committed in between is missed.
         let live = self.subscribe(id)?;
         if self.deps.store.session(id).await?.is_none() {
@@ -558,8 +575,13 @@ async fn recover_stalled(sessions: Sessions, mut stalled: mpsc::UnboundedReceive
                     .collect();
                 for id in ready {
                     match sessions.send(id, |reply| Command::Recover { reply }).await {
-                        Ok(()) | Err(SessionError::NotFound) => {
+                        Ok(()) => {
                             tracing::info!(session_id = %id, "session recovered after a failed write");
+                            pending.remove(&id);
+                        }
+                        // Deleted, or another replica holds it now: nothing is left to record.
+                        Err(SessionError::NotFound | SessionError::Conflict { .. }) => {
+                            sessions.live.unstall(id);
                             pending.remove(&id);
                         }
                         Err(error) => {

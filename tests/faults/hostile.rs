@@ -19,6 +19,8 @@ use futures::StreamExt;
 pub enum Behaviour {
     /// Text deltas forever, `delay` apart.
     Endless { delay: Duration },
+    /// Text deltas of `piece` bytes each, forever, as fast as they are read.
+    Flood { piece: usize },
     /// One SSE line of this many bytes.
     HugeLine { bytes: usize },
     /// One reply asking for this many tool calls.
@@ -129,6 +131,10 @@ fn reply(shared: Arc<Shared>, headers: axum::http::HeaderMap, body: Bytes) -> Re
             ))
         })
         .boxed(),
+        Behaviour::Flood { piece } => {
+            let delta = Bytes::from(chunk(&format!("{{\"content\":\"{}\"}}", "x".repeat(piece))));
+            futures::stream::repeat(delta).boxed()
+        }
         Behaviour::HugeLine { bytes } => {
             let piece = Bytes::from(vec![b'a'; 64 * 1024]);
             let head =

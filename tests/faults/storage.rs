@@ -4,6 +4,7 @@
 //! The disk and the read-only file system are a small tmpfs this test mounts, so those tests
 //! need root (`cfg(mount_tests)`); elsewhere they are reported as ignored.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -11,7 +12,10 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use serde_json::json;
 
-use crate::support::{is_postgres, ServerOptions, Subscriber, TestServer};
+use crate::hostile::{Behaviour, Hostile};
+use crate::support::{
+    has_terminal, is_postgres, Next, ServerOptions, SseFrom, Subscriber, TestServer,
+};
 
 /// A tmpfs of `size` mounted on a fresh directory, unmounted when dropped.
 struct Tmpfs {
@@ -145,11 +149,18 @@ async fn a_full_disk_stops_the_run_and_the_session_recovers_once_space_is_freed(
     let recovered_after = freed_at.elapsed();
     assert_eq!(session["error"], "storage", "{session}");
     eprintln!("full disk: the session was recovered {recovered_after:?} after space was freed");
-    // The follower gets the run's terminal event.
+    // The follower got the run's terminal event, or its stream ended while the disk was full
+    // and it gets the event when it connects again.
+    let terminal = |seen: &[crate::support::Seen]| seen.iter().any(|s| s.kind() == "agent.failed");
+    if follower
+        .try_wait_for(Duration::from_secs(1), terminal)
+        .await
+        .is_err()
+    {
+        follower = Subscriber::open(&server.api, &id, "reconnected").await;
+    }
     let seen = follower
-        .wait_for("agent.failed", Duration::from_secs(10), |seen| {
-            seen.iter().any(|s| s.kind() == "agent.failed")
-        })
+        .wait_for("agent.failed", Duration::from_secs(10), terminal)
         .await;
     let failed = seen.iter().find(|s| s.kind() == "agent.failed").unwrap();
     assert_eq!(failed.event["data"]["error"], "storage");
@@ -162,6 +173,168 @@ async fn a_full_disk_stops_the_run_and_the_session_recovers_once_space_is_freed(
     assert_eq!(result["status"], "completed", "{result}");
     let again = server.run_wait(&id, "and once more").await;
     assert_eq!(again["status"], "completed", "{again}");
+}
+
+/// How a follower of a session learnt that its run stopped on a full disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Told {
+    /// The run's terminal event (`agent.failed`, `storage`).
+    Terminal,
+    /// A clean end of its stream.
+    Ended,
+    /// Neither, in time.
+    Nothing,
+}
+
+/// What one round of the full-disk scenario showed.
+struct Round {
+    told: Told,
+    /// From the run's failure to what the follower was told.
+    after: Duration,
+    /// `/readyz` answered 200 while the session was not recorded as failed.
+    ready_too_soon: bool,
+    /// A follower that reconnected got neither the terminal event nor a reason.
+    reconnect_unanswered: Option<String>,
+}
+
+/// How long a follower may wait to learn that the run stopped.
+const TOLD_WITHIN: Duration = Duration::from_millis(2500);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(not(mount_tests), ignore = "needs root to mount a tmpfs")]
+async fn followers_always_learn_that_a_run_stopped_on_a_full_disk() {
+    if is_postgres() {
+        return;
+    }
+    const ROUNDS: usize = 20;
+    let provider = Hostile::start(Behaviour::Flood { piece: 1024 }).await;
+    let disk = Tmpfs::mount("2m");
+    let started = Instant::now();
+    let mut told: BTreeMap<Told, usize> = BTreeMap::new();
+    let mut problems = Vec::new();
+    let mut slowest = Duration::ZERO;
+    for n in 0..ROUNDS {
+        let round = full_disk_round(&provider, &disk, n).await;
+        *told.entry(round.told).or_default() += 1;
+        if round.told != Told::Nothing {
+            slowest = slowest.max(round.after);
+        }
+        if round.told == Told::Nothing {
+            problems.push(format!("round {n}: the follower was told nothing"));
+        }
+        if round.ready_too_soon {
+            problems.push(format!(
+                "round {n}: /readyz said 200 before the session was recorded"
+            ));
+        }
+        if let Some(why) = round.reconnect_unanswered {
+            problems.push(format!("round {n}: a reconnecting follower: {why}"));
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(240),
+            "{n} rounds took {:?}",
+            started.elapsed()
+        );
+    }
+    eprintln!(
+        "full disk, {ROUNDS} rounds in {:?}: followers told {told:?}; slowest {slowest:?}; \
+         {} problems",
+        started.elapsed(),
+        problems.len()
+    );
+    assert!(problems.is_empty(), "{problems:#?}");
+}
+
+/// Fills a fresh database on `disk` with a run that streams without end, with one follower,
+/// and sees what the follower, `/readyz` and a reconnecting follower are told.
+async fn full_disk_round(provider: &Hostile, disk: &Tmpfs, n: usize) -> Round {
+    let dir = disk.path().join(format!("round-{n}"));
+    std::fs::create_dir(&dir).expect("a directory for the round");
+    let url = format!("sqlite://{}", dir.join("data.db").display());
+    let mut server = TestServer::start(
+        ServerOptions::new()
+            .process()
+            .database_url(&url)
+            .args(&["--provider", "openai", "--base-url", &provider.base_url])
+            .args(&["--model", "flood", "--max-reply-bytes", "100000000"])
+            .env("OPENAI_API_KEY", "sk-flood"),
+    )
+    .await;
+    let id = server.create_session().await;
+    let mut follower = Subscriber::open(&server.api, &id, "follower").await;
+    let path = format!("/v1/sessions/{id}/runs?wait=true");
+    let reply = tokio::time::timeout(
+        Duration::from_secs(10),
+        server.post_json(&path, &json!({"input": "flood"})),
+    )
+    .await
+    .expect("the run stopped within 10 s");
+    let failed_at = Instant::now();
+    let problem = reply.expect_problem(StatusCode::SERVICE_UNAVAILABLE, "?wait=true");
+    assert!(
+        problem["type"]
+            .as_str()
+            .unwrap_or("")
+            .ends_with("storage-failed"),
+        "{problem}"
+    );
+    // Another write, small enough to fit now and then, must not make the server ready.
+    let _ = server.post_json("/v1/sessions", &json!({})).await;
+    let mut ready_too_soon = ready_before_recorded(&server, &id).await;
+    let told = match follower
+        .try_wait_for(TOLD_WITHIN, |seen| has_terminal(seen, None))
+        .await
+    {
+        Ok(seen) => {
+            let terminal = seen.iter().find(|s| s.kind() == "agent.failed");
+            let error = terminal.map(|s| s.event["data"]["error"].clone());
+            assert_eq!(error, Some(json!("storage")), "round {n}");
+            Told::Terminal
+        }
+        Err((why, _)) if why.starts_with("the server ended the stream") => Told::Ended,
+        Err(_) => Told::Nothing,
+    };
+    let after = failed_at.elapsed();
+    ready_too_soon |= ready_before_recorded(&server, &id).await;
+    let reconnect_unanswered = reconnect(&server, &id).await.err();
+    ready_too_soon |= ready_before_recorded(&server, &id).await;
+    server.kill9().await;
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+    Round {
+        told,
+        after,
+        ready_too_soon,
+        reconnect_unanswered,
+    }
+}
+
+/// Whether `/readyz` answers 200 while the session is not yet recorded as failed (`storage`).
+async fn ready_before_recorded(server: &TestServer, id: &str) -> bool {
+    if ready_status(server).await != StatusCode::OK {
+        return false;
+    }
+    let session = server.get(&format!("/v1/sessions/{id}")).await.body;
+    session["state"] != "failed" || session["error"] != "storage"
+}
+
+/// A follower that connects again gets the run's terminal event (the session was recorded as
+/// failed), or an answer that says why its stream cannot be served.
+async fn reconnect(server: &TestServer, id: &str) -> Result<(), String> {
+    let mut stream = match server.api.open_events(id, SseFrom::Start).await {
+        Ok(stream) => stream,
+        Err(refused) if refused.contains("503") && refused.contains("storage") => return Ok(()),
+        Err(refused) => return Err(refused),
+    };
+    let deadline = Instant::now() + TOLD_WITHIN;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match stream.next_within(left).await {
+            Next::Frame(frame) if frame.event == "agent.failed" => return Ok(()),
+            Next::Frame(_) => {}
+            other => return Err(format!("no terminal event, and then {other:?}")),
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -120,6 +120,99 @@ pub async fn text_errors_images_and_resources_over_stdio() {
     );
 }
 
+/// An image larger than `--max-artifact-bytes` is not kept, and the call's output says so, with
+/// its size and the limit; the model reads the same.
+pub async fn an_image_over_the_artifact_limit_is_noted_in_the_output() {
+    let (dir, _) = scratch();
+    let policy = allow_all(dir.path());
+    let model = model_calling(vec![
+        call("big", "mcp__local__image", json!({"bytes": 5000})),
+        call("small", "mcp__local__image", json!({})),
+    ])
+    .await;
+    let mut args = config_args(dir.path(), json!({"local": stdio_server(json!({}))}));
+    args.extend(["--tool-policy".into(), policy]);
+    args.extend(["--max-artifact-bytes".into(), "1000".into()]);
+    let server = start(&model, &strs(&args)).await;
+    wait_tool(&server, "mcp__local__image", true, READY).await;
+    let id = server.create_session().await;
+    let result = server.run_wait(&id, "draw").await;
+    assert_eq!(result["status"], "completed", "{result}");
+    let events = server.events(&id).await;
+    let (output, is_error) = outcome(&events, "big");
+    eprintln!("an image over the limit: {output:?}");
+    assert!(!is_error, "{output}");
+    assert!(output.starts_with("a transparent pixel\n"), "{output}");
+    let note = output.lines().last().unwrap_or_default();
+    assert!(note.contains("not kept"), "{output}");
+    assert!(note.contains("5000 bytes"), "the size: {output}");
+    assert!(note.contains("at most 1000 bytes"), "the limit: {output}");
+    assert!(
+        !note.contains("written"),
+        "nothing was written anywhere: {output}"
+    );
+    let saw = model.body(1);
+    let result = saw["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .find(|m| m["tool_call_id"] == "big")
+        .cloned()
+        .expect("the model got the result");
+    assert_eq!(result["content"], output.as_str());
+    // The small one is kept; the large one is not.
+    let listed = server.get_ok(&format!("/v1/sessions/{id}/artifacts")).await;
+    let artifacts = listed["data"].as_array().expect("artifacts");
+    assert_eq!(artifacts.len(), 1, "{listed}");
+    assert_eq!(artifacts[0]["size"], crate::fixture::PNG.len(), "{listed}");
+}
+
+/// An answer longer than one MCP message may be (16 MiB) fails its call at once, rather than
+/// when the call's time is up. Over stdio the call's error says why, and the server goes on
+/// answering other calls; over streamable HTTP, rmcp's client ends the stream that carried it.
+pub async fn an_answer_over_16_mib_fails_the_call_at_once() {
+    let web = serve_http(None).await;
+    for (name, entry) in [
+        ("local", stdio_server(json!({}))),
+        ("web", json!({"type": "http", "url": web.url})),
+    ] {
+        let (dir, _) = scratch();
+        let policy = allow_all(dir.path());
+        let tool = |t: &str| format!("mcp__{name}__{t}");
+        let model = model_calling(vec![
+            call("huge", &tool("image"), json!({"bytes": 13 << 20})),
+            call("after", &tool("echo"), json!({"text": "still here"})),
+        ])
+        .await;
+        let mut args = config_args(dir.path(), json!({ name: entry }));
+        args.extend(["--tool-policy".into(), policy]);
+        args.extend(["--mcp-timeout-s".into(), "60".into()]);
+        let server = start(&model, &strs(&args)).await;
+        wait_tool(&server, &tool("image"), true, READY).await;
+        let id = server.create_session().await;
+        let began = Instant::now();
+        let result = server.run_wait(&id, "draw big").await;
+        let took = began.elapsed();
+        assert_eq!(result["status"], "completed", "{name}: {result}");
+        let events = server.events(&id).await;
+        let (output, is_error) = outcome(&events, "huge");
+        let after = outcome(&events, "after");
+        eprintln!(
+            "an answer over 16 MiB from {name}: the run took {took:?}; the call answered \
+             {output:?}; the next call {after:?}"
+        );
+        assert!(is_error, "{name}: {output}");
+        assert!(
+            took < Duration::from_secs(15),
+            "{name}: the call waited for its timeout: {took:?}"
+        );
+        if name == "local" {
+            assert!(output.contains("16 MiB"), "{name}: {output}");
+            assert_eq!(after, ("still here".to_string(), false), "{name}");
+        }
+    }
+}
+
 pub async fn calls_over_streamable_http() {
     let (dir, _) = scratch();
     let web = serve_http(None).await;

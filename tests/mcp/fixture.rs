@@ -3,8 +3,8 @@
 //! server needs no other build; the streamable HTTP one runs inside the test, on 127.0.0.1.
 //!
 //! Its tools: `echo {text}`, `fail {message}` (an `isError` result), `sleep {seconds}` (which
-//! writes `started` and then `cancelled` or `finished` to its record file), `image` (a PNG and
-//! a caption), `resource` (an embedded text resource), `env {name}` (a variable of its own
+//! writes `started` and then `cancelled` or `finished` to its record file), `image {bytes?}` (a
+//! PNG, padded to `bytes` when given: an answer of any size, and a caption), `resource` (an embedded text resource), `env {name}` (a variable of its own
 //! environment), `crash` (the process exits mid-call) and `grow` (which adds a tool, `extra`,
 //! and says so with `notifications/tools/list_changed`).
 //!
@@ -191,6 +191,14 @@ fn text_arg(request: &CallToolRequestParams, name: &str) -> String {
         .to_string()
 }
 
+fn number_arg(request: &CallToolRequestParams, name: &str) -> Option<f64> {
+    request
+        .arguments
+        .as_ref()
+        .and_then(|args| args.get(name))
+        .and_then(Value::as_f64)
+}
+
 impl ServerHandler for Fixture {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
@@ -212,7 +220,11 @@ impl ServerHandler for Fixture {
                 json!({"type": "object", "properties": {"seconds": {"type": "number"}},
                        "required": ["seconds"]}),
             ),
-            tool("image", "Draws a picture.", json!({"type": "object"})),
+            tool(
+                "image",
+                "Draws a picture, of `bytes` bytes if given.",
+                json!({"type": "object", "properties": {"bytes": {"type": "integer"}}}),
+            ),
             tool("resource", "Gives a document.", json!({"type": "object"})),
             tool(
                 "env",
@@ -243,12 +255,7 @@ impl ServerHandler for Fixture {
                 CallToolResult::error(vec![ContentBlock::text(text_arg(&request, "message"))])
             }
             "sleep" => {
-                let seconds = request
-                    .arguments
-                    .as_ref()
-                    .and_then(|args| args.get("seconds"))
-                    .and_then(Value::as_f64)
-                    .unwrap_or(1.0);
+                let seconds = number_arg(&request, "seconds").unwrap_or(1.0);
                 self.note("started");
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_secs_f64(seconds)) => {
@@ -263,7 +270,10 @@ impl ServerHandler for Fixture {
             }
             "image" => {
                 use base64::Engine;
-                let data = base64::engine::general_purpose::STANDARD.encode(PNG);
+                let mut png = PNG.to_vec();
+                let bytes = number_arg(&request, "bytes").unwrap_or(0.0) as usize;
+                png.resize(bytes.max(PNG.len()), 0);
+                let data = base64::engine::general_purpose::STANDARD.encode(png);
                 CallToolResult::success(vec![
                     ContentBlock::text("a transparent pixel"),
                     ContentBlock::image(data, "image/png"),

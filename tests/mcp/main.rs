@@ -47,6 +47,8 @@ fn main() -> ExitCode {
         listing::unknown_servers_and_mcp_tool_names_are_refused,
         listing::a_server_s_changed_tools_are_listed_again,
         calls::text_errors_images_and_resources_over_stdio,
+        calls::an_image_over_the_artifact_limit_is_noted_in_the_output,
+        calls::an_answer_over_16_mib_fails_the_call_at_once,
         calls::calls_over_streamable_http,
         calls::an_mcp_tool_asks_for_approval_by_default,
         calls::a_server_gets_its_env_and_not_tah_s,

@@ -28,8 +28,9 @@ pub(super) struct Keeping {
 
 impl RunJournal<'_> {
     /// What becomes of `artifacts`, produced by the call of tool step `step_id`: each gets the
-    /// next version of its path and its digest. A file larger than `--max-artifact-bytes` is
-    /// not kept; the note then says so, for the call's result (the file itself was written).
+    /// next version of its path and its digest. One larger than `--max-artifact-bytes` is not
+    /// kept; the note then says so, with its size and the limit, for the call's result (a file
+    /// a tool wrote stays in the workspace; an MCP server's image is dropped).
     pub(super) async fn keep_artifacts(
         &mut self,
         step_id: Uuid,
@@ -67,8 +68,8 @@ impl RunJournal<'_> {
         }
         let note = (!not_kept.is_empty()).then(|| {
             format!(
-                "[written, but not kept as an artifact of the session: {} (the server keeps \
-                 files of at most {max} bytes)]",
+                "[not kept as an artifact of the session, larger than the server keeps (at \
+                 most {max} bytes): {}]",
                 not_kept.join(", ")
             )
         });

@@ -76,9 +76,9 @@ pub(super) enum Stop {
     Shutdown,
     /// The session was deleted, or never existed.
     Gone,
-    /// A write failed (and was logged): what the actor holds may be ahead of the database, so
-    /// a successor reloads the session.
-    WriteFailed,
+    /// A write failed (and was logged), for this reason: what the actor holds may be ahead of
+    /// the database, so a successor reloads the session.
+    WriteFailed(String),
     /// Another replica holds the session's lease now; every write would be refused.
     LeaseLost,
 }
@@ -131,7 +131,7 @@ impl Stop {
     /// The actor stops because a write failed; says so in the log.
     pub fn write_failed(session_id: Uuid, error: &StoreError) -> Stop {
         tracing::error!(%session_id, %error, "session actor stops after a storage failure");
-        Stop::WriteFailed
+        Stop::WriteFailed(error.to_string())
     }
 }
 
@@ -176,14 +176,20 @@ impl SessionActor {
     }
 
     /// Serves the mailbox until the actor stops, then leaves its slot.
+    ///
+    /// An actor that stops on a failed write leaves its slot to its subscribers, who get the
+    /// run's terminal event once a successor records it. A successor of a stalled session
+    /// tries that record first, so when it fails too the record is not near: the slot is
+    /// dropped, and its subscribers' streams end rather than wait for it.
     pub async fn run(mut self, mut inbox: Inbox) {
         let stop = self.serve(&mut inbox).await;
-        match stop {
+        let unrecorded = matches!(stop, Stop::WriteFailed(_)) && self.live.is_stalled(self.id);
+        match &stop {
             Stop::LeaseLost => {
                 tracing::warn!(session_id = %self.id, "session actor stops: another replica holds the session");
             }
             // What it did not write is recorded by a successor once writes succeed again.
-            Stop::WriteFailed => self.live.stall(self.id),
+            Stop::WriteFailed(cause) => self.live.stall(self.id, cause),
             Stop::Idle | Stop::Shutdown | Stop::Gone => {}
         }
         // A lease it held is given back, void or taken: nobody is to renew it.
@@ -191,9 +197,13 @@ impl SessionActor {
         let generation = self.slot.generation;
         match stop {
             Stop::Gone => self.live.forget(self.id, generation),
+            Stop::WriteFailed(_) if unrecorded => {
+                tracing::warn!(session_id = %self.id, "the session's failed run cannot be recorded yet; its event streams end");
+                self.live.forget(self.id, generation);
+            }
             // Idle eviction has left the slot already; at shutdown nothing spawns again.
             Stop::Idle | Stop::Shutdown => {}
-            Stop::WriteFailed | Stop::LeaseLost => {
+            Stop::WriteFailed(_) | Stop::LeaseLost => {
                 self.live.retire(self.id, generation, Retire::Always);
             }
         }
