@@ -7,14 +7,19 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
-use super::{cut_at_char, int_arg, required_string, MAX_OUTPUT_BYTES, NOTE_ROOM};
-use crate::tools::sandbox::{Ending, Ran, RunLimits};
+use super::{
+    cut_to_cost, in_error_json, in_json, int_arg, required_string, Cost, MAX_OUTPUT_BYTES,
+    NOTE_ROOM,
+};
+use crate::tools::sandbox::{Ending, Ran, RunLimits, MAX_READ_BYTES, TMP_BYTES};
 use crate::tools::{
     Availability, SandboxStatus, Subject, SubjectKind, Tool, ToolContext, ToolError, ToolResult,
 };
 
 /// Longest command accepted (bytes).
 const MAX_COMMAND_BYTES: usize = 64 * 1024;
+/// Room a timed-out call's output leaves for the words around it and the error's JSON.
+const TIMEOUT_ROOM: usize = 128;
 
 /// How `shell` may run commands on this server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,10 +68,14 @@ impl Tool for Shell {
         format!(
             "Run a command with `sh -c` in the workspace (the working directory), inside a \
              sandbox: only the workspace is writable, system directories are read-only, /tmp \
-             is empty and private, {network}. Output is stdout and stderr merged (at most {} \
-             KiB), then `exit code N`. The command and everything it starts is killed after \
-             `timeout_s` seconds (default {}, at most {}); nothing keeps running after the call.",
+             is empty, private and holds at most {} MiB, {network}. Output is stdout and \
+             stderr merged (at most {} KiB shown; past {} MiB the output is closed and writes \
+             to it fail), then `exit code N`. The command and everything it starts is killed \
+             after `timeout_s` seconds (default {}, at most {}); nothing keeps running after \
+             the call.",
+            TMP_BYTES >> 20,
             MAX_OUTPUT_BYTES / 1024,
+            MAX_READ_BYTES >> 20,
             self.settings.default_timeout.as_secs(),
             self.settings.max_timeout.as_secs()
         )
@@ -139,32 +148,44 @@ impl Tool for Shell {
                 "timed out after {} s; the command and everything it started were killed. \
                  Output so far:\n{}",
                 timeout.as_secs(),
-                shown_output(&ran, limits.max_output)
+                shown_output(&ran, limits.max_output - TIMEOUT_ROOM, in_error_json)
             ))),
-            Ending::Exited(code) => {
-                Ok(format!("{}exit code {code}", shown_output(&ran, limits.max_output)).into())
-            }
+            Ending::Exited(code) => Ok(format!(
+                "{}exit code {code}",
+                shown_output(&ran, limits.max_output, in_json)
+            )
+            .into()),
             Ending::Signalled(signal) => Ok(format!(
                 "{}killed by signal {signal}",
-                shown_output(&ran, limits.max_output)
+                shown_output(&ran, limits.max_output, in_json)
             )
             .into()),
         }
     }
 }
 
-/// The kept output as text ending in a newline (empty when there was none), with a note when
-/// some was dropped.
-fn shown_output(ran: &Ran, max: usize) -> String {
+/// The kept output as text ending in a newline (empty when there was none), costing at most
+/// `max` bytes in the model request, with a note when some was dropped or not read at all.
+fn shown_output(ran: &Ran, max: usize, cost: Cost) -> String {
     let text = String::from_utf8_lossy(&ran.output);
-    let mut shown = cut_at_char(&text, max).to_owned();
+    let mut shown = cut_to_cost(&text, max, cost).to_owned();
+    let showed = if shown.len() < text.len() {
+        shown.len()
+    } else {
+        ran.output.len()
+    };
     if !shown.is_empty() && !shown.ends_with('\n') {
         shown.push('\n');
     }
-    if ran.total > ran.output.len() as u64 {
+    if ran.closed_early {
         shown.push_str(&format!(
-            "[output truncated: showed the first {} of {} bytes]\n",
-            ran.output.len(),
+            "[output truncated: showed the first {showed} of over {} bytes; the rest was \
+             refused (broken pipe): redirect long output to a file]\n",
+            ran.total
+        ));
+    } else if ran.total > showed as u64 {
+        shown.push_str(&format!(
+            "[output truncated: showed the first {showed} of {} bytes]\n",
             ran.total
         ));
     }
@@ -174,8 +195,10 @@ fn shown_output(ran: &Ran, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::ToolCall;
     use crate::tools::sandbox::testing::{self, marker, processes_with};
-    use crate::tools::Workspace;
+    use crate::tools::{ToolRegistry, Workspace};
+    use std::sync::Arc;
     use std::time::Instant;
 
     struct Fixture {
@@ -275,6 +298,65 @@ mod tests {
             "{}",
             &out[out.len() - 100..]
         );
+    }
+
+    #[cfg_attr(tah_no_sandbox, ignore = "needs bubblewrap")]
+    #[tokio::test]
+    async fn endless_output_is_closed_and_the_model_told() {
+        let Some(f) = fixture(ShellSettings::default()).await else {
+            return;
+        };
+        let started = Instant::now();
+        let args = json!({ "command": "cat /dev/zero | tr '\\0' x", "timeout_s": 20 });
+        let out = f.shell.call(&f.ctx, &args).await.expect("ran").output;
+        eprintln!("`cat /dev/zero | tr`: {:?}", started.elapsed());
+        assert!(started.elapsed() < Duration::from_secs(5));
+        let kept = MAX_OUTPUT_BYTES - NOTE_ROOM;
+        assert!(out.starts_with(&"x".repeat(kept)), "kept the first bytes");
+        assert!(
+            out.ends_with(&format!(
+                "\n[output truncated: showed the first {kept} of over {MAX_READ_BYTES} bytes; \
+                 the rest was refused (broken pipe): redirect long output to a file]\n\
+                 exit code 141"
+            )),
+            "{}",
+            &out[kept..]
+        );
+    }
+
+    #[cfg_attr(tah_no_sandbox, ignore = "needs bubblewrap")]
+    #[tokio::test]
+    async fn control_characters_count_as_the_escapes_the_model_receives() {
+        let settings = ShellSettings {
+            max_timeout: Duration::from_secs(1),
+            ..ShellSettings::default()
+        };
+        let Some(f) = fixture(settings).await else {
+            return;
+        };
+        // Ends on its own, and times out still writing (the longest notes).
+        let commands = [
+            "head -c 100000 /dev/zero | tr '\\0' '\\1'; exit 3",
+            "trap '' PIPE; head -c 5000000 /dev/zero | tr '\\0' '\\1'; sleep 10",
+        ];
+        let registry =
+            ToolRegistry::new(vec![Arc::new(f.shell)], MAX_OUTPUT_BYTES).expect("registry");
+        for (command, ends) in commands.into_iter().zip(["exit code 3", "to a file]\\n\"}"]) {
+            let call = ToolCall {
+                id: "c1".into(),
+                name: "shell".into(),
+                arguments: json!({ "command": command }),
+            };
+            let out = registry.execute(&f.ctx, &call).await.output;
+            let request = serde_json::to_string(&out).expect("json").len() - 2;
+            eprintln!("{command}: {} bytes, {request} in the model request", out.len());
+            assert!(request <= MAX_OUTPUT_BYTES, "{request}");
+            assert!(request > MAX_OUTPUT_BYTES - 2 * NOTE_ROOM, "{request}");
+            let tail = &out[out.len() - 200..];
+            assert!(tail.contains("[output truncated: showed the first "), "{tail}");
+            assert!(!tail.contains("[output cut"), "the registry cut nothing: {tail}");
+            assert!(tail.ends_with(ends), "{tail}");
+        }
     }
 
     #[cfg_attr(tah_no_sandbox, ignore = "needs bubblewrap")]
