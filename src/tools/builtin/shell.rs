@@ -1,7 +1,8 @@
 //! `shell`: `sh -c` in the session's workspace, inside the bubblewrap [`Sandbox`]. Offered only
 //! when the sandbox probe succeeded; output is stdout and stderr merged, bounded, then the exit
-//! code.
+//! code. After every call no file in the workspace keeps a setuid or setgid bit ([`setid`]).
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -12,6 +13,7 @@ use super::{
     NOTE_ROOM,
 };
 use crate::tools::sandbox::{Ending, Ran, RunLimits, MAX_READ_BYTES, TMP_BYTES};
+use crate::tools::setid;
 use crate::tools::{
     Availability, SandboxStatus, Subject, SubjectKind, Tool, ToolContext, ToolError, ToolResult,
 };
@@ -139,10 +141,12 @@ impl Tool for Shell {
             timeout,
             max_output: MAX_OUTPUT_BYTES - NOTE_ROOM,
         };
+        let clear_setid = ClearSetid(Some(ctx.workspace.root().to_path_buf()));
         let ran = sandbox
             .run(ctx.workspace.root(), &command, limits)
             .await
             .map_err(|e| ToolError(e.to_string()))?;
+        clear_setid.now().await;
         match ran.ending {
             Ending::TimedOut => Err(ToolError(format!(
                 "timed out after {} s; the command and everything it started were killed. \
@@ -160,6 +164,35 @@ impl Tool for Shell {
                 shown_output(&ran, limits.max_output, in_json)
             )
             .into()),
+        }
+    }
+}
+
+/// Clears the setuid and setgid bits in a workspace once a command is over, however its call
+/// ends: [`ClearSetid::now`] before the call returns, or on a thread of its own when the call
+/// is dropped (cancelled).
+struct ClearSetid(Option<PathBuf>);
+
+impl ClearSetid {
+    async fn now(mut self) {
+        if let Some(root) = self.0.take() {
+            // A panic there would only lose the clearing; it is logged by the runtime.
+            let _ = tokio::task::spawn_blocking(move || setid::clear(&root)).await;
+        }
+    }
+}
+
+impl Drop for ClearSetid {
+    fn drop(&mut self) {
+        if let Some(root) = self.0.take() {
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => {
+                    runtime.spawn_blocking(move || setid::clear(&root));
+                }
+                Err(_) => {
+                    setid::clear(&root);
+                }
+            }
         }
     }
 }
@@ -357,6 +390,40 @@ mod tests {
             assert!(!tail.contains("[output cut"), "the registry cut nothing: {tail}");
             assert!(tail.ends_with(ends), "{tail}");
         }
+    }
+
+    #[cfg_attr(tah_no_sandbox, ignore = "needs bubblewrap")]
+    #[tokio::test]
+    async fn no_file_keeps_a_setuid_bit_after_the_call() {
+        use std::os::unix::fs::PermissionsExt;
+        let Some(f) = fixture(ShellSettings::default()).await else {
+            return;
+        };
+        let out = run(
+            &f,
+            "cp /bin/sh planted; chmod u+s planted; mkdir -p d/e; cp planted d/e/deep; \
+             chmod 6755 d/e/deep; stat -c %A planted d/e/deep",
+        )
+        .await
+        .expect("ran");
+        assert_eq!(out, "-rwsr-xr-x\n-rwsr-sr-x\nexit code 0", "set inside");
+        let root = f.ctx.workspace.root();
+        for planted in ["planted", "d/e/deep"] {
+            let mode = std::fs::metadata(root.join(planted)).expect("stat").permissions().mode();
+            assert_eq!(mode & 0o7777, 0o755, "{planted}: {mode:o}");
+        }
+        // Clearing a workspace of many files, as after every call.
+        let many = root.join("many");
+        for dir in 0..100 {
+            std::fs::create_dir_all(many.join(dir.to_string())).expect("mkdir");
+            for file in 0..200 {
+                std::fs::write(many.join(format!("{dir}/{file}")), "").expect("write");
+            }
+        }
+        let started = Instant::now();
+        let cleared = setid::clear(root);
+        eprintln!("a walk over {} entries: {:?}", cleared.entries, started.elapsed());
+        assert!(cleared.complete);
     }
 
     #[cfg_attr(tah_no_sandbox, ignore = "needs bubblewrap")]
