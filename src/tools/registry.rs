@@ -488,7 +488,10 @@ mod tests {
         // Within the bound in the request, nothing is cut.
         let fits = ToolRegistry::new(vec![Arc::new(Garbled { size: 300 })], 1500).expect("fits");
         let out = fits.execute(&ctx, &call("garbled", json!({}))).await;
-        assert_eq!(out.output, ToolOutput::error("\u{1}\"\n".repeat(100)).output);
+        assert_eq!(
+            out.output,
+            ToolOutput::error("\u{1}\"\n".repeat(100)).output
+        );
     }
 
     #[test]

@@ -13,7 +13,8 @@
 //! Memory: tmpfs pages are charged to no process, so an OOM killer that picks by size would
 //! pick the server. bwrap and everything it starts get `oom_score_adj` 1000, set before bwrap
 //! runs: when memory runs out the sandbox is killed first, which also frees its tmpfs.
-//! [`shield_server`] lowers the server's own score where it is allowed to.
+//! [`shield_server`] lowers the server's own score where it is allowed to; the programs it
+//! starts outside the sandbox get the default back ([`unshielded`]).
 //!
 //! Output: the first `max_output` bytes are kept; reading goes on, only counting, up to
 //! [`MAX_READ_BYTES`], then the pipe is closed, so the command's further writes fail (a
@@ -325,33 +326,54 @@ async fn pump(
 fn scratch_mounts() -> Vec<OsString> {
     let shm = SHM_BYTES.to_string();
     let tmp = TMP_BYTES.to_string();
-    [
-        "--dev", "/dev", "--perms", "1777", "--size", &shm, "--tmpfs", "/dev/shm",
-        "--remount-ro", "/dev", "--proc", "/proc", "--remount-ro", "/proc", "--size", &tmp,
-        "--tmpfs", "/tmp",
-    ]
-    .map(OsString::from)
-    .to_vec()
+    let mounts: [&[&str]; 5] = [
+        &["--dev", "/dev"],
+        &["--perms", "1777", "--size", &shm, "--tmpfs", "/dev/shm"],
+        &["--remount-ro", "/dev"],
+        &["--proc", "/proc", "--remount-ro", "/proc"],
+        &["--size", &tmp, "--tmpfs", "/tmp"],
+    ];
+    mounts.concat().into_iter().map(OsString::from).collect()
 }
 
 /// Makes the spawned bwrap, and so everything it starts, the OOM killer's first pick: its
 /// `oom_score_adj` is raised before it runs (raising needs no privilege; the sandbox's `/proc`
 /// is read-only, so it cannot lower it again). Failing to set it fails the spawn.
 fn first_for_the_oom_killer(command: &mut Command) {
-    let raise = || -> std::io::Result<()> {
+    start_with_oom_score_adj(command, SANDBOX_OOM_SCORE_ADJ, true);
+}
+
+/// Gives a program the server starts outside the sandbox (an MCP server) the default OOM
+/// score rather than the one the server lowered for itself, which it would inherit.
+pub fn unshielded(command: &mut Command) {
+    if SHIELDED.load(std::sync::atomic::Ordering::Relaxed) {
+        start_with_oom_score_adj(command, b"0", false);
+    }
+}
+
+/// Whether [`shield_server`] lowered the server's score.
+static SHIELDED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Has `command`'s process write `score` to its `oom_score_adj` before it runs the program;
+/// when that fails, the spawn fails if `required`.
+fn start_with_oom_score_adj(command: &mut Command, score: &'static [u8], required: bool) {
+    let set = move || -> std::io::Result<()> {
         use rustix::fs::{Mode, OFlags};
-        let file = rustix::fs::open(
+        let written = rustix::fs::open(
             c"/proc/self/oom_score_adj",
             OFlags::WRONLY | OFlags::CLOEXEC,
             Mode::empty(),
-        )?;
-        rustix::io::write(&file, SANDBOX_OOM_SCORE_ADJ)?;
-        Ok(())
+        )
+        .and_then(|file| rustix::io::write(&file, score));
+        match written {
+            Err(errno) if required => Err(errno.into()),
+            _ => Ok(()),
+        }
     };
     // SAFETY: between fork and exec the closure only makes the open, write and close system
     // calls, which are async-signal-safe, and allocates nothing.
     unsafe {
-        command.pre_exec(raise);
+        command.pre_exec(set);
     }
 }
 
@@ -368,10 +390,13 @@ pub fn shield_server() {
         return;
     }
     match std::fs::write(PATH, SERVER_OOM_SCORE_ADJ.to_string()) {
-        Ok(()) => tracing::info!(
-            oom_score_adj = SERVER_OOM_SCORE_ADJ,
-            "lowered the server's OOM score: shell sandboxes are killed before it"
-        ),
+        Ok(()) => {
+            SHIELDED.store(true, std::sync::atomic::Ordering::Relaxed);
+            tracing::info!(
+                oom_score_adj = SERVER_OOM_SCORE_ADJ,
+                "lowered the server's OOM score: shell sandboxes are killed before it"
+            );
+        }
         Err(error) => tracing::info!(
             error = %error.kind(),
             "could not lower the server's OOM score (needs CAP_SYS_RESOURCE); shell \
@@ -694,7 +719,10 @@ mod tests {
                 .await
                 .expect("ran");
             let took = started.elapsed();
-            eprintln!("`{script}`: read {} bytes, {took:?}, {:?}", ran.total, ran.ending);
+            eprintln!(
+                "`{script}`: read {} bytes, {took:?}, {:?}",
+                ran.total, ran.ending
+            );
             assert_eq!(ran.total, MAX_READ_BYTES, "{script}");
             assert!(ran.closed_early, "{script}");
             assert_eq!(ran.output.len(), 1000);

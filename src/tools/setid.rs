@@ -153,7 +153,11 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     fn mode(path: &Path) -> u32 {
-        std::fs::symlink_metadata(path).expect("stat").permissions().mode() & 0o7777
+        std::fs::symlink_metadata(path)
+            .expect("stat")
+            .permissions()
+            .mode()
+            & 0o7777
     }
 
     fn set(path: &Path, mode: u32) {

@@ -13,12 +13,15 @@ use crate::{allow_all, call, ended, model_calling, options, output_of};
 /// A server process on a model that asks for `calls`, with every tool allowed.
 async fn server_calling(
     calls: Vec<crate::support::fakes::FakeToolCall>,
-) -> (TestServer, crate::support::fakes::FakeServer, tempfile::TempDir) {
+) -> (
+    TestServer,
+    crate::support::fakes::FakeServer,
+    tempfile::TempDir,
+) {
     let dir = tempfile::tempdir().unwrap();
     let policy = allow_all(dir.path());
     let model = model_calling(calls).await;
-    let server =
-        TestServer::start(options(&model, &["--tool-policy", &policy]).process()).await;
+    let server = TestServer::start(options(&model, &["--tool-policy", &policy]).process()).await;
     (server, model, dir)
 }
 
@@ -87,7 +90,10 @@ async fn filling_tmp_fails_inside_and_the_sandbox_is_the_oom_killers_pick() {
     let said = server
         .log_lines("could not lower the server's OOM score")
         .len();
-    assert!(lowered || said == 1, "lowered, or said once that it could not");
+    assert!(
+        lowered || said == 1,
+        "lowered, or said once that it could not"
+    );
     ended(&server, &id).await;
     let events = server.events(&id).await;
     let out = output_of(&events, "m1");

@@ -374,7 +374,10 @@ mod tests {
         ];
         let registry =
             ToolRegistry::new(vec![Arc::new(f.shell)], MAX_OUTPUT_BYTES).expect("registry");
-        for (command, ends) in commands.into_iter().zip(["exit code 3", "to a file]\\n\"}"]) {
+        for (command, ends) in commands
+            .into_iter()
+            .zip(["exit code 3", "to a file]\\n\"}"])
+        {
             let call = ToolCall {
                 id: "c1".into(),
                 name: "shell".into(),
@@ -382,12 +385,21 @@ mod tests {
             };
             let out = registry.execute(&f.ctx, &call).await.output;
             let request = serde_json::to_string(&out).expect("json").len() - 2;
-            eprintln!("{command}: {} bytes, {request} in the model request", out.len());
+            eprintln!(
+                "{command}: {} bytes, {request} in the model request",
+                out.len()
+            );
             assert!(request <= MAX_OUTPUT_BYTES, "{request}");
             assert!(request > MAX_OUTPUT_BYTES - 2 * NOTE_ROOM, "{request}");
             let tail = &out[out.len() - 200..];
-            assert!(tail.contains("[output truncated: showed the first "), "{tail}");
-            assert!(!tail.contains("[output cut"), "the registry cut nothing: {tail}");
+            assert!(
+                tail.contains("[output truncated: showed the first "),
+                "{tail}"
+            );
+            assert!(
+                !tail.contains("[output cut"),
+                "the registry cut nothing: {tail}"
+            );
             assert!(tail.ends_with(ends), "{tail}");
         }
     }
@@ -409,7 +421,10 @@ mod tests {
         assert_eq!(out, "-rwsr-xr-x\n-rwsr-sr-x\nexit code 0", "set inside");
         let root = f.ctx.workspace.root();
         for planted in ["planted", "d/e/deep"] {
-            let mode = std::fs::metadata(root.join(planted)).expect("stat").permissions().mode();
+            let mode = std::fs::metadata(root.join(planted))
+                .expect("stat")
+                .permissions()
+                .mode();
             assert_eq!(mode & 0o7777, 0o755, "{planted}: {mode:o}");
         }
         // Clearing a workspace of many files, as after every call.
@@ -422,7 +437,11 @@ mod tests {
         }
         let started = Instant::now();
         let cleared = setid::clear(root);
-        eprintln!("a walk over {} entries: {:?}", cleared.entries, started.elapsed());
+        eprintln!(
+            "a walk over {} entries: {:?}",
+            cleared.entries,
+            started.elapsed()
+        );
         assert!(cleared.complete);
     }
 
