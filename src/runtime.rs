@@ -248,7 +248,8 @@ impl Runtime {
 }
 
 /// The built-in tools `--tools` chose; `shell` is offered only where its sandbox works, and the
-/// log says why when it does not.
+/// log says why when it does not. Where it is offered, the server shields itself from the OOM
+/// killer ([`shield_server`](crate::tools::sandbox::shield_server)).
 async fn builtin_tools(config: &Settings) -> ToolRegistry {
     let wants_shell = config
         .tools()
@@ -258,8 +259,10 @@ async fn builtin_tools(config: &Settings) -> ToolRegistry {
     } else {
         SandboxStatus::Unavailable("not chosen by --tools".into())
     };
-    if let (true, Some(reason)) = (wants_shell, sandbox.reason()) {
-        tracing::warn!(%reason, "the shell tool is not offered");
+    match (wants_shell, sandbox.reason()) {
+        (true, Some(reason)) => tracing::warn!(%reason, "the shell tool is not offered"),
+        (true, None) => crate::tools::sandbox::shield_server(),
+        (false, _) => {}
     }
     let settings = ToolSettings {
         shell: config.shell(),

@@ -90,6 +90,7 @@ impl Connection {
                     .stderr(Stdio::piped())
                     .process_group(0)
                     .kill_on_drop(true);
+                crate::tools::sandbox::unshielded(&mut cmd);
                 if let Some(cwd) = cwd {
                     cmd.current_dir(cwd);
                 }

@@ -22,6 +22,7 @@ pub mod policy;
 pub mod registry;
 pub mod sandbox;
 pub mod schema;
+pub mod setid;
 pub mod workspace;
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! The [`ToolRegistry`]: the tools a server (or one session) offers, chosen by name, described
 //! for `GET /v1/tools`, and run one call at a time against the caller's workspace. Every call's
-//! output is bounded here, whatever the tool, so no tool can flood the history.
+//! output is bounded here, whatever the tool, so no tool can flood the history: by the bytes
+//! it takes in the model's request, JSON escapes included.
 
 use std::collections::HashSet;
 use std::sync::{Arc, OnceLock};
@@ -8,7 +9,10 @@ use std::sync::{Arc, OnceLock};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::builtin::{self, shell::ShellSettings, MAX_OUTPUT_BYTES};
+use super::builtin::{
+    self, cost_of, cut_to_cost, in_error_json, in_json, shell::ShellSettings, Cost,
+    MAX_OUTPUT_BYTES,
+};
 use super::schema::{self, SchemaError};
 use super::{
     Availability, SandboxStatus, Subject, SubjectKind, Tool, ToolContext, ToolOutput, ToolSource,
@@ -251,11 +255,15 @@ impl ToolRegistry {
         }
         match tool.call(ctx, &call.arguments).await {
             Ok(result) => ToolOutput {
-                output: bound(result.output, self.max_output_bytes),
+                output: bound(result.output, self.max_output_bytes, in_json),
                 is_error: false,
                 artifacts: result.artifacts,
             },
-            Err(e) => ToolOutput::error(bound(e.0, self.max_output_bytes)),
+            Err(e) => {
+                let wrapping = cost_of(&ToolOutput::error("").output, in_json);
+                let room = self.max_output_bytes.saturating_sub(wrapping);
+                ToolOutput::error(bound(e.0, room, in_error_json))
+            }
         }
     }
 }
@@ -272,19 +280,18 @@ fn refuse_duplicates<'a>(
     }
 }
 
-/// `text` cut to at most `max` bytes (note included), on a character boundary.
-fn bound(text: String, max: usize) -> String {
-    if text.len() <= max {
+/// `text` cut, on a character boundary, to what costs at most `max` bytes in a model request
+/// (note included): control characters count as the escapes they become there.
+fn bound(text: String, max: usize, cost: Cost) -> String {
+    if cost_of(&text, cost) <= max {
         return text;
     }
     let note = |kept: usize| format!("\n[output cut: kept {kept} of {} bytes]", text.len());
-    // The note for `max` is at least as long as the one for any smaller count.
-    let mut keep = max.saturating_sub(note(max).len());
-    while !text.is_char_boundary(keep) {
-        keep -= 1;
-    }
-    let mut out = text[..keep].to_owned();
-    out.push_str(&note(keep));
+    // The note for all of `text` is at least as long as the one for any part of it.
+    let room = max.saturating_sub(cost_of(&note(text.len()), cost));
+    let kept = cut_to_cost(&text, room, cost);
+    let mut out = kept.to_owned();
+    out.push_str(&note(kept.len()));
     out
 }
 
@@ -433,6 +440,58 @@ mod tests {
         let small = ToolRegistry::new(vec![Arc::new(Loud { size: 10 })], 1000).expect("registry");
         let out = small.execute(&ctx, &call("loud", json!({"n": 1}))).await;
         assert_eq!(out.output, "ééééé");
+    }
+
+    /// A tool that fails with `size` control characters.
+    struct Garbled {
+        size: usize,
+    }
+
+    #[async_trait]
+    impl Tool for Garbled {
+        fn name(&self) -> &str {
+            "garbled"
+        }
+        fn description(&self) -> String {
+            "fails in control characters".into()
+        }
+        fn input_schema(&self) -> Value {
+            json!({"type": "object"})
+        }
+        async fn call(&self, _: &ToolContext, _: &Value) -> Result<ToolResult, ToolError> {
+            Err(ToolError("\u{1}\"\n".repeat(self.size / 3)))
+        }
+    }
+
+    #[tokio::test]
+    async fn errors_are_bounded_by_their_size_in_the_model_request() {
+        let (_dir, ctx) = ctx();
+        let max = MAX_OUTPUT_BYTES;
+        let registry =
+            ToolRegistry::new(vec![Arc::new(Garbled { size: max })], max).expect("registry");
+        let out = registry.execute(&ctx, &call("garbled", json!({}))).await;
+        assert!(out.is_error);
+        // What a model request carries: the error's JSON, in a JSON string.
+        let request = serde_json::to_string(&out.output).expect("json").len() - 2;
+        eprintln!(
+            "an error of {max} bytes of control characters: {} bytes kept, {request} in the \
+             model request",
+            out.output.len()
+        );
+        assert!(request <= max, "{request}");
+        assert!(request > max - 20, "{request}");
+        let error: Value = serde_json::from_str(&out.output).expect("still JSON");
+        let message = error["error"].as_str().expect("a message");
+        assert!(message.starts_with("\u{1}\"\n"), "{message:?}");
+        assert!(message.contains("\n[output cut: kept "), "{message:?}");
+        assert!(message.ends_with(" of 65535 bytes]"), "{message:?}");
+        // Within the bound in the request, nothing is cut.
+        let fits = ToolRegistry::new(vec![Arc::new(Garbled { size: 300 })], 1500).expect("fits");
+        let out = fits.execute(&ctx, &call("garbled", json!({}))).await;
+        assert_eq!(
+            out.output,
+            ToolOutput::error("\u{1}\"\n".repeat(100)).output
+        );
     }
 
     #[test]

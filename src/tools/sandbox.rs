@@ -4,9 +4,21 @@
 //!
 //! Inside: the workspace, read-write at its own path and the working directory; `/usr`, `/bin`,
 //! `/sbin`, `/lib*` and `/etc` read-only (merged-`/usr` symlinks recreated as symlinks) with
-//! the shadow password files masked; a minimal `/dev`, a fresh `/proc` and `/tmp`; every
+//! the shadow password files masked; a minimal read-only `/dev`, a fresh read-only `/proc`,
+//! and a sized `/tmp` and `/dev/shm` (tmpfs: [`TMP_BYTES`], [`SHM_BYTES`]); the sandbox's own
+//! root is read-only, so those two are the only memory-backed files a command can write. Every
 //! namespace unshared (no network unless allowed), all capabilities dropped, a new session,
 //! and an environment holding nothing of the server's. Nothing else of the host is visible.
+//!
+//! Memory: tmpfs pages are charged to no process, so an OOM killer that picks by size would
+//! pick the server. bwrap and everything it starts get `oom_score_adj` 1000, set before bwrap
+//! runs: when memory runs out the sandbox is killed first, which also frees its tmpfs.
+//! [`shield_server`] lowers the server's own score where it is allowed to; the programs it
+//! starts outside the sandbox get the default back ([`unshielded`]).
+//!
+//! Output: the first `max_output` bytes are kept; reading goes on, only counting, up to
+//! [`MAX_READ_BYTES`], then the pipe is closed, so the command's further writes fail (a
+//! broken pipe) instead of costing the server a read each.
 //!
 //! A command's processes live in the sandbox's own PID namespace, whose init is the command's
 //! `sh`: when it exits, or is killed, the kernel kills everything left in the namespace. bwrap
@@ -34,6 +46,17 @@ const REAP_TIMEOUT: Duration = Duration::from_secs(5);
 const SANDBOX_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 /// Host files never shown inside, though they live in a directory that is.
 const MASKED: [&str; 2] = ["/etc/shadow", "/etc/gshadow"];
+/// Size of the sandbox's `/tmp`.
+pub const TMP_BYTES: u64 = 512 << 20;
+/// Size of the sandbox's `/dev/shm`.
+pub const SHM_BYTES: u64 = 64 << 20;
+/// Bytes of a command's output read in all (kept or only counted); then the pipe is closed.
+pub const MAX_READ_BYTES: u64 = 4 << 20;
+/// The sandbox's `oom_score_adj`: the highest, its processes are the OOM killer's first pick.
+const SANDBOX_OOM_SCORE_ADJ: &[u8] = b"1000";
+/// The server's `oom_score_adj` where it may lower it: the OOM killer's last pick, still
+/// killable when nothing else is (-1000 would make it never killable).
+const SERVER_OOM_SCORE_ADJ: i32 = -999;
 
 /// A bubblewrap that was seen to work on this host.
 #[derive(Debug)]
@@ -74,8 +97,10 @@ pub enum Ending {
 #[derive(Debug, Clone)]
 pub struct Ran {
     pub output: Vec<u8>,
-    /// Bytes of output in all, kept or not.
+    /// Bytes of output read in all, kept or not.
     pub total: u64,
+    /// Whether reading stopped at [`MAX_READ_BYTES`] and the pipe was closed before its end.
+    pub closed_early: bool,
     pub ending: Ending,
 }
 
@@ -169,7 +194,7 @@ impl Sandbox {
             return Err(SandboxError::Nul);
         }
         let start = |e: std::io::Error| SandboxError::Start(e.kind());
-        let (sender, mut receiver) = tokio::net::unix::pipe::pipe().map_err(start)?;
+        let (sender, receiver) = tokio::net::unix::pipe::pipe().map_err(start)?;
         let stdout: OwnedFd = sender.into_blocking_fd().map_err(start)?;
         let stderr = stdout.try_clone().map_err(start)?;
         let mut command = self.command(workspace, script, limits.network);
@@ -179,23 +204,17 @@ impl Sandbox {
             .stderr(Stdio::from(stderr))
             .process_group(0)
             .kill_on_drop(true);
+        first_for_the_oom_killer(&mut command);
         let mut child = command.spawn().map_err(start)?;
         // The command holds our copies of the pipe's write end: without dropping it, the pipe
         // would never report its end.
         drop(command);
         let mut group = ProcessGroup::of(&child);
 
-        let mut output = Vec::new();
-        let mut total = 0;
+        let mut read = Read::default();
         let pumped = tokio::time::timeout(
             limits.timeout,
-            pump(
-                &mut receiver,
-                &mut child,
-                &mut output,
-                &mut total,
-                limits.max_output,
-            ),
+            pump(receiver, &mut child, &mut read, limits.max_output),
         )
         .await;
         let ending = match pumped {
@@ -220,8 +239,9 @@ impl Sandbox {
             }
         };
         Ok(Ran {
-            output,
-            total,
+            output: read.output,
+            total: read.total,
+            closed_early: read.closed_early,
             ending,
         })
     }
@@ -243,7 +263,7 @@ impl Sandbox {
         }
         command.args(["--cap-drop", "ALL"]);
         command.args(&self.system);
-        command.args(["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]);
+        command.args(scratch_mounts());
         for masked in MASKED {
             if Path::new(masked).is_file() {
                 command.args(["--ro-bind", "/dev/null", masked]);
@@ -259,31 +279,130 @@ impl Sandbox {
         command.args(["--setenv", "TMPDIR", "/tmp"]);
         command.args(["--setenv", "LANG", "C.UTF-8"]);
         command.args(["--setenv", "TERM", "dumb"]);
+        // Last, once every mount point exists: the rest of the root is bwrap's own unsized tmpfs.
+        command.args(["--remount-ro", "/"]);
         command.args(["--", "sh", "-c", script]);
         command
     }
 }
 
-/// Reads the merged output until every process holding the pipe is gone, keeping the first
-/// `max` bytes, then reaps bwrap.
+/// What was read of a command's output.
+#[derive(Debug, Default)]
+struct Read {
+    output: Vec<u8>,
+    total: u64,
+    closed_early: bool,
+}
+
+/// Reads the merged output until every process holding the pipe is gone or
+/// [`MAX_READ_BYTES`] were read, keeping the first `max` bytes; closes the pipe, then reaps
+/// bwrap.
 async fn pump(
-    receiver: &mut tokio::net::unix::pipe::Receiver,
+    mut receiver: tokio::net::unix::pipe::Receiver,
     child: &mut Child,
-    output: &mut Vec<u8>,
-    total: &mut u64,
+    read: &mut Read,
     max: usize,
 ) -> std::io::Result<ExitStatus> {
     let mut buf = vec![0u8; 16 * 1024];
-    loop {
-        let n = receiver.read(&mut buf).await?;
+    while read.total < MAX_READ_BYTES {
+        let room = usize::try_from(MAX_READ_BYTES - read.total).unwrap_or(usize::MAX);
+        let want = buf.len().min(room);
+        let n = receiver.read(&mut buf[..want]).await?;
         if n == 0 {
             break;
         }
-        *total += n as u64;
-        let keep = n.min(max.saturating_sub(output.len()));
-        output.extend_from_slice(&buf[..keep]);
+        read.total += n as u64;
+        let keep = n.min(max.saturating_sub(read.output.len()));
+        read.output.extend_from_slice(&buf[..keep]);
+        read.closed_early = read.total >= MAX_READ_BYTES;
     }
+    drop(receiver);
     child.wait().await
+}
+
+/// The sandbox's `/dev`, read-only but for a sized `/dev/shm`; its `/proc`, read-only (so no
+/// process lowers its `oom_score_adj`); and a sized `/tmp`. (`--size` applies to the
+/// `--tmpfs` after it.)
+fn scratch_mounts() -> Vec<OsString> {
+    let shm = SHM_BYTES.to_string();
+    let tmp = TMP_BYTES.to_string();
+    let mounts: [&[&str]; 5] = [
+        &["--dev", "/dev"],
+        &["--perms", "1777", "--size", &shm, "--tmpfs", "/dev/shm"],
+        &["--remount-ro", "/dev"],
+        &["--proc", "/proc", "--remount-ro", "/proc"],
+        &["--size", &tmp, "--tmpfs", "/tmp"],
+    ];
+    mounts.concat().into_iter().map(OsString::from).collect()
+}
+
+/// Makes the spawned bwrap, and so everything it starts, the OOM killer's first pick: its
+/// `oom_score_adj` is raised before it runs (raising needs no privilege; the sandbox's `/proc`
+/// is read-only, so it cannot lower it again). Failing to set it fails the spawn.
+fn first_for_the_oom_killer(command: &mut Command) {
+    start_with_oom_score_adj(command, SANDBOX_OOM_SCORE_ADJ, true);
+}
+
+/// Gives a program the server starts outside the sandbox (an MCP server) the default OOM
+/// score rather than the one the server lowered for itself, which it would inherit.
+pub fn unshielded(command: &mut Command) {
+    if SHIELDED.load(std::sync::atomic::Ordering::Relaxed) {
+        start_with_oom_score_adj(command, b"0", false);
+    }
+}
+
+/// Whether [`shield_server`] lowered the server's score.
+static SHIELDED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Has `command`'s process write `score` to its `oom_score_adj` before it runs the program;
+/// when that fails, the spawn fails if `required`.
+fn start_with_oom_score_adj(command: &mut Command, score: &'static [u8], required: bool) {
+    let set = move || -> std::io::Result<()> {
+        use rustix::fs::{Mode, OFlags};
+        let written = rustix::fs::open(
+            c"/proc/self/oom_score_adj",
+            OFlags::WRONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .and_then(|file| rustix::io::write(&file, score));
+        match written {
+            Err(errno) if required => Err(errno.into()),
+            _ => Ok(()),
+        }
+    };
+    // SAFETY: between fork and exec the closure only makes the open, write and close system
+    // calls, which are async-signal-safe, and allocates nothing.
+    unsafe {
+        command.pre_exec(set);
+    }
+}
+
+/// Lowers the server's own `oom_score_adj` to [`SERVER_OOM_SCORE_ADJ`] (unless it is lower
+/// already), so that the OOM killer picks a sandbox or any other process before it. Lowering
+/// needs `CAP_SYS_RESOURCE`: without it the log says so, once, and the sandbox is still
+/// picked first.
+pub fn shield_server() {
+    const PATH: &str = "/proc/self/oom_score_adj";
+    let current = std::fs::read_to_string(PATH)
+        .ok()
+        .and_then(|text| text.trim().parse::<i32>().ok());
+    if current.is_some_and(|adj| adj <= SERVER_OOM_SCORE_ADJ) {
+        return;
+    }
+    match std::fs::write(PATH, SERVER_OOM_SCORE_ADJ.to_string()) {
+        Ok(()) => {
+            SHIELDED.store(true, std::sync::atomic::Ordering::Relaxed);
+            tracing::info!(
+                oom_score_adj = SERVER_OOM_SCORE_ADJ,
+                "lowered the server's OOM score: shell sandboxes are killed before it"
+            );
+        }
+        Err(error) => tracing::info!(
+            error = %error.kind(),
+            "could not lower the server's OOM score (needs CAP_SYS_RESOURCE); shell \
+             sandboxes are still the OOM killer's first pick"
+        ),
+    }
 }
 
 fn ending_of(status: ExitStatus) -> Ending {
@@ -532,6 +651,84 @@ mod tests {
         not(sandbox_tests),
         ignore = "needs bubblewrap: install it (apt-get install bubblewrap), then touch build.rs"
     )]
+    #[tokio::test]
+    async fn memory_backed_files_are_sized_and_the_sandbox_is_the_oom_pick() {
+        let Some(sandbox) = testing::sandbox().await else {
+            return;
+        };
+        let workspace = tempfile::tempdir().expect("tempdir");
+        let limits = RunLimits {
+            network: false,
+            timeout: Duration::from_secs(30),
+            max_output: 4096,
+        };
+        let script = format!(
+            "head -c {} /dev/zero > /tmp/big; echo tmp $? $(stat -c %s /tmp/big); rm /tmp/big; \
+             head -c {} /dev/zero > /dev/shm/big; echo shm $? $(stat -c %s /dev/shm/big); \
+             echo x > /dev/x; echo dev $?; echo x > /x; echo root $?; mkdir /d; echo mkdir $?; \
+             echo oom $(cat /proc/self/oom_score_adj); echo 0 > /proc/self/oom_score_adj; \
+             echo lowered $? $(cat /proc/self/oom_score_adj)",
+            TMP_BYTES + (16 << 20),
+            SHM_BYTES + (16 << 20)
+        );
+        let ran = sandbox
+            .run(workspace.path(), &script, limits)
+            .await
+            .expect("ran");
+        let said = String::from_utf8_lossy(&ran.output);
+        eprintln!("{said}");
+        let lines: Vec<&str> = said
+            .lines()
+            .filter(|l| !l.contains(": ") && !l.starts_with("head"))
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                format!("tmp 1 {TMP_BYTES}").as_str(),
+                format!("shm 1 {SHM_BYTES}").as_str(),
+                "dev 2",
+                "root 2",
+                "mkdir 1",
+                "oom 1000",
+                "lowered 2 1000"
+            ],
+            "{said}"
+        );
+        assert!(said.contains("No space left on device"), "{said}");
+        assert_eq!(ran.ending, Ending::Exited(0));
+    }
+
+    #[cfg_attr(tah_no_sandbox, ignore = "needs bubblewrap")]
+    #[tokio::test]
+    async fn a_flood_of_output_is_read_only_up_to_a_ceiling() {
+        let Some(sandbox) = testing::sandbox().await else {
+            return;
+        };
+        let workspace = tempfile::tempdir().expect("tempdir");
+        let limits = RunLimits {
+            network: false,
+            timeout: Duration::from_secs(20),
+            max_output: 1000,
+        };
+        for script in ["cat /dev/zero", "yes & yes & yes & yes; wait; echo after"] {
+            let started = std::time::Instant::now();
+            let ran = sandbox
+                .run(workspace.path(), script, limits)
+                .await
+                .expect("ran");
+            let took = started.elapsed();
+            eprintln!(
+                "`{script}`: read {} bytes, {took:?}, {:?}",
+                ran.total, ran.ending
+            );
+            assert_eq!(ran.total, MAX_READ_BYTES, "{script}");
+            assert!(ran.closed_early, "{script}");
+            assert_eq!(ran.output.len(), 1000);
+            assert!(took < Duration::from_secs(5), "{script}: {took:?}");
+        }
+    }
+
+    #[cfg_attr(tah_no_sandbox, ignore = "needs bubblewrap")]
     #[tokio::test]
     async fn a_workspace_holding_system_directories_is_refused() {
         let Some(sandbox) = testing::sandbox().await else {

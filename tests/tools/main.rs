@@ -17,6 +17,7 @@ mod artifacts;
 mod builtin;
 mod client;
 mod routes;
+mod sandbox_limits;
 mod workspaces;
 
 // The helpers of the tools suites, shared with the MCP suite.

@@ -204,6 +204,47 @@ fn cut_at_char(s: &str, max: usize) -> &str {
     &s[..end]
 }
 
+/// What one character of a tool's output costs in a model request (bytes).
+pub(crate) type Cost = fn(char) -> usize;
+
+/// A character of an output, in the JSON string a request carries it in (as serde_json writes
+/// it): control characters are escaped, most as `\u00XX`, six bytes for one; so are `"` and `\`.
+pub(crate) fn in_json(c: char) -> usize {
+    match c {
+        '"' | '\\' | '\u{8}' | '\u{c}' | '\n' | '\r' | '\t' => 2,
+        '\0'..='\u{1f}' => 6,
+        _ => c.len_utf8(),
+    }
+}
+
+/// A character of an error, which is JSON (`{"error": …}`) carried in a JSON string: escaped
+/// twice.
+pub(crate) fn in_error_json(c: char) -> usize {
+    match c {
+        '"' | '\\' => 4,
+        '\u{8}' | '\u{c}' | '\n' | '\r' | '\t' => 3,
+        '\0'..='\u{1f}' => 7,
+        _ => c.len_utf8(),
+    }
+}
+
+/// What `s` costs in a model request.
+pub(crate) fn cost_of(s: &str, cost: Cost) -> usize {
+    s.chars().map(cost).sum()
+}
+
+/// The longest start of `s` that costs at most `max` bytes in a model request.
+pub(crate) fn cut_to_cost(s: &str, max: usize, cost: Cost) -> &str {
+    let mut used = 0;
+    for (at, c) in s.char_indices() {
+        used += cost(c);
+        if used > max {
+            return &s[..at];
+        }
+    }
+    s
+}
+
 /// A workspace in a temporary directory, for the tools' unit tests.
 #[cfg(test)]
 struct TestWorkspace {

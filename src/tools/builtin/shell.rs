@@ -1,20 +1,27 @@
 //! `shell`: `sh -c` in the session's workspace, inside the bubblewrap [`Sandbox`]. Offered only
 //! when the sandbox probe succeeded; output is stdout and stderr merged, bounded, then the exit
-//! code.
+//! code. After every call no file in the workspace keeps a setuid or setgid bit ([`setid`]).
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
-use super::{cut_at_char, int_arg, required_string, MAX_OUTPUT_BYTES, NOTE_ROOM};
-use crate::tools::sandbox::{Ending, Ran, RunLimits};
+use super::{
+    cut_to_cost, in_error_json, in_json, int_arg, required_string, Cost, MAX_OUTPUT_BYTES,
+    NOTE_ROOM,
+};
+use crate::tools::sandbox::{Ending, Ran, RunLimits, MAX_READ_BYTES, TMP_BYTES};
+use crate::tools::setid;
 use crate::tools::{
     Availability, SandboxStatus, Subject, SubjectKind, Tool, ToolContext, ToolError, ToolResult,
 };
 
 /// Longest command accepted (bytes).
 const MAX_COMMAND_BYTES: usize = 64 * 1024;
+/// Room a timed-out call's output leaves for the words around it and the error's JSON.
+const TIMEOUT_ROOM: usize = 128;
 
 /// How `shell` may run commands on this server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,10 +70,14 @@ impl Tool for Shell {
         format!(
             "Run a command with `sh -c` in the workspace (the working directory), inside a \
              sandbox: only the workspace is writable, system directories are read-only, /tmp \
-             is empty and private, {network}. Output is stdout and stderr merged (at most {} \
-             KiB), then `exit code N`. The command and everything it starts is killed after \
-             `timeout_s` seconds (default {}, at most {}); nothing keeps running after the call.",
+             is empty, private and holds at most {} MiB, {network}. Output is stdout and \
+             stderr merged (at most {} KiB shown; past {} MiB the output is closed and writes \
+             to it fail), then `exit code N`. The command and everything it starts is killed \
+             after `timeout_s` seconds (default {}, at most {}); nothing keeps running after \
+             the call.",
+            TMP_BYTES >> 20,
             MAX_OUTPUT_BYTES / 1024,
+            MAX_READ_BYTES >> 20,
             self.settings.default_timeout.as_secs(),
             self.settings.max_timeout.as_secs()
         )
@@ -130,41 +141,84 @@ impl Tool for Shell {
             timeout,
             max_output: MAX_OUTPUT_BYTES - NOTE_ROOM,
         };
+        let clear_setid = ClearSetid(Some(ctx.workspace.root().to_path_buf()));
         let ran = sandbox
             .run(ctx.workspace.root(), &command, limits)
             .await
             .map_err(|e| ToolError(e.to_string()))?;
+        clear_setid.now().await;
         match ran.ending {
             Ending::TimedOut => Err(ToolError(format!(
                 "timed out after {} s; the command and everything it started were killed. \
                  Output so far:\n{}",
                 timeout.as_secs(),
-                shown_output(&ran, limits.max_output)
+                shown_output(&ran, limits.max_output - TIMEOUT_ROOM, in_error_json)
             ))),
-            Ending::Exited(code) => {
-                Ok(format!("{}exit code {code}", shown_output(&ran, limits.max_output)).into())
-            }
+            Ending::Exited(code) => Ok(format!(
+                "{}exit code {code}",
+                shown_output(&ran, limits.max_output, in_json)
+            )
+            .into()),
             Ending::Signalled(signal) => Ok(format!(
                 "{}killed by signal {signal}",
-                shown_output(&ran, limits.max_output)
+                shown_output(&ran, limits.max_output, in_json)
             )
             .into()),
         }
     }
 }
 
-/// The kept output as text ending in a newline (empty when there was none), with a note when
-/// some was dropped.
-fn shown_output(ran: &Ran, max: usize) -> String {
+/// Clears the setuid and setgid bits in a workspace once a command is over, however its call
+/// ends: [`ClearSetid::now`] before the call returns, or on a thread of its own when the call
+/// is dropped (cancelled).
+struct ClearSetid(Option<PathBuf>);
+
+impl ClearSetid {
+    async fn now(mut self) {
+        if let Some(root) = self.0.take() {
+            // A panic there would only lose the clearing; it is logged by the runtime.
+            let _ = tokio::task::spawn_blocking(move || setid::clear(&root)).await;
+        }
+    }
+}
+
+impl Drop for ClearSetid {
+    fn drop(&mut self) {
+        if let Some(root) = self.0.take() {
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => {
+                    runtime.spawn_blocking(move || setid::clear(&root));
+                }
+                Err(_) => {
+                    setid::clear(&root);
+                }
+            }
+        }
+    }
+}
+
+/// The kept output as text ending in a newline (empty when there was none), costing at most
+/// `max` bytes in the model request, with a note when some was dropped or not read at all.
+fn shown_output(ran: &Ran, max: usize, cost: Cost) -> String {
     let text = String::from_utf8_lossy(&ran.output);
-    let mut shown = cut_at_char(&text, max).to_owned();
+    let mut shown = cut_to_cost(&text, max, cost).to_owned();
+    let showed = if shown.len() < text.len() {
+        shown.len()
+    } else {
+        ran.output.len()
+    };
     if !shown.is_empty() && !shown.ends_with('\n') {
         shown.push('\n');
     }
-    if ran.total > ran.output.len() as u64 {
+    if ran.closed_early {
         shown.push_str(&format!(
-            "[output truncated: showed the first {} of {} bytes]\n",
-            ran.output.len(),
+            "[output truncated: showed the first {showed} of over {} bytes; the rest was \
+             refused (broken pipe): redirect long output to a file]\n",
+            ran.total
+        ));
+    } else if ran.total > showed as u64 {
+        shown.push_str(&format!(
+            "[output truncated: showed the first {showed} of {} bytes]\n",
             ran.total
         ));
     }
@@ -174,8 +228,10 @@ fn shown_output(ran: &Ran, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::ToolCall;
     use crate::tools::sandbox::testing::{self, marker, processes_with};
-    use crate::tools::Workspace;
+    use crate::tools::{ToolRegistry, Workspace};
+    use std::sync::Arc;
     use std::time::Instant;
 
     struct Fixture {
@@ -293,6 +349,118 @@ mod tests {
         not(sandbox_tests),
         ignore = "needs bubblewrap: install it (apt-get install bubblewrap), then touch build.rs"
     )]
+    #[tokio::test]
+    async fn endless_output_is_closed_and_the_model_told() {
+        let Some(f) = fixture(ShellSettings::default()).await else {
+            return;
+        };
+        let started = Instant::now();
+        let args = json!({ "command": "cat /dev/zero | tr '\\0' x", "timeout_s": 20 });
+        let out = f.shell.call(&f.ctx, &args).await.expect("ran").output;
+        eprintln!("`cat /dev/zero | tr`: {:?}", started.elapsed());
+        assert!(started.elapsed() < Duration::from_secs(5));
+        let kept = MAX_OUTPUT_BYTES - NOTE_ROOM;
+        assert!(out.starts_with(&"x".repeat(kept)), "kept the first bytes");
+        assert!(
+            out.ends_with(&format!(
+                "\n[output truncated: showed the first {kept} of over {MAX_READ_BYTES} bytes; \
+                 the rest was refused (broken pipe): redirect long output to a file]\n\
+                 exit code 141"
+            )),
+            "{}",
+            &out[kept..]
+        );
+    }
+
+    #[cfg_attr(tah_no_sandbox, ignore = "needs bubblewrap")]
+    #[tokio::test]
+    async fn control_characters_count_as_the_escapes_the_model_receives() {
+        let settings = ShellSettings {
+            max_timeout: Duration::from_secs(1),
+            ..ShellSettings::default()
+        };
+        let Some(f) = fixture(settings).await else {
+            return;
+        };
+        // Ends on its own, and times out still writing (the longest notes).
+        let commands = [
+            "head -c 100000 /dev/zero | tr '\\0' '\\1'; exit 3",
+            "trap '' PIPE; head -c 5000000 /dev/zero | tr '\\0' '\\1'; sleep 10",
+        ];
+        let registry =
+            ToolRegistry::new(vec![Arc::new(f.shell)], MAX_OUTPUT_BYTES).expect("registry");
+        for (command, ends) in commands
+            .into_iter()
+            .zip(["exit code 3", "to a file]\\n\"}"])
+        {
+            let call = ToolCall {
+                id: "c1".into(),
+                name: "shell".into(),
+                arguments: json!({ "command": command }),
+            };
+            let out = registry.execute(&f.ctx, &call).await.output;
+            let request = serde_json::to_string(&out).expect("json").len() - 2;
+            eprintln!(
+                "{command}: {} bytes, {request} in the model request",
+                out.len()
+            );
+            assert!(request <= MAX_OUTPUT_BYTES, "{request}");
+            assert!(request > MAX_OUTPUT_BYTES - 2 * NOTE_ROOM, "{request}");
+            let tail = &out[out.len() - 200..];
+            assert!(
+                tail.contains("[output truncated: showed the first "),
+                "{tail}"
+            );
+            assert!(
+                !tail.contains("[output cut"),
+                "the registry cut nothing: {tail}"
+            );
+            assert!(tail.ends_with(ends), "{tail}");
+        }
+    }
+
+    #[cfg_attr(tah_no_sandbox, ignore = "needs bubblewrap")]
+    #[tokio::test]
+    async fn no_file_keeps_a_setuid_bit_after_the_call() {
+        use std::os::unix::fs::PermissionsExt;
+        let Some(f) = fixture(ShellSettings::default()).await else {
+            return;
+        };
+        let out = run(
+            &f,
+            "cp /bin/sh planted; chmod u+s planted; mkdir -p d/e; cp planted d/e/deep; \
+             chmod 6755 d/e/deep; stat -c %A planted d/e/deep",
+        )
+        .await
+        .expect("ran");
+        assert_eq!(out, "-rwsr-xr-x\n-rwsr-sr-x\nexit code 0", "set inside");
+        let root = f.ctx.workspace.root();
+        for planted in ["planted", "d/e/deep"] {
+            let mode = std::fs::metadata(root.join(planted))
+                .expect("stat")
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o7777, 0o755, "{planted}: {mode:o}");
+        }
+        // Clearing a workspace of many files, as after every call.
+        let many = root.join("many");
+        for dir in 0..100 {
+            std::fs::create_dir_all(many.join(dir.to_string())).expect("mkdir");
+            for file in 0..200 {
+                std::fs::write(many.join(format!("{dir}/{file}")), "").expect("write");
+            }
+        }
+        let started = Instant::now();
+        let cleared = setid::clear(root);
+        eprintln!(
+            "a walk over {} entries: {:?}",
+            cleared.entries,
+            started.elapsed()
+        );
+        assert!(cleared.complete);
+    }
+
+    #[cfg_attr(tah_no_sandbox, ignore = "needs bubblewrap")]
     #[tokio::test]
     async fn a_timeout_kills_the_command_and_everything_it_started() {
         let settings = ShellSettings {
