@@ -131,7 +131,7 @@ impl Tool for Shell {
             max_output: MAX_OUTPUT_BYTES - NOTE_ROOM,
         };
         let ran = sandbox
-            .run(ctx.workspace.root(), &command, limits)
+            .run(&ctx.workspace, &command, limits)
             .await
             .map_err(|e| ToolError(e.to_string()))?;
         match ran.ending {
