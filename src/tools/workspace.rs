@@ -381,7 +381,8 @@ impl Workspace {
             return Ok(());
         }
         Err(ToolError(format!(
-            "{} now leads to {}, not to {} as when the call was allowed; nothing was done (call              again to have the new path decided on)",
+            "{} now leads to {}, not to {} as when the call was allowed; nothing was done (call \
+             again to have the new path decided on)",
             echo(rel),
             printable(&now),
             printable(decided)

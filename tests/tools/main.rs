@@ -12,6 +12,7 @@
 mod support;
 
 mod approvals;
+mod attacks;
 mod artifact_storage;
 mod artifacts;
 mod builtin;
