@@ -1,8 +1,10 @@
 //! `glob` and `grep`: finding files by name and lines by regex, with ripgrep's crates. Both walk
-//! a directory of the workspace without following symlinks (so a walk cannot loop or leave
-//! the workspace), skip `.git`, and respect `.gitignore` files from the workspace root down —
-//! never those above it, nor the host user's global excludes. `grep` opens every file through
-//! the [`Workspace`] so a file swapped for a symlink during the walk is skipped, not followed.
+//! a directory of the workspace from descriptor to descriptor (`openat` with `O_NOFOLLOW`),
+//! never following a symlink nor resolving a path again, so a walk cannot loop or leave the
+//! workspace even while directories are swapped for symlinks under it. They skip `.git`, go at
+//! most 64 levels down, and respect `.gitignore` (and `.ignore`) files from the workspace root
+//! down, read the same way — never those above it, nor the host user's global excludes.
+//! `grep` holds at most 8 MiB of one file: a file with a longer line is named as skipped.
 
 use std::ffi::{OsStr, OsString};
 use std::io::Read;
