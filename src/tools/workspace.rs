@@ -31,8 +31,8 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
 use rustix::fs::{
-    mkdirat, openat, readlinkat, renameat, statat, unlinkat, AtFlags, FileType, Mode, OFlags,
-    Stat, CWD,
+    mkdirat, openat, readlinkat, renameat, statat, unlinkat, AtFlags, FileType, Mode, OFlags, Stat,
+    CWD,
 };
 use rustix::io::Errno;
 
@@ -231,7 +231,8 @@ impl Workspace {
                 Ok(Entry::Dir(walked.dir_rel, walked.dir))
             }
             Some((name, stat)) => {
-                let (canon, file) = self.open_leaf(rel, &walked.dir, &walked.dir_rel, name, stat)?;
+                let (canon, file) =
+                    self.open_leaf(rel, &walked.dir, &walked.dir_rel, name, stat)?;
                 Ok(Entry::File(canon, file))
             }
         }
@@ -321,7 +322,10 @@ impl Workspace {
     /// Creates or replaces the file `rel` with `content`, creating missing parents.
     pub(crate) fn write(&self, rel: &str, content: &[u8]) -> Result<Written, ToolError> {
         check_path_syntax(rel)?;
-        if !matches!(Path::new(rel).components().last(), Some(Component::Normal(_))) {
+        if !matches!(
+            Path::new(rel).components().next_back(),
+            Some(Component::Normal(_))
+        ) {
             return Err(ToolError(format!("not a file path: {}", echo(rel))));
         }
         let walked = self.walk_model(rel, Missing::Create)?;
@@ -401,7 +405,14 @@ impl Workspace {
     fn walk_planned(&self, rel: &str) -> Result<Walked, ToolError> {
         check_path_syntax(rel)?;
         let start = self.dir_at(Path::new("")).map_err(|e| io_error(rel, &e))?;
-        self.walk(start, PathBuf::new(), model_steps(rel), rel, Missing::Stop, true)
+        self.walk(
+            start,
+            PathBuf::new(),
+            model_steps(rel),
+            rel,
+            Missing::Stop,
+            true,
+        )
     }
 
     /// Walks `steps` (of the model's path `rel`) from the directory `fd` at `dir_rel`, one
@@ -541,7 +552,11 @@ fn link_steps(target: &[u8]) -> Vec<Step> {
 
 /// The entry `name` of `dir` and its status (`None`: missing). A name the model wrote that does
 /// not exist as written is looked up by what it escapes, when that exists.
-fn find(dir: &OwnedFd, name: OsString, from_model: bool) -> Result<(OsString, Option<Stat>), Errno> {
+fn find(
+    dir: &OwnedFd,
+    name: OsString,
+    from_model: bool,
+) -> Result<(OsString, Option<Stat>), Errno> {
     match statat(dir, &name, AtFlags::SYMLINK_NOFOLLOW) {
         Ok(stat) => return Ok((name, Some(stat))),
         Err(Errno::NOENT) => {}
@@ -661,7 +676,11 @@ pub(crate) fn unescape_name(shown: &[u8]) -> Option<Vec<u8>> {
             '0' => '\0',
             'x' => {
                 let hex: String = chars.by_ref().take(2).collect();
-                out.push(u8::from_str_radix(&hex, 16).ok().filter(|_| hex.len() == 2)?);
+                out.push(
+                    u8::from_str_radix(&hex, 16)
+                        .ok()
+                        .filter(|_| hex.len() == 2)?,
+                );
                 continue;
             }
             'u' => {
@@ -910,7 +929,9 @@ mod tests {
         fs::create_dir(tmp.path().join(name)).expect("mkdir");
         fs::write(tmp.path().join(name).join("f\u{202e}txt.sh"), "x").expect("write");
         let ws = Workspace::open(tmp.path()).expect("root");
-        let (canon, _) = ws.open_file("d\\xe9j\\xe0/f\\u{202e}txt.sh").expect("found");
+        let (canon, _) = ws
+            .open_file("d\\xe9j\\xe0/f\\u{202e}txt.sh")
+            .expect("found");
         assert_eq!(display(&canon), "d\\xe9j\\xe0/f\\u{202e}txt.sh");
     }
 }

@@ -24,7 +24,10 @@ async fn pending(server: &TestServer, id: &str, n: usize) -> Vec<Value> {
         if data.len() >= n {
             return data;
         }
-        assert!(Instant::now() < deadline, "no {n} pending approvals: {page}");
+        assert!(
+            Instant::now() < deadline,
+            "no {n} pending approvals: {page}"
+        );
         tokio::time::sleep(Duration::from_millis(30)).await;
     }
 }
@@ -225,7 +228,12 @@ async fn glob_never_lists_host_files_while_a_directory_is_exchanged_with_a_link(
     let exchanges = {
         let (stop, root) = (stop.clone(), root.clone());
         std::thread::spawn(move || {
-            let dir = rustix::fs::open(&root, rustix::fs::OFlags::DIRECTORY, rustix::fs::Mode::empty()).unwrap();
+            let dir = rustix::fs::open(
+                &root,
+                rustix::fs::OFlags::DIRECTORY,
+                rustix::fs::Mode::empty(),
+            )
+            .unwrap();
             let mut swaps = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 rustix::fs::renameat_with(&dir, "d", &dir, "l", rustix::fs::RenameFlags::EXCHANGE)
@@ -250,7 +258,12 @@ async fn glob_never_lists_host_files_while_a_directory_is_exchanged_with_a_link(
         "{CALLS} glob calls during {swaps} exchanges: {leaks} listed the host's file, \
          {saw_inside} listed inside.txt"
     );
-    assert_eq!(leaks, 0, "{:?}", outputs.iter().find(|o| o.contains("host-secret")));
+    assert_eq!(
+        leaks,
+        0,
+        "{:?}",
+        outputs.iter().find(|o| o.contains("host-secret"))
+    );
 }
 
 /// The server's peak resident memory (`VmHWM`), in MiB.

@@ -12,9 +12,9 @@
 mod support;
 
 mod approvals;
-mod attacks;
 mod artifact_storage;
 mod artifacts;
+mod attacks;
 mod builtin;
 mod client;
 mod routes;

@@ -267,7 +267,11 @@ impl RunJournal<'_> {
                     let edited = r.input.is_some();
                     let call = with_input(call, r.input);
                     let decided = if edited {
-                        self.calls.tools.subject(&self.calls.context, &call).await.text
+                        self.calls
+                            .tools
+                            .subject(&self.calls.context, &call)
+                            .await
+                            .text
                     } else {
                         item.subject
                     };

@@ -615,7 +615,11 @@ mod tests {
         // `a/..` where `a` leads outside resolves outside, too.
         assert_refused(&f, list(&f, "dir_link/..").await, "outside the workspace");
         // A dangling link that would lead outside is refused so, without naming the target.
-        assert_refused(&f, read(&f, "dangling").await, "outside the workspace: dangling");
+        assert_refused(
+            &f,
+            read(&f, "dangling").await,
+            "outside the workspace: dangling",
+        );
 
         // The links are listed by name, without '/' since they do not lead to an inside dir.
         let out = list(&f, ".").await.expect("list");

@@ -21,11 +21,11 @@ use ignore::Match;
 use rustix::fs::{openat, statat, AtFlags, FileType, Mode, OFlags, Stat};
 use serde_json::{json, Value};
 
+use super::files::read_names;
 use super::{
     bool_arg, cut_at_char, dir_arg, int_arg, path_property, path_subject, required_string,
     string_arg, BoundedText,
 };
-use super::files::read_names;
 use crate::tools::workspace::{display, echo, open_regular_in, Entry, Workspace};
 use crate::tools::{Subject, Tool, ToolContext, ToolError, ToolResult};
 
