@@ -316,3 +316,53 @@ async fn grep_skips_a_file_whose_one_line_is_too_long_to_hold() {
     assert!(small.contains("small.txt:1:a needle here"), "{small}");
     assert!(after < before + 100, "peak RSS {before} MiB -> {after} MiB");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn odd_names_are_shown_escaped_and_addressed_by_what_was_shown() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = crate::allow_all(dir.path());
+    let model = model_calling(vec![
+        call("ls", "list_files", json!({})),
+        call("read", "read_file", json!({"path": "caf\\xe9.txt"})),
+        call(
+            "edit",
+            "edit_file",
+            json!({"path": "invoice\\u{202e}fdp.exe", "old_string": "old", "new_string": "new"}),
+        ),
+    ])
+    .await;
+    let server = start(&model, &["--tool-policy", &policy]).await;
+    let root = server.workspace().to_path_buf();
+    let latin1 = <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(b"caf\xe9.txt");
+    std::fs::write(root.join(latin1), "bonjour\n").unwrap();
+    std::fs::write(root.join("invoice\u{202e}fdp.exe"), "old\n").unwrap();
+    let id = server.create_session().await;
+    let result = server.run_wait(&id, "look at the odd names").await;
+    assert_eq!(result["status"], "completed", "{result}");
+    let events = server.events(&id).await;
+    let listed = output_of(&events, "ls");
+    eprintln!("list_files showed {listed:?}");
+    assert!(
+        listed.contains("caf\\xe9.txt") && listed.contains("invoice\\u{202e}fdp.exe"),
+        "{listed}"
+    );
+    assert!(
+        !listed.contains('\u{202e}'),
+        "no raw bidi control: {listed}"
+    );
+    assert_eq!(output_of(&events, "read"), "     1\tbonjour\n");
+    let kept: Vec<&str> = events
+        .iter()
+        .filter(|e| e["type"] == "artifact.created")
+        .filter_map(|e| e["data"]["artifact"]["path"].as_str())
+        .collect();
+    assert_eq!(
+        kept,
+        ["invoice\\u{202e}fdp.exe"],
+        "the artifact's name is escaped"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("invoice\u{202e}fdp.exe")).unwrap(),
+        "new\n"
+    );
+}
