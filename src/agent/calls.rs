@@ -21,8 +21,14 @@ use crate::tools::ToolOutput;
 /// What the session decided about a call.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Admission {
-    /// Run it now, with this call (an approval may have replaced its input).
-    Run { step_id: Uuid, call: ToolCall },
+    /// Run it now, with this call (an approval may have replaced its input). `decided` is the
+    /// subject the policy or a human decided on, when one was read: a file tool refuses a path
+    /// that leads elsewhere by the time it runs.
+    Run {
+        step_id: Uuid,
+        call: ToolCall,
+        decided: Option<String>,
+    },
     /// It does not run; this is its result.
     Refused { step_id: Uuid, output: ToolOutput },
     /// It waits for an answer, which [`Journal::next_answer`] gives.
@@ -38,8 +44,11 @@ pub struct Answer {
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Verdict {
-    /// Approved: run it (with this call).
-    Run(ToolCall),
+    /// Approved: run it (with this call), as decided on `decided` (see [`Admission::Run`]).
+    Run {
+        call: ToolCall,
+        decided: Option<String>,
+    },
     /// Its result: a denial, a timeout, or what a client sent.
     Result(ToolOutput),
 }
@@ -57,7 +66,7 @@ pub(super) async fn run_calls<J: Journal>(
 ) -> Result<(), AgentError<J::Error>> {
     let cancelled = || AgentError::Cancelled { usage, steps };
     let mut results: Vec<Option<ToolOutput>> = vec![None; calls.len()];
-    let mut ready: VecDeque<(usize, Uuid, ToolCall)> = VecDeque::new();
+    let mut ready: VecDeque<(usize, Uuid, ToolCall, Option<String>)> = VecDeque::new();
     // Calls that wait for an answer, by call id: their position and step.
     let mut waiting: HashMap<String, (usize, Uuid)> = HashMap::new();
     for (index, call) in calls.iter().enumerate() {
@@ -65,7 +74,11 @@ pub(super) async fn run_calls<J: Journal>(
             return Err(cancelled());
         }
         match journal.admit(call).await? {
-            Admission::Run { step_id, call } => ready.push_back((index, step_id, call)),
+            Admission::Run {
+                step_id,
+                call,
+                decided,
+            } => ready.push_back((index, step_id, call, decided)),
             Admission::Refused { step_id, output } => {
                 journal.tool_finished(step_id, call, &output).await?;
                 results[index] = Some(output);
@@ -80,7 +93,7 @@ pub(super) async fn run_calls<J: Journal>(
     loop {
         appended = append_ready(journal, &calls, &results, appended).await?;
         while running.len() < concurrency.max(1) {
-            let Some((index, step_id, call)) = ready.pop_front() else {
+            let Some((index, step_id, call, decided)) = ready.pop_front() else {
                 break;
             };
             if cancel.is_cancelled() {
@@ -88,7 +101,7 @@ pub(super) async fn run_calls<J: Journal>(
             }
             journal.tool_started(step_id, &call).await?;
             let tools = &deps.tools;
-            let context = deps.tool_context.for_call(&call.id);
+            let context = deps.tool_context.for_call(&call.id, decided.as_deref());
             let span = crate::telemetry::tool_span(journal.session_id(), &call);
             running.push(Box::pin(async move {
                 let started = std::time::Instant::now();
@@ -116,7 +129,9 @@ pub(super) async fn run_calls<J: Journal>(
                     continue;
                 };
                 match verdict {
-                    Verdict::Run(call) => ready.push_back((index, step_id, call)),
+                    Verdict::Run { call, decided } => {
+                        ready.push_back((index, step_id, call, decided))
+                    }
                     Verdict::Result(output) => {
                         journal.tool_finished(step_id, &calls[index], &output).await?;
                         results[index] = Some(output);

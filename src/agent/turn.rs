@@ -510,6 +510,7 @@ mod tests {
                 None => Admission::Run {
                     step_id,
                     call: call.clone(),
+                    decided: None,
                 },
             })
         }
@@ -787,7 +788,10 @@ mod tests {
             .insert("c".into(), Scripted::Refuse("not allowed"));
         journal.answers.push_back(Answer {
             call_id: "b".into(),
-            verdict: Verdict::Run(call("b", "list_files")),
+            verdict: Verdict::Run {
+                call: call("b", "list_files"),
+                decided: None,
+            },
         });
         f.turn(&mut journal, None).await.expect("the turn ends");
         let facts = journal.facts();

@@ -45,7 +45,8 @@ pub use workspace::Workspace;
 pub struct ToolError(pub String);
 
 /// What one call runs against: the workspace of the session it is made for, and the call's id
-/// while it runs.
+/// while it runs. For a call whose subject the policy (or a human) decided on, the workspace
+/// refuses any path of the call that leads elsewhere by the time it runs.
 #[derive(Clone, Debug)]
 pub struct ToolContext {
     pub workspace: Workspace,
@@ -61,10 +62,10 @@ impl ToolContext {
         }
     }
 
-    /// This context for one call.
-    pub fn for_call(&self, call_id: &str) -> ToolContext {
+    /// This context for one call, decided on the subject `decided` when one was read.
+    pub fn for_call(&self, call_id: &str, decided: Option<&str>) -> ToolContext {
         ToolContext {
-            workspace: self.workspace.clone(),
+            workspace: self.workspace.deciding(decided),
             call_id: Some(call_id.to_owned()),
         }
     }

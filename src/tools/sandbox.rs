@@ -28,7 +28,7 @@
 //! nothing there.)
 
 use std::ffi::OsString;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
@@ -37,6 +37,8 @@ use std::time::Duration;
 use rustix::process::{kill_process, kill_process_group, Pid, Signal};
 use tokio::io::AsyncReadExt;
 use tokio::process::{Child, Command};
+
+use super::Workspace;
 
 /// How long the start-up probe may take.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -171,14 +173,20 @@ impl Sandbox {
         }
     }
 
-    /// Runs `sh -c script` in the sandbox with `workspace` bound read-write.
+    /// Runs `sh -c script` in the sandbox with `workspace` bound read-write: its directory as
+    /// the workspace's descriptor holds it (never its path resolved again), mounted at the
+    /// path it had when it was opened.
     pub async fn run(
         &self,
-        workspace: &Path,
+        workspace: &Workspace,
         script: &str,
         limits: RunLimits,
     ) -> Result<Ran, SandboxError> {
-        if self.system_paths.iter().any(|p| p.starts_with(workspace)) {
+        if self
+            .system_paths
+            .iter()
+            .any(|p| p.starts_with(workspace.root()))
+        {
             return Err(SandboxError::WorkspaceHoldsSystem);
         }
         self.run_in(Some(workspace), script, limits).await
@@ -186,7 +194,7 @@ impl Sandbox {
 
     async fn run_in(
         &self,
-        workspace: Option<&Path>,
+        workspace: Option<&Workspace>,
         script: &str,
         limits: RunLimits,
     ) -> Result<Ran, SandboxError> {
@@ -246,7 +254,7 @@ impl Sandbox {
         })
     }
 
-    fn command(&self, workspace: Option<&Path>, script: &str, network: bool) -> Command {
+    fn command(&self, workspace: Option<&Workspace>, script: &str, network: bool) -> Command {
         let mut command = Command::new(&self.bwrap);
         command.env_clear().env("PATH", SANDBOX_PATH);
         // `--as-pid-1`: `sh` is the namespace's init, so when it exits the kernel kills
@@ -269,9 +277,20 @@ impl Sandbox {
                 command.args(["--ro-bind", "/dev/null", masked]);
             }
         }
-        let home = workspace.unwrap_or(Path::new("/"));
+        let home = workspace.map_or(Path::new("/"), Workspace::root);
         if let Some(workspace) = workspace {
-            command.arg("--bind").arg(workspace).arg(workspace);
+            let fd = workspace.fd().as_raw_fd();
+            command.arg("--bind-fd").arg(fd.to_string()).arg(home);
+            // SAFETY: between fork and exec, only `fcntl` on a descriptor the parent keeps
+            // open until the child is spawned: async-signal-safe, no allocation.
+            unsafe {
+                command.pre_exec(move || {
+                    // bwrap gets the descriptor across exec; the parent's stays close-on-exec.
+                    let fd = BorrowedFd::borrow_raw(fd);
+                    rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())?;
+                    Ok(())
+                });
+            }
         }
         command.arg("--chdir").arg(home);
         command.arg("--setenv").arg("HOME").arg(home);
@@ -740,8 +759,9 @@ mod tests {
             max_output: 100,
         };
         for root in ["/", "/usr"] {
+            let workspace = Workspace::open(Path::new(root)).expect("open");
             let err = sandbox
-                .run(Path::new(root), "true", limits)
+                .run(&workspace, "true", limits)
                 .await
                 .expect_err("refused");
             assert!(

@@ -14,6 +14,7 @@ mod support;
 mod approvals;
 mod artifact_storage;
 mod artifacts;
+mod attacks;
 mod builtin;
 mod client;
 mod routes;

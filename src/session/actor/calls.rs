@@ -263,10 +263,24 @@ impl RunJournal<'_> {
                 return Ok(Admission::Waits { step_id });
             }
             return Ok(match (item.kind, item.resolution, item.result) {
-                (Kind::Approval, Some(r), _) if r.decision.runs() => Admission::Run {
-                    step_id,
-                    call: with_input(call, r.input),
-                },
+                (Kind::Approval, Some(r), _) if r.decision.runs() => {
+                    let edited = r.input.is_some();
+                    let call = with_input(call, r.input);
+                    let decided = if edited {
+                        self.calls
+                            .tools
+                            .subject(&self.calls.context, &call)
+                            .await
+                            .text
+                    } else {
+                        item.subject
+                    };
+                    Admission::Run {
+                        step_id,
+                        call,
+                        decided: Some(decided),
+                    }
+                }
                 (Kind::Approval, Some(r), _) => Admission::Refused {
                     step_id,
                     output: refusal_output(&r),
@@ -316,6 +330,7 @@ impl RunJournal<'_> {
             return Ok(Admission::Run {
                 step_id,
                 call: call.clone(),
+                decided: None,
             });
         }
         // The subject (a path resolved in the workspace, a command) is worked out only when a
@@ -340,6 +355,7 @@ impl RunJournal<'_> {
             Action::Allow => Ok(Admission::Run {
                 step_id,
                 call: call.clone(),
+                decided: subject.map(|s| s.text),
             }),
             Action::Deny => {
                 let reason = denial_reason(&decision, &call.name);
@@ -448,23 +464,24 @@ impl RunJournal<'_> {
         match msg.given {
             Given::Approval(resolution) => {
                 self.record_resolution(&resolution);
+                // What the human decided on: the subject asked about, or the one the human's
+                // input makes.
+                let subject = match &resolution.input {
+                    Some(input) => {
+                        let call = ToolCall {
+                            id: msg.call_id.clone(),
+                            name: item.tool.clone(),
+                            arguments: input.clone(),
+                        };
+                        self.calls.tools.subject(&self.calls.context, &call).await
+                    }
+                    None => Subject {
+                        kind: SubjectKind::Input,
+                        text: item.subject.clone(),
+                    },
+                };
                 if resolution.decision == Decision::Always {
-                    // The rule matches exactly the subject of the call that runs: the one
-                    // asked about, or the one the human's input makes.
-                    let subject = match &resolution.input {
-                        Some(input) => {
-                            let call = ToolCall {
-                                id: msg.call_id.clone(),
-                                name: item.tool.clone(),
-                                arguments: input.clone(),
-                            };
-                            self.calls.tools.subject(&self.calls.context, &call).await
-                        }
-                        None => Subject {
-                            kind: SubjectKind::Input,
-                            text: item.subject.clone(),
-                        },
-                    };
+                    // The rule matches exactly the subject of the call that runs.
                     let rule = policy::always_allow(&item.tool, &subject);
                     let added = lock_rules(&self.calls.session_rules).push(rule.clone());
                     if added.is_ok() {
@@ -488,7 +505,10 @@ impl RunJournal<'_> {
                     arguments: resolution.input.clone().unwrap_or(item.input.clone()),
                 };
                 let verdict = if resolution.decision.runs() {
-                    Verdict::Run(call)
+                    Verdict::Run {
+                        call,
+                        decided: Some(subject.text),
+                    }
                 } else {
                     Verdict::Result(refusal_output(&resolution))
                 };

@@ -4,7 +4,7 @@
 //! blocking pool so a slow disk never stalls the runtime.
 
 use std::ffi::{OsStr, OsString};
-use std::fs::{self, File};
+use std::fs::File;
 use std::io::{self, BufRead, BufReader};
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
@@ -18,7 +18,7 @@ use super::{
     cut_at_char, dir_arg, int_arg, path_property, path_subject, required_string, MAX_OUTPUT_BYTES,
     NOTE_ROOM,
 };
-use crate::tools::workspace::{echo, io_error, printable, Workspace};
+use crate::tools::workspace::{echo, escape_name, io_error, Workspace};
 use crate::tools::{Subject, Tool, ToolContext, ToolError, ToolResult};
 
 /// At most this many directory entries are listed.
@@ -188,10 +188,10 @@ fn list_into(
             .ok();
         let is_dir = match kind {
             Some(FileType::Directory) => true,
-            Some(FileType::Symlink) => symlink_is_inside_dir(ws, &canon.join(&name)),
+            Some(FileType::Symlink) => ws.link_leads_to_dir(dir, canon, &name),
             _ => false,
         };
-        let mut line = format!("{prefix}{}", printable(&name.to_string_lossy()));
+        let mut line = format!("{prefix}{}", escape_name(name.as_bytes()));
         if is_dir {
             line.push('/');
         }
@@ -210,7 +210,7 @@ fn list_into(
 }
 
 /// A directory's entry names, sorted by their bytes.
-fn read_names(dir: &OwnedFd) -> io::Result<Vec<OsString>> {
+pub(super) fn read_names(dir: &OwnedFd) -> io::Result<Vec<OsString>> {
     let mut names = Vec::new();
     for entry in Dir::read_from(dir)? {
         let entry = entry?;
@@ -221,15 +221,6 @@ fn read_names(dir: &OwnedFd) -> io::Result<Vec<OsString>> {
     }
     names.sort_unstable_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
     Ok(names)
-}
-
-/// A symlink (at `canon` under the root) to a directory inside the workspace.
-fn symlink_is_inside_dir(ws: &Workspace, canon: &Path) -> bool {
-    fs::canonicalize(ws.root().join(canon))
-        .ok()
-        .filter(|target| target.starts_with(ws.root()))
-        .and_then(|target| fs::symlink_metadata(target).ok())
-        .is_some_and(|m| m.is_dir())
 }
 
 fn read_blocking(ws: &Workspace, rel: &str, offset: u64, limit: u64) -> Result<String, ToolError> {
@@ -393,7 +384,7 @@ fn skip_line(reader: &mut BufReader<File>) -> io::Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::fs::File;
+    use std::fs::{self, File};
     use std::io::Write;
     use std::path::PathBuf;
     use std::time::Duration;
@@ -623,8 +614,12 @@ mod tests {
         }
         // `a/..` where `a` leads outside resolves outside, too.
         assert_refused(&f, list(&f, "dir_link/..").await, "outside the workspace");
-        // A dangling link is just "not found", without naming the target.
-        assert_refused(&f, read(&f, "dangling").await, "not found: dangling");
+        // A dangling link that would lead outside is refused so, without naming the target.
+        assert_refused(
+            &f,
+            read(&f, "dangling").await,
+            "outside the workspace: dangling",
+        );
 
         // The links are listed by name, without '/' since they do not lead to an inside dir.
         let out = list(&f, ".").await.expect("list");
@@ -705,14 +700,21 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn non_utf8_names_are_listed_lossily() {
+    async fn odd_names_are_listed_escaped_and_read_by_what_was_shown() {
         let f = fixture();
         let name = std::ffi::OsStr::from_bytes(b"caf\xe9.txt");
         fs::write(f.root.join(name), "bonjour").expect("write");
+        fs::write(f.root.join("report\u{202e}fdp.exe"), "x").expect("write");
         let out = list(&f, ".").await.expect("list");
+        assert!(out.lines().any(|l| l == "caf\\xe9.txt"), "{out:?}");
         assert!(
-            out.lines().any(|l| l == "caf\u{fffd}.txt"),
-            "lossy name missing from {out:?}"
+            out.lines().any(|l| l == "report\\u{202e}fdp.exe"),
+            "{out:?}"
+        );
+        assert!(!out.contains('\u{202e}'), "{out:?}");
+        assert_eq!(
+            read(&f, "caf\\xe9.txt").await.expect("read"),
+            numbered("bonjour")
         );
         assert_refused(&f, read(&f, "caf\u{fffd}.txt").await, "not found");
     }

@@ -6,7 +6,6 @@ pub mod files;
 pub mod search;
 pub mod shell;
 
-use std::path::Path;
 use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
@@ -135,14 +134,8 @@ async fn path_subject(ctx: &ToolContext, input: &Value, default: Option<&str>) -
 }
 
 fn resolve_subject(ws: &workspace::Workspace, rel: &str) -> Option<String> {
-    if let Ok(canon) = ws.locate(rel) {
+    if let Some(canon) = ws.planned(rel) {
         return Some(display(&canon));
-    }
-    let path = Path::new(rel);
-    if let (Some(parent), Some(name)) = (path.parent(), path.file_name()) {
-        if let Ok(canon) = ws.locate(&parent.to_string_lossy()) {
-            return Some(display(&canon.join(name)));
-        }
     }
     workspace::check_path_syntax(rel).ok()?;
     normalize(rel)

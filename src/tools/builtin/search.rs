@@ -1,25 +1,32 @@
 //! `glob` and `grep`: finding files by name and lines by regex, with ripgrep's crates. Both walk
-//! a directory of the workspace without following symlinks (so a walk cannot loop or leave
-//! the workspace), skip `.git`, and respect `.gitignore` files from the workspace root down —
-//! never those above it, nor the host user's global excludes. `grep` opens every file through
-//! the [`Workspace`] so a file swapped for a symlink during the walk is skipped, not followed.
+//! a directory of the workspace from descriptor to descriptor (`openat` with `O_NOFOLLOW`),
+//! never following a symlink nor resolving a path again, so a walk cannot loop or leave the
+//! workspace even while directories are swapped for symlinks under it. They skip `.git`, go at
+//! most 64 levels down, and respect `.gitignore` (and `.ignore`) files from the workspace root
+//! down, read the same way — never those above it, nor the host user's global excludes.
+//! `grep` holds at most 8 MiB of one file: a file with a longer line is named as skipped.
 
+use std::ffi::{OsStr, OsString};
+use std::io::Read;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use globset::{GlobBuilder, GlobMatcher};
 use grep_regex::RegexMatcherBuilder;
 use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkContext, SinkMatch};
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
-use ignore::{Match, WalkBuilder};
+use ignore::Match;
+use rustix::fs::{openat, statat, AtFlags, FileType, Mode, OFlags, Stat};
 use serde_json::{json, Value};
 
+use super::files::read_names;
 use super::{
     bool_arg, cut_at_char, dir_arg, int_arg, path_property, path_subject, required_string,
     string_arg, BoundedText,
 };
-use crate::tools::workspace::{display, echo, Workspace};
+use crate::tools::workspace::{display, echo, open_regular_in, Entry, Workspace};
 use crate::tools::{Subject, Tool, ToolContext, ToolError, ToolResult};
 
 /// At most this many paths are listed by `glob`.
@@ -32,6 +39,12 @@ const MAX_CONTEXT: u64 = 10;
 const MAX_WALK_FILES: usize = 200_000;
 /// Longest line `grep` shows (characters); longer ones end with `…`.
 const MAX_LINE_CHARS: usize = 500;
+/// Most memory `grep`'s searcher holds for one file (bytes): a longer line skips the file.
+const MAX_GREP_LINE_BYTES: usize = 8 * 1024 * 1024;
+/// Deepest directory a walk enters, counted from the walked one.
+const MAX_WALK_DEPTH: usize = 64;
+/// Largest ignore file read (bytes).
+const MAX_IGNORE_BYTES: u64 = 1024 * 1024;
 /// Longest pattern accepted (bytes).
 const MAX_PATTERN_BYTES: usize = 4096;
 
@@ -174,91 +187,169 @@ fn glob_matcher(pattern: &str, literal_separator: bool) -> Result<GlobMatcher, T
     Ok(glob.compile_matcher())
 }
 
-/// The directory `rel` to walk, checked and canonical.
-fn search_dir(ws: &Workspace, rel: &str) -> Result<PathBuf, ToolError> {
-    let (canon, _dir) = ws.open_dir(rel)?;
-    Ok(canon)
+/// A regular file the walk found.
+struct WalkFile<'a> {
+    /// The directory it is in.
+    dir: &'a OwnedFd,
+    name: &'a OsStr,
+    /// Its canonical path relative to the root.
+    canon: &'a Path,
+    /// Its path relative to the walked directory.
+    relative: &'a Path,
+    stat: &'a Stat,
 }
 
-/// Calls `visit(canonical path, path relative to the walked directory, entry)` for each
-/// regular file under `base`, until it answers `false`. Answers whether the walk was cut short
-/// by [`MAX_WALK_FILES`].
+/// A directory being walked: its descriptor, canonical path and the names left to visit.
+struct Level {
+    fd: OwnedFd,
+    canon: PathBuf,
+    names: std::vec::IntoIter<OsString>,
+    /// Whether its own ignore file is on the stack of ignores.
+    ignores: bool,
+}
+
+/// How a walk ended short of the whole tree.
+#[derive(Default)]
+struct WalkCut {
+    /// After [`MAX_WALK_FILES`] files.
+    files: bool,
+    /// Directories deeper than [`MAX_WALK_DEPTH`] were not entered.
+    depth: bool,
+}
+
+/// Calls `visit` for each regular file under the directory `fd` (at `base` under the root),
+/// in name order, until it answers `false`. The walk goes from descriptor to descriptor
+/// (`openat` with `O_NOFOLLOW`): it never follows a symlink, nor resolves a path again, so a
+/// directory swapped for a symlink meanwhile is skipped, not followed out.
 fn walk_files(
     ws: &Workspace,
+    fd: OwnedFd,
     base: &Path,
-    mut visit: impl FnMut(&Path, &Path, &ignore::DirEntry) -> bool,
-) -> bool {
-    let root = ws.root().to_path_buf();
-    let top = root.join(base);
-    let ancestors = ancestor_ignores(ws, base);
-    let mut walker = WalkBuilder::new(&top);
-    walker
-        .hidden(false)
-        .parents(false)
-        .git_global(false)
-        .require_git(false)
-        .follow_links(false)
-        .filter_entry(move |entry| {
-            entry.file_name() != ".git"
-                && (entry.depth() == 0
-                    || !ignored_by(
-                        &ancestors,
-                        entry.path(),
-                        entry.file_type().is_some_and(|t| t.is_dir()),
-                    ))
-        });
+    mut visit: impl FnMut(&WalkFile) -> bool,
+) -> WalkCut {
+    let mut cut = WalkCut::default();
+    let mut ignores = ancestor_ignores(ws, base);
+    let Some(top) = level(fd, base.to_path_buf(), &mut ignores) else {
+        return cut;
+    };
+    let mut stack = vec![top];
     let mut files = 0;
-    // Walk errors (unreadable directories, bad ignore files) are skipped: their messages could
-    // name host paths.
-    for entry in walker.build().flatten() {
-        if !entry.file_type().is_some_and(|t| t.is_file()) {
-            continue;
-        }
-        let (Ok(canon), Ok(relative)) = (
-            entry.path().strip_prefix(&root),
-            entry.path().strip_prefix(&top),
-        ) else {
+    loop {
+        let depth = stack.len();
+        let Some(current) = stack.last_mut() else {
+            break;
+        };
+        let Some(name) = current.names.next() else {
+            if stack.pop().is_some_and(|done| done.ignores) {
+                ignores.pop();
+            }
             continue;
         };
-        files += 1;
-        if files > MAX_WALK_FILES {
-            return true;
+        if name == ".git" {
+            continue;
         }
-        if !visit(canon, relative, &entry) {
-            break;
-        }
-    }
-    false
-}
-
-/// The `.gitignore` files of the directories from the workspace root down to (not including)
-/// `base`, deepest first, read through the workspace (never through a symlink).
-fn ancestor_ignores(ws: &Workspace, base: &Path) -> Vec<Gitignore> {
-    let mut dirs = vec![PathBuf::new()];
-    let mut dir = PathBuf::new();
-    for component in base.components() {
-        dir.push(component);
-        dirs.push(dir.clone());
-    }
-    dirs.pop();
-    dirs.iter()
-        .rev()
-        .filter_map(|dir| {
-            let text =
-                std::io::read_to_string(ws.open_file_at(&dir.join(".gitignore")).ok()?).ok()?;
-            let mut builder = GitignoreBuilder::new(ws.root().join(dir));
-            for line in text.lines() {
-                let _ = builder.add_line(None, line);
+        // Entries that cannot be read are skipped: errors could name host paths.
+        let Ok(stat) = statat(&current.fd, &name, AtFlags::SYMLINK_NOFOLLOW) else {
+            continue;
+        };
+        let canon = current.canon.join(&name);
+        match FileType::from_raw_mode(stat.st_mode) {
+            FileType::Directory if !ignored_by(&ignores, &canon, true) => {
+                if depth >= MAX_WALK_DEPTH {
+                    cut.depth = true;
+                    continue;
+                }
+                let Ok(child) = openat(&current.fd, &name, dir_flags(), Mode::empty()) else {
+                    continue;
+                };
+                if let Some(next) = level(child, canon, &mut ignores) {
+                    stack.push(next);
+                }
             }
-            builder.build().ok()
-        })
-        .collect()
+            FileType::RegularFile if !ignored_by(&ignores, &canon, false) => {
+                files += 1;
+                if files > MAX_WALK_FILES {
+                    cut.files = true;
+                    return cut;
+                }
+                let relative = canon.strip_prefix(base).unwrap_or(&canon);
+                let file = WalkFile {
+                    dir: &current.fd,
+                    name: &name,
+                    canon: &canon,
+                    relative,
+                    stat: &stat,
+                };
+                if !visit(&file) {
+                    return cut;
+                }
+            }
+            _ => {}
+        }
+    }
+    cut
 }
 
-/// Whether the deepest ancestor `.gitignore` with an opinion on `path` ignores it.
-fn ignored_by(ancestors: &[Gitignore], path: &Path, is_dir: bool) -> bool {
-    for ignore in ancestors {
-        match ignore.matched(path, is_dir) {
+fn dir_flags() -> OFlags {
+    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC
+}
+
+/// The directory `fd` at `canon` as a level of the walk, its ignore file pushed on `ignores`.
+fn level(fd: OwnedFd, canon: PathBuf, ignores: &mut Vec<(PathBuf, Gitignore)>) -> Option<Level> {
+    let names = read_names(&fd).ok()?;
+    let own = ignore_file(&fd);
+    let has = own.is_some();
+    if let Some(own) = own {
+        ignores.push((canon.clone(), own));
+    }
+    Some(Level {
+        fd,
+        canon,
+        names: names.into_iter(),
+        ignores: has,
+    })
+}
+
+/// The ignore rules of the directory `dir`: its `.gitignore`, then its `.ignore` (whose rules
+/// win, as ripgrep has it), read without following symlinks.
+fn ignore_file(dir: &OwnedFd) -> Option<Gitignore> {
+    let mut builder = GitignoreBuilder::new(".");
+    let mut any = false;
+    for name in [".gitignore", ".ignore"] {
+        let Ok(file) = open_regular_in(dir, OsStr::new(name)) else {
+            continue;
+        };
+        let Ok(text) = std::io::read_to_string(file.take(MAX_IGNORE_BYTES)) else {
+            continue;
+        };
+        for line in text.lines() {
+            any |= builder.add_line(None, line).is_ok();
+        }
+    }
+    any.then(|| builder.build().ok()).flatten()
+}
+
+/// The ignore rules of the directories from the workspace root down to (not including)
+/// `base`, root first.
+fn ancestor_ignores(ws: &Workspace, base: &Path) -> Vec<(PathBuf, Gitignore)> {
+    let mut dir = PathBuf::new();
+    let mut found = Vec::new();
+    for component in base.components() {
+        if let Some(ignore) = ws.dir_at(&dir).ok().and_then(|fd| ignore_file(&fd)) {
+            found.push((dir.clone(), ignore));
+        }
+        dir.push(component);
+    }
+    found
+}
+
+/// Whether the deepest ignore file with an opinion on `canon` ignores it.
+fn ignored_by(ignores: &[(PathBuf, Gitignore)], canon: &Path, is_dir: bool) -> bool {
+    for (dir, ignore) in ignores.iter().rev() {
+        let Ok(relative) = canon.strip_prefix(dir) else {
+            continue;
+        };
+        match ignore.matched(relative, is_dir) {
             Match::Ignore(_) => return true,
             Match::Whitelist(_) => return false,
             Match::None => {}
@@ -268,19 +359,15 @@ fn ignored_by(ancestors: &[Gitignore], path: &Path, is_dir: bool) -> bool {
 }
 
 fn glob_blocking(ws: &Workspace, rel: &str, matcher: &GlobMatcher) -> Result<String, ToolError> {
-    let base = search_dir(ws, rel)?;
+    let (base, fd) = ws.open_dir(rel)?;
     let mut found: Vec<(SystemTime, String)> = Vec::new();
-    let cut_short = walk_files(ws, &base, |canon, relative, entry| {
-        if matcher.is_match(relative) {
-            let modified = entry
-                .metadata()
-                .ok()
-                .and_then(|m| m.modified().ok())
-                .unwrap_or(SystemTime::UNIX_EPOCH);
-            found.push((modified, display(canon)));
+    let cut = walk_files(ws, fd, &base, |file| {
+        if matcher.is_match(file.relative) {
+            found.push((modified(file.stat), display(file.canon)));
         }
         true
     });
+    let cut_short = cut.files;
     if found.is_empty() && !cut_short {
         return Ok("[no files match]".into());
     }
@@ -298,14 +385,34 @@ fn glob_blocking(ws: &Workspace, rel: &str, matcher: &GlobMatcher) -> Result<Str
             found.len() - MAX_GLOB_RESULTS
         ));
     }
-    if cut_short {
-        notes.push(walk_note());
-    }
+    notes.extend(walk_notes(&cut));
     Ok(out.finish(&notes))
 }
 
-fn walk_note() -> String {
-    format!("[stopped after {MAX_WALK_FILES} files; narrow the path]")
+/// When a file was last modified, from its status.
+fn modified(stat: &Stat) -> SystemTime {
+    let since_epoch = Duration::new(
+        u64::try_from(stat.st_mtime).unwrap_or(0),
+        u32::try_from(stat.st_mtime_nsec).unwrap_or(0),
+    );
+    SystemTime::UNIX_EPOCH + since_epoch
+}
+
+/// The notes that say where a walk stopped short.
+fn walk_notes(cut: &WalkCut) -> Vec<String> {
+    let mut notes = Vec::new();
+    if cut.files {
+        notes.push(format!(
+            "[stopped after {MAX_WALK_FILES} files; narrow the path]"
+        ));
+    }
+    if cut.depth {
+        notes.push(format!(
+            "[directories deeper than {MAX_WALK_DEPTH} levels were not searched; search from \
+             deeper]"
+        ));
+    }
+    notes
 }
 
 struct GrepSearch {
@@ -342,6 +449,7 @@ fn grep_blocking(ws: &Workspace, search: &GrepSearch) -> Result<String, ToolErro
         .map_err(|e| ToolError(format!("invalid regex: {e}")))?;
     let mut searcher = SearcherBuilder::new()
         .binary_detection(BinaryDetection::quit(0))
+        .heap_limit(Some(MAX_GREP_LINE_BYTES))
         .line_number(true)
         .before_context(search.context)
         .after_context(search.context)
@@ -350,25 +458,23 @@ fn grep_blocking(ws: &Workspace, search: &GrepSearch) -> Result<String, ToolErro
         out: BoundedText::new(),
         matches: 0,
         separate: search.context > 0,
+        skipped: Vec::new(),
     };
-    let canon = ws.locate(&search.rel)?;
-    let is_dir = std::fs::symlink_metadata(ws.root().join(&canon)).is_ok_and(|m| m.is_dir());
-    let mut cut_short = false;
-    if is_dir {
-        let base = search_dir(ws, &search.rel)?;
-        cut_short = walk_files(ws, &base, |canon, relative, _| {
-            if search.filter.admits(relative) {
-                if let Ok(file) = ws.open_file_at(canon) {
-                    found.search(&mut searcher, &matcher, &file, &display(canon));
+    let cut = match ws.open_entry(&search.rel)? {
+        Entry::Dir(base, fd) => walk_files(ws, fd, &base, |file| {
+            if search.filter.admits(file.relative) {
+                if let Ok(opened) = open_regular_in(file.dir, file.name) {
+                    found.search(&mut searcher, &matcher, &opened, &display(file.canon));
                 }
             }
             !found.full()
-        });
-    } else {
-        let (canon, file) = ws.open_file(&search.rel)?;
-        found.search(&mut searcher, &matcher, &file, &display(&canon));
-    }
-    if found.matches == 0 && !cut_short {
+        }),
+        Entry::File(canon, file) => {
+            found.search(&mut searcher, &matcher, &file, &display(&canon));
+            WalkCut::default()
+        }
+    };
+    if found.matches == 0 && !cut.files && found.skipped.is_empty() {
         return Ok("[no matches]".into());
     }
     let mut notes = Vec::new();
@@ -377,10 +483,26 @@ fn grep_blocking(ws: &Workspace, search: &GrepSearch) -> Result<String, ToolErro
             "[stopped at {MAX_GREP_MATCHES} matches; narrow the pattern, path or glob]"
         ));
     }
-    if cut_short {
-        notes.push(walk_note());
+    notes.extend(walk_notes(&cut));
+    if !found.skipped.is_empty() {
+        notes.push(skipped_note(&found.skipped));
     }
     Ok(found.out.finish(&notes))
+}
+
+/// The note that names the files `grep` could not search to their end.
+fn skipped_note(skipped: &[String]) -> String {
+    const NAMED: usize = 5;
+    let mut names = skipped[..skipped.len().min(NAMED)].join(", ");
+    if skipped.len() > NAMED {
+        names.push_str(&format!(" and {} more", skipped.len() - NAMED));
+    }
+    format!(
+        "[skipped {} file(s) not searched to the end (a line longer than {} MiB, or a read \
+         error): {names}]",
+        skipped.len(),
+        MAX_GREP_LINE_BYTES / (1024 * 1024)
+    )
 }
 
 /// What `grep` found so far.
@@ -389,6 +511,8 @@ struct Found {
     matches: usize,
     /// Groups of lines with context are separated by `--`.
     separate: bool,
+    /// Files not searched to their end (a line too long to hold, or a read error).
+    skipped: Vec<String>,
 }
 
 impl Found {
@@ -408,8 +532,11 @@ impl Found {
             path,
             first: true,
         };
-        // A read error ends this file's search; what was found stays.
-        let _ = searcher.search_file(matcher, file, &mut sink);
+        // A line longer than the searcher may hold, or a read error, ends this file's search;
+        // what was found stays, and the file is named as skipped.
+        if searcher.search_file(matcher, file, &mut sink).is_err() {
+            self.skipped.push(path.to_owned());
+        }
     }
 }
 

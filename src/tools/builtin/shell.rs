@@ -143,7 +143,7 @@ impl Tool for Shell {
         };
         let clear_setid = ClearSetid(Some(ctx.workspace.root().to_path_buf()));
         let ran = sandbox
-            .run(ctx.workspace.root(), &command, limits)
+            .run(&ctx.workspace, &command, limits)
             .await
             .map_err(|e| ToolError(e.to_string()))?;
         clear_setid.now().await;
