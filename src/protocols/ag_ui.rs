@@ -257,7 +257,9 @@ impl AgUiRun {
         }
         Pushed {
             events: out,
-            parked: parked && event.seq > self.skip_through,
+            // The park the client's snapshot ends at (a reconnect) ends this stream too, as it
+            // ended the client's first one; the driver goes on if something moved the run on.
+            parked: parked && event.seq >= self.skip_through,
             ended: event.is_terminal(),
         }
     }

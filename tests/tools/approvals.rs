@@ -664,3 +664,87 @@ async fn a_late_answer_to_a_call_of_an_older_run_is_a_repeat_or_a_conflict() {
     );
     assert_eq!(server.session(&id).await["state"], "completed");
 }
+
+/// The JSON of every `data:` line of an SSE body.
+fn sse_data(body: &str) -> Vec<Value> {
+    body.lines()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .map(|data| {
+            serde_json::from_str(data.trim())
+                .unwrap_or_else(|e| panic!("a data line that is not JSON ({e}): {data}"))
+        })
+        .collect()
+}
+
+/// Posts an AG-UI run input and reads the whole stream, which must end by itself.
+async fn ag_ui_stream(server: &TestServer, id: &str, input: &Value) -> Vec<Value> {
+    let path = format!("/v1/sessions/{id}/ag-ui");
+    let reply = tokio::time::timeout(Duration::from_secs(10), server.post_json(&path, input))
+        .await
+        .unwrap_or_else(|_| panic!("the AG-UI stream of {input} did not end"));
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+    sse_data(&reply.text())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ag_ui_reconnect_to_a_run_that_waits_ends_with_its_interrupt() {
+    let model = model_calling(vec![call(
+        "g1",
+        "write_file",
+        json!({"path": "g.txt", "content": "G"}),
+    )])
+    .await;
+    let server = start(&model, &[]).await;
+    let id = server.create_session().await;
+    let user = json!({"id": "u1", "role": "user", "content": "write g.txt"});
+    let first = ag_ui_stream(
+        &server,
+        &id,
+        &json!({"threadId": id, "runId": "r1", "messages": [user]}),
+    )
+    .await;
+    let interrupt = first.last().expect("frames").clone();
+    assert_eq!(interrupt["type"], "RUN_FINISHED", "{first:?}");
+    assert_eq!(interrupt["outcome"]["type"], "interrupt", "{interrupt}");
+    assert_eq!(interrupt["outcome"]["interrupts"][0]["toolCallId"], "g1");
+
+    // The client comes back with what it has and nothing new, twice: each stream opens with
+    // the snapshot and ends with the same interrupt, at once.
+    let assistant = json!({"id": "a1", "role": "assistant", "content": "",
+        "toolCalls": [{"id": "g1", "type": "function",
+            "function": {"name": "write_file", "arguments": "{}"}}]});
+    for run_id in ["r2", "r3"] {
+        let started = Instant::now();
+        let again = ag_ui_stream(
+            &server,
+            &id,
+            &json!({"threadId": id, "runId": run_id, "messages": [user, assistant]}),
+        )
+        .await;
+        eprintln!(
+            "AG-UI reconnect to a waiting run: {} frames in {:?}",
+            again.len(),
+            started.elapsed()
+        );
+        let kinds: Vec<&str> = again.iter().filter_map(|f| f["type"].as_str()).collect();
+        assert_eq!(kinds.first(), Some(&"RUN_STARTED"), "{kinds:?}");
+        assert_eq!(kinds.get(1), Some(&"MESSAGES_SNAPSHOT"), "{kinds:?}");
+        let end = again.last().expect("frames");
+        assert_eq!(end["type"], "RUN_FINISHED", "{kinds:?}");
+        assert_eq!(end["runId"], run_id);
+        assert_eq!(end["outcome"], interrupt["outcome"], "{end}");
+    }
+    assert_eq!(server.session(&id).await["state"], "waiting_tool");
+    assert_eq!(wait_pending(&server, &id, 1).await[0]["call_id"], "g1");
+
+    // The interrupt is still answered by the next run's resume.
+    let resume = json!({"threadId": id, "runId": "r4", "messages": [user, assistant],
+        "resume": [{"interruptId": "g1", "status": "resolved", "payload": {"approved": true}}]});
+    let last = ag_ui_stream(&server, &id, &resume).await;
+    let end = last.last().expect("frames");
+    assert_eq!(end["outcome"]["type"], "success", "{end}");
+    assert_eq!(
+        std::fs::read_to_string(server.workspace().join("g.txt")).unwrap(),
+        "G"
+    );
+}
