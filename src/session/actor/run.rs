@@ -2,10 +2,12 @@
 //! without a driver (after a restart or a takeover), and driving the agent loop while the
 //! mailbox is still served.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::{mpsc, oneshot};
 use tracing::Instrument as _;
+use uuid::Uuid;
 
 use super::calls::{AnswerMsg, CallDesk, RunCalls};
 use super::end::{self, Conclusion, RunOutcome, Stopping};
@@ -19,10 +21,10 @@ use crate::model::{
 use crate::session::command::{IfBusy, Pending, Reply, RunRequest, RunStarted, RunStopped};
 use crate::session::live::Inbox;
 use crate::session::subagents::{Children, TaskTool, TASK};
-use crate::session::waiting::Waiting;
+use crate::session::waiting::{self, Resolution, Waiting};
 use crate::session::SessionError;
 use crate::session::Sessions;
-use crate::store::{StoreError, WriteOp};
+use crate::store::{Store, StoreError, WriteOp};
 use crate::telemetry;
 use crate::tools::client::ClientSide;
 use crate::tools::policy::Rules;
@@ -116,6 +118,8 @@ pub(super) struct Begin {
     pub trace_parent: tracing::Span,
     /// What the run writes first, not yet handed to the writer (a new run's start).
     pub opening: Option<Batch>,
+    /// A resume's: what people answered to the approvals of the run it continues.
+    pub decided: HashMap<String, Resolution>,
 }
 
 impl Begin {
@@ -132,6 +136,7 @@ impl Begin {
             result_tx,
             trace_parent: tracing::Span::none(),
             opening: None,
+            decided: HashMap::new(),
         }
     }
 
@@ -154,6 +159,7 @@ impl SessionActor {
         inbox: &mut Inbox,
     ) -> Result<NextRun, Stop> {
         let id = self.id;
+        let store = self.deps.store.clone();
         let core = match self.claim_with_history().await {
             Ok(core) => core,
             Err(refusal) => return refusal.answer(id, reply).map(|()| None),
@@ -186,6 +192,18 @@ impl SessionActor {
                 _ => {}
             }
         }
+        let decided = match (request.kind, &core.last_run) {
+            (RunKind::Resume, Some(previous)) => {
+                match decisions_to_honour(store.as_ref(), id, previous, &core.history).await {
+                    Ok(decided) => decided,
+                    Err(error) => {
+                        let _ = reply.send(Err(SessionError::Store(error)));
+                        return Ok(None);
+                    }
+                }
+            }
+            _ => HashMap::new(),
+        };
         // A sub-agent's run counts under its parent's permit.
         let permit = match request.under_parent {
             true => None,
@@ -269,6 +287,7 @@ impl SessionActor {
         let begin = Begin {
             trace_parent: request.trace_parent,
             opening: Some(batch),
+            decided,
             ..Begin::new(input, result_tx)
         };
         let ended = self.drive(run, begin, inbox).await;
@@ -419,6 +438,7 @@ impl SessionActor {
             children,
             notes: Default::default(),
             queued,
+            decided: begin.decided,
         };
         let sink = super::journal::Sink {
             deps: &self.deps,
@@ -558,6 +578,28 @@ impl SessionActor {
             }
         }
     }
+}
+
+/// What people answered to the approvals of `previous` (the run a resume continues), for the
+/// calls the resume runs again: those without a result in the history.
+async fn decisions_to_honour(
+    store: &dyn Store,
+    session_id: Uuid,
+    previous: &RunRecord,
+    history: &[Message],
+) -> Result<HashMap<String, Resolution>, StoreError> {
+    let again: HashSet<String> = context::dangling_tool_calls(history)
+        .into_iter()
+        .map(|call| call.id)
+        .collect();
+    if again.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let mut decisions = waiting::of_run(store, session_id, previous.start_seq)
+        .await?
+        .decisions();
+    decisions.retain(|call_id, _| again.contains(call_id));
+    Ok(decisions)
 }
 
 /// How long a run took, from its start to its end.
