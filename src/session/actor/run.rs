@@ -20,7 +20,8 @@ use crate::model::{
 };
 use crate::session::command::{IfBusy, Pending, Reply, RunRequest, RunStarted, RunStopped};
 use crate::session::live::Inbox;
-use crate::session::subagents::{Children, TaskTool, TASK};
+use crate::session::run_permit::RunPermit;
+use crate::session::subagents::{Children, Lineage, TaskTool, Tree, TASK};
 use crate::session::waiting::{self, Resolution, Waiting};
 use crate::session::SessionError;
 use crate::session::Sessions;
@@ -120,6 +121,9 @@ pub(super) struct Begin {
     pub opening: Option<Batch>,
     /// A resume's: what people answered to the approvals of the run it continues.
     pub decided: HashMap<String, Resolution>,
+    /// Its tree of sub-agents and its permit (none: a continued run, which takes no permit
+    /// and starts a tree of its own).
+    pub lineage: Option<Lineage>,
 }
 
 impl Begin {
@@ -137,6 +141,7 @@ impl Begin {
             trace_parent: tracing::Span::none(),
             opening: None,
             decided: HashMap::new(),
+            lineage: None,
         }
     }
 
@@ -204,11 +209,15 @@ impl SessionActor {
             }
             _ => HashMap::new(),
         };
-        // A sub-agent's run counts under its parent's permit.
-        let permit = match request.under_parent {
-            true => None,
-            false => match self.deps.run_permits.clone().try_acquire_owned() {
-                Ok(permit) => Some(permit),
+        // A sub-agent's run has the permit its parent's call took for it; another run takes one
+        // now or is refused.
+        let lineage = match request.subagent.clone() {
+            Some(lineage) => lineage,
+            None => match self.deps.run_permits.clone().try_acquire_owned() {
+                Ok(permit) => Lineage {
+                    tree: Tree::new(self.deps.max_subagents_per_run),
+                    permit: RunPermit::held(self.deps.run_permits.clone(), permit),
+                },
                 Err(_) => {
                     let _ = reply.send(Err(SessionError::TooBusy(
                         "the server is running as many runs as it is allowed to; retry shortly"
@@ -288,11 +297,10 @@ impl SessionActor {
             trace_parent: request.trace_parent,
             opening: Some(batch),
             decided,
+            lineage: Some(lineage),
             ..Begin::new(input, result_tx)
         };
-        let ended = self.drive(run, begin, inbox).await;
-        drop(permit);
-        ended
+        self.drive(run, begin, inbox).await
     }
 
     /// Drives the run that waited for answers with nobody driving it (the actor's `parked`
@@ -317,7 +325,7 @@ impl SessionActor {
             core.parked = None;
         }
         // The run holds no permit while it waits, and takes none to go on: an answer never
-        // meets a 429.
+        // meets a 429 (`Begin::lineage` is none).
         self.drive(run, begin, inbox).await
     }
 
@@ -330,6 +338,7 @@ impl SessionActor {
         record: &SessionRecord,
         run: &RunRecord,
         children: &Arc<Children>,
+        permit: &Arc<RunPermit>,
     ) -> ToolRegistry {
         let server = &self.deps.agent.tools;
         let chosen = match &record.options.tools {
@@ -347,6 +356,7 @@ impl SessionActor {
                 sessions: Sessions::from_parts(self.deps.clone(), self.live.clone()),
                 parent: record.clone(),
                 children: children.clone(),
+                permit: permit.clone(),
             }));
         }
         more.extend(
@@ -383,8 +393,12 @@ impl SessionActor {
         inbox: &mut Inbox,
     ) -> Result<NextRun, Stop> {
         let core = self.core.as_ref().ok_or(Stop::Gone)?;
-        let children = Arc::new(Children::default());
-        let tools = self.run_tools(&core.record, &run, &children);
+        let lineage = begin.lineage.unwrap_or_else(|| Lineage {
+            tree: Tree::new(self.deps.max_subagents_per_run),
+            permit: RunPermit::unmetered(self.deps.run_permits.clone()),
+        });
+        let children = Arc::new(Children::new(lineage.tree));
+        let tools = self.run_tools(&core.record, &run, &children, &lineage.permit);
         let (context, unusable) = match self.tool_context(&core.record).await {
             Ok(context) => (context, None),
             // Never used: the loop does not run.
