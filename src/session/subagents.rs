@@ -266,7 +266,11 @@ impl Tool for TaskTool {
         let mut loan = self.permit.lend();
         let result = match loan.child_permit().await {
             Ok(permit) => self.run_child(child, prompt, permit).await,
-            Err(_) => Err(failed(child_id, "was interrupted", &"the server is stopping")),
+            Err(_) => Err(failed(
+                child_id,
+                "was interrupted",
+                &"the server is stopping",
+            )),
         };
         loan.end().await;
         let result = result?;
@@ -324,11 +328,9 @@ impl TaskTool {
                 "was interrupted",
                 &"the server is stopping",
             )),
-            Ok(Err(RunStopped::Storage { error })) => Err(failed(
-                child_id,
-                "stopped",
-                &format!("storage: {error}"),
-            )),
+            Ok(Err(RunStopped::Storage { error })) => {
+                Err(failed(child_id, "stopped", &format!("storage: {error}")))
+            }
         }
     }
 

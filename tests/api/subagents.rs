@@ -598,7 +598,10 @@ async fn a_tree_of_sub_agents_stops_at_its_limit_and_runs_within_the_permits() {
 
     // Never more than two runs at work at once (their model calls), parents included.
     let most = most_llm_steps_at_once(&server, &sessions).await;
-    assert!(most <= 2, "{most} LLM steps at once at --max-concurrent-runs 2");
+    assert!(
+        most <= 2,
+        "{most} LLM steps at once at --max-concurrent-runs 2"
+    );
 
     let mut probes = probing.await.expect("probe task");
     probes.sort();
@@ -640,12 +643,18 @@ async fn the_tree_limit_is_a_flag_and_slow_children_share_the_permits() {
     sessions.extend(tree.iter().map(id_of));
     let most = most_llm_steps_at_once(&server, &sessions).await;
     eprintln!("delegate 4 at depth 2, limit 10, --max-concurrent-runs 2: at most {most} LLM steps at once");
-    assert!(most <= 2, "{most} LLM steps at once at --max-concurrent-runs 2");
+    assert!(
+        most <= 2,
+        "{most} LLM steps at once at --max-concurrent-runs 2"
+    );
 
     // The flag takes whole numbers from 1.
     for bad in ["0", "many"] {
         let (status, output) = serve_expecting_exit(&["--max-subagents-per-run", bad], &[]);
-        assert!(!status.success(), "--max-subagents-per-run {bad} was accepted");
+        assert!(
+            !status.success(),
+            "--max-subagents-per-run {bad} was accepted"
+        );
         assert!(output.contains("--max-subagents-per-run"), "{output}");
     }
 }

@@ -776,9 +776,21 @@ async fn an_allow_acknowledged_before_kill_9_is_honoured_by_the_resume() {
     // as soon as their allow is acknowledged, wherever the run is then.
     let calls = [
         call("k0", "shell", json!({"command": "sleep 1; echo slept"})),
-        call("k1", "write_file", json!({"path": "k1.txt", "content": "1"})),
-        call("k2", "write_file", json!({"path": "k2.txt", "content": "2"})),
-        call("k3", "write_file", json!({"path": "k3.txt", "content": "3"})),
+        call(
+            "k1",
+            "write_file",
+            json!({"path": "k1.txt", "content": "1"}),
+        ),
+        call(
+            "k2",
+            "write_file",
+            json!({"path": "k2.txt", "content": "2"}),
+        ),
+        call(
+            "k3",
+            "write_file",
+            json!({"path": "k3.txt", "content": "3"}),
+        ),
     ];
     let mut paths = Vec::new();
     for (n, fake_call) in calls.into_iter().enumerate() {
@@ -817,7 +829,10 @@ async fn an_allow_acknowledged_before_kill_9_is_honoured_by_the_resume() {
         };
         paths.push(format!("{call_id}: {path}"));
         let session = ended_without_asking_again(&server, &id, &call_id).await;
-        assert_eq!(session["state"], "completed", "{call_id} ({path}): {session}");
+        assert_eq!(
+            session["state"], "completed",
+            "{call_id} ({path}): {session}"
+        );
         let events = server.events(&id).await;
         let asked = events
             .iter()
@@ -828,8 +843,13 @@ async fn an_allow_acknowledged_before_kill_9_is_honoured_by_the_resume() {
             .iter()
             .filter(|e| e["type"] == "tool.finished" && e["data"]["call_id"] == call_id.as_str())
             .collect();
-        let last = results.last().unwrap_or_else(|| panic!("{call_id} never ran"));
-        assert_eq!(last["data"]["is_error"], false, "{call_id} ({path}): {last}");
+        let last = results
+            .last()
+            .unwrap_or_else(|| panic!("{call_id} never ran"));
+        assert_eq!(
+            last["data"]["is_error"], false,
+            "{call_id} ({path}): {last}"
+        );
         if n == 0 {
             assert_eq!(path, "interrupted, then resumed");
             let output = last["data"]["output"].as_str().unwrap_or_default();
