@@ -189,7 +189,8 @@ pub struct ServeArgs {
     pub cors_origins: Vec<String>,
 
     /// Runs (turns and resumes, automatic ones included; compactions do not count) in
-    /// progress at once in this process, N ≥ 1; further ones get 429 with Retry-After.
+    /// progress at once in this process, N ≥ 1; further ones get 429 with Retry-After (a
+    /// sub-agent's run waits in line instead).
     #[arg(long, env = "TAH_MAX_CONCURRENT_RUNS", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_concurrent_runs: u32,
 
@@ -316,6 +317,11 @@ pub struct ServeArgs {
     /// no sub-agents).
     #[arg(long, env = "TAH_MAX_SUBAGENT_DEPTH", default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=8))]
     pub max_subagent_depth: u32,
+
+    /// Sub-agent sessions one top-level run may start, N ≥ 1, counting those of its
+    /// sub-agents at every depth; past it `task` answers the model with an error.
+    #[arg(long, env = "TAH_MAX_SUBAGENTS_PER_RUN", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_subagents_per_run: u32,
 
     /// A JSON file of MCP servers whose tools are offered as mcp__<server>__<tool>, in the
     /// format other MCP hosts use: {"mcpServers": {NAME: {"command", "args", "env", "cwd"} or

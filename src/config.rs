@@ -137,6 +137,7 @@ pub struct Settings {
     approval_timeout: Option<Duration>,
     shell: ShellSettings,
     max_subagent_depth: u32,
+    max_subagents_per_run: u32,
     mcp: McpConfig,
     mcp_settings: McpSettings,
     webhooks: Option<WebhookSettings>,
@@ -261,6 +262,7 @@ impl Settings {
                 default_timeout: Duration::from_secs(120.min(args.shell_max_timeout_secs)),
             },
             max_subagent_depth: args.max_subagent_depth,
+            max_subagents_per_run: args.max_subagents_per_run,
             mcp,
             mcp_settings: McpSettings {
                 call_timeout: Duration::from_secs(args.mcp_timeout_secs),
@@ -309,6 +311,11 @@ impl Settings {
     /// Sessions at this sub-agent depth are not offered `task`.
     pub fn max_subagent_depth(&self) -> u32 {
         self.max_subagent_depth
+    }
+
+    /// Sub-agent sessions one top-level run may start, at every depth.
+    pub fn max_subagents_per_run(&self) -> u32 {
+        self.max_subagents_per_run
     }
 
     /// Where webhooks go and their secret (`--webhook-url`, `--webhook-secret-env`); `None`

@@ -61,6 +61,8 @@ pub struct RuntimeParts {
     pub replica: Uuid,
     pub policy: ToolPolicy,
     pub max_subagent_depth: u32,
+    /// Sub-agent sessions one top-level run may start, at every depth.
+    pub max_subagents_per_run: u32,
 }
 
 pub struct Runtime {
@@ -130,6 +132,7 @@ impl Runtime {
             replica,
             policy,
             max_subagent_depth: config.max_subagent_depth(),
+            max_subagents_per_run: config.max_subagents_per_run(),
         })
         .await?;
         if let Some(webhooks) = config.webhooks() {
@@ -178,6 +181,7 @@ impl Runtime {
             auto_resume: parts.auto_resume,
             policy: parts.policy,
             max_subagent_depth: parts.max_subagent_depth,
+            max_subagents_per_run: parts.max_subagents_per_run,
         });
         sessions.start_coordination();
         let interrupted = sessions.recover_interrupted().await?;

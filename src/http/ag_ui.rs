@@ -10,7 +10,8 @@
 //!
 //! The answer opens with `RUN_STARTED` and a `MESSAGES_SNAPSHOT` of the session's history,
 //! then streams the tah run (the new one, or the one the answers let go on) until it ends or
-//! waits for answers again.
+//! waits for answers again. A reconnect (no new message, no answers) to a run that waits ends
+//! at once, with the interrupt or pending calls the client's first stream ended with.
 
 use std::collections::HashSet;
 

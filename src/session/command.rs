@@ -8,6 +8,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
+use super::subagents::Lineage;
 use super::waiting::ClientResult;
 use super::SessionError;
 use crate::model::{ClientTool, Decision, RunKind, RunRecord, RunResult, SessionState};
@@ -97,9 +98,9 @@ pub struct RunRequest {
     pub input: Option<String>,
     pub pending: Pending,
     pub if_busy: IfBusy,
-    /// A sub-agent's run: it runs under its parent's run permit and never takes one (so a
-    /// parent waiting for its children cannot starve them at `--max-concurrent-runs`).
-    pub under_parent: bool,
+    /// A sub-agent's run: the tree it belongs to, and the permit its parent's call took for
+    /// it (`None`: a top-level run, which takes a permit of its own or is refused).
+    pub subagent: Option<Lineage>,
     /// Tools the client runs, for this run only (checked with
     /// [`Sessions::check_run_tools`](super::Sessions::check_run_tools)).
     pub client_tools: Vec<ClientTool>,
@@ -116,7 +117,7 @@ impl RunRequest {
             input: Some(input),
             pending,
             if_busy: IfBusy::Reject,
-            under_parent: false,
+            subagent: None,
             client_tools: Vec::new(),
             trace_parent: tracing::Span::none(),
         }
@@ -129,7 +130,7 @@ impl RunRequest {
             input: None,
             pending: Pending::Refuse,
             if_busy: IfBusy::Reject,
-            under_parent: false,
+            subagent: None,
             client_tools: Vec::new(),
             trace_parent: tracing::Span::none(),
         }
@@ -148,21 +149,21 @@ impl RunRequest {
         RunRequest { if_busy, ..self }
     }
 
-    /// A sub-agent's resume of its interrupted run, under its parent's permit (and, in
-    /// traces, under the span of the parent's call, the current one).
-    pub fn subagent_resume() -> RunRequest {
+    /// A sub-agent's resume of its interrupted run, in its parent's tree with the permit taken
+    /// for it (and, in traces, under the span of the parent's call, the current one).
+    pub fn subagent_resume(lineage: Lineage) -> RunRequest {
         RunRequest {
-            under_parent: true,
+            subagent: Some(lineage),
             trace_parent: tracing::Span::current(),
             ..RunRequest::resume()
         }
     }
 
-    /// A sub-agent's run of `prompt`, under its parent's permit (and, in traces, under the
-    /// span of the parent's call, the current one).
-    pub fn subagent(prompt: String) -> RunRequest {
+    /// A sub-agent's run of `prompt`, in its parent's tree with the permit taken for it (and,
+    /// in traces, under the span of the parent's call, the current one).
+    pub fn subagent(prompt: String, lineage: Lineage) -> RunRequest {
         RunRequest {
-            under_parent: true,
+            subagent: Some(lineage),
             trace_parent: tracing::Span::current(),
             ..RunRequest::run(prompt, Pending::Refuse)
         }

@@ -10,6 +10,8 @@
 //! - `actor/`: the actor, one handler per command family.
 //! - `live`: the map of live sessions (mailboxes, live channels, leases).
 //! - `options`: what a new session may choose (workspace, tools, rules, client tools), checked.
+//! - `run_permit`: a run's place among `--max-concurrent-runs`, lent while it waits for its
+//!   sub-agents.
 //! - `lease`: the one copy of a session's lease (scale-out).
 //! - `coordination`: heartbeat, takeover sweep and notifications (scale-out).
 //! - `steps`: rebuilding an LLM step's exact request.
@@ -23,6 +25,7 @@ mod coordination;
 mod lease;
 mod live;
 mod options;
+mod run_permit;
 mod sessions;
 mod steps;
 mod stream;
@@ -86,6 +89,8 @@ pub struct SessionDeps {
     pub policy: ToolPolicy,
     /// Sessions at this sub-agent depth are not offered `task`.
     pub max_subagent_depth: u32,
+    /// Sub-agent sessions one top-level run may start, at every depth.
+    pub max_subagents_per_run: u32,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -1,10 +1,16 @@
 //! Sub-agents: the `task` tool runs a child session to the end of its run and answers the
 //! child's final text. The child has its own log, its parent as `parent_id`, and its parent's
-//! prompt, tools, policy and workspace; it runs under its parent's run permit. The parent's
-//! log says which child each call started (`subagent.started`) and how it ended
-//! (`subagent.finished`), and cancelling the parent's run cancels the children it waits for.
+//! prompt, tools, policy and workspace. The parent's log says which child each call started
+//! (`subagent.started`) and how it ended (`subagent.finished`), and cancelling the parent's
+//! run cancels the children it waits for.
+//!
+//! A top-level run and its sub-agents at every depth are one tree, which may start
+//! `--max-subagents-per-run` sessions; past that `task` answers the model with an error. Each
+//! child's run counts against `--max-concurrent-runs` with a permit of its own, which its
+//! parent lends while it waits (see `run_permit`).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -13,9 +19,10 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::command::{RunRequest, RunStarted, RunStopped};
+use super::run_permit::RunPermit;
 use super::sessions::Sessions;
 use super::SessionError;
-use crate::model::{self, RunStatus, SessionRecord, ToolSchema};
+use crate::model::{self, RunResult, RunStatus, SessionRecord, ToolSchema};
 use crate::tools::{Tool, ToolContext, ToolError, ToolInfo, ToolResult, ToolSource};
 
 /// `task` as the model is offered it.
@@ -30,11 +37,53 @@ pub(super) fn task_schema() -> ToolSchema {
 /// The tool's name.
 pub const TASK: &str = "task";
 
+/// The sub-agent sessions a top-level run and its sub-agents may still start.
+#[derive(Debug)]
+pub struct Tree {
+    limit: u32,
+    started: AtomicU32,
+}
+
+impl Tree {
+    /// The tree of a top-level run, which may start `limit` sub-agents.
+    pub fn new(limit: u32) -> Arc<Tree> {
+        Arc::new(Tree {
+            limit,
+            started: AtomicU32::new(0),
+        })
+    }
+
+    /// Counts one more sub-agent; false when the tree has started all it may.
+    fn start_one(&self) -> bool {
+        self.started
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < self.limit).then_some(n + 1)
+            })
+            .is_ok()
+    }
+}
+
+/// A run's place in a tree of sub-agents: the tree its `task` calls count against, and the
+/// run's own permit (lent to its children while it waits for them).
+#[derive(Debug, Clone)]
+pub struct Lineage {
+    pub(super) tree: Arc<Tree>,
+    pub(super) permit: Arc<RunPermit>,
+}
+
 /// The children of one run's `task` calls, shared by the run's journal (which names each child
 /// when its call starts, and records how it ended) and the tool (which runs it).
-#[derive(Default)]
 pub(super) struct Children {
-    by_call: Mutex<HashMap<String, Child>>,
+    by_call: Mutex<HashMap<String, Named>>,
+    tree: Arc<Tree>,
+}
+
+/// What a `task` call that started was given.
+#[derive(Clone, Copy)]
+enum Named {
+    Child(Child),
+    /// No session: the tree has started all the sub-agents it may.
+    OverLimit,
 }
 
 #[derive(Clone, Copy)]
@@ -48,46 +97,84 @@ struct Child {
 }
 
 impl Children {
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Child>> {
+    /// The children of a run whose `task` calls count against `tree`.
+    pub fn new(tree: Arc<Tree>) -> Children {
+        Children {
+            by_call: Mutex::default(),
+            tree,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Named>> {
         // Plain data behind the lock, never held across an await.
         self.by_call.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Names the child of a `task` call that starts: `existing` if an earlier attempt of the
-    /// call started one, else a new session.
-    pub fn start(&self, call_id: &str, existing: Option<Uuid>) -> Uuid {
-        let session_id = existing.unwrap_or_else(model::new_id);
-        let child = Child {
-            session_id,
-            exists: existing.is_some(),
-            status: None,
+    /// call started one, else a new session if the tree may start one more (`None`: it may
+    /// not).
+    pub fn start(&self, call_id: &str, existing: Option<Uuid>) -> Option<Uuid> {
+        let named = match existing {
+            Some(session_id) => Named::Child(Child::of(session_id, true)),
+            None if self.tree.start_one() => Named::Child(Child::of(model::new_id(), false)),
+            None => Named::OverLimit,
         };
-        self.lock().insert(call_id.to_string(), child);
-        session_id
+        self.lock().insert(call_id.to_string(), named);
+        match named {
+            Named::Child(child) => Some(child.session_id),
+            Named::OverLimit => None,
+        }
     }
 
-    fn child_of(&self, call_id: &str) -> Option<Child> {
-        self.lock().get(call_id).copied()
+    fn child_of(&self, call_id: &str) -> Result<Child, ToolError> {
+        match self.lock().get(call_id).copied() {
+            Some(Named::Child(child)) => Ok(child),
+            Some(Named::OverLimit) => Err(ToolError(format!(
+                "no sub-agent was started: this run and its sub-agents have started the {} \
+                 sub-agents a run may start; do this part of the work yourself",
+                self.tree.limit
+            ))),
+            None => Err(ToolError(
+                "the sub-agent could not be started: its call was not recorded".to_string(),
+            )),
+        }
     }
 
     fn ended(&self, call_id: &str, status: RunStatus) {
-        if let Some(child) = self.lock().get_mut(call_id) {
+        if let Some(Named::Child(child)) = self.lock().get_mut(call_id) {
             child.status = Some(status);
         }
     }
 
     /// The child of a call that finished, and how its run ended (`failed` when it never ran).
     pub fn finish(&self, call_id: &str) -> Option<(Uuid, RunStatus)> {
-        let child = self.lock().remove(call_id)?;
-        Some((child.session_id, child.status.unwrap_or(RunStatus::Failed)))
+        match self.lock().remove(call_id)? {
+            Named::Child(child) => {
+                Some((child.session_id, child.status.unwrap_or(RunStatus::Failed)))
+            }
+            Named::OverLimit => None,
+        }
     }
 
     /// The children whose calls never finished (the parent's run was cancelled).
     pub fn unfinished(&self) -> Vec<(String, Uuid)> {
         self.lock()
             .drain()
-            .map(|(call_id, child)| (call_id, child.session_id))
+            .filter_map(|(call_id, named)| match named {
+                Named::Child(child) => Some((call_id, child.session_id)),
+                Named::OverLimit => None,
+            })
             .collect()
+    }
+}
+
+impl Child {
+    fn of(session_id: Uuid, exists: bool) -> Child {
+        Child {
+            session_id,
+            exists,
+            status: None,
+        }
     }
 }
 
@@ -132,6 +219,8 @@ pub(super) struct TaskTool {
     pub sessions: Sessions,
     pub parent: SessionRecord,
     pub children: Arc<Children>,
+    /// The run's permit, lent to its children while it waits for them.
+    pub permit: Arc<RunPermit>,
 }
 
 #[async_trait]
@@ -159,22 +248,13 @@ impl Tool for TaskTool {
         };
         let (description, prompt) = (text("description")?, text("prompt")?);
         let call_id = ctx.call_id.as_deref().unwrap_or_default();
-        let Some(child) = self.children.child_of(call_id) else {
-            return Err(ToolError(
-                "the sub-agent could not be started: its call was not recorded".to_string(),
-            ));
-        };
+        let child = self.children.child_of(call_id)?;
         let child_id = child.session_id;
-        let failed = |what: &str, error: &dyn std::fmt::Display| {
-            ToolError(format!(
-                "the sub-agent (session {child_id}) {what}: {error}"
-            ))
-        };
         if !child.exists {
             self.sessions
                 .create_child(&self.parent, child_id, call_id, description)
                 .await
-                .map_err(|e| failed("could not be created", &e))?;
+                .map_err(|e| failed(child_id, "could not be created", &e))?;
         }
         // From here on the child is cancelled if this call is dropped (its run cancelled).
         let guard = CancelOnDrop {
@@ -182,33 +262,24 @@ impl Tool for TaskTool {
             session_id: child_id,
             armed: true,
         };
-        let started = if child.exists {
-            self.resume(child_id).await
-        } else {
-            let request = RunRequest::subagent(prompt.to_string());
-            self.sessions.run(child_id, request).await
-        }
-        .map_err(|e| failed("could not start", &e))?;
-        let result = match started {
-            RunStarted::Started { result, .. } => result.await,
-            RunStarted::AlreadyCompleted(result) => Ok(Ok(result)),
-            // A sub-agent's run never asks to be queued.
-            RunStarted::Queued(_) => Ok(Err(RunStopped::Elsewhere)),
+        // The parent only waits now: its permit goes to the child, or back in line.
+        let mut loan = self.permit.lend();
+        let result = match loan.child_permit().await {
+            Ok(permit) => self.run_child(child, prompt, permit).await,
+            Err(_) => Err(failed(
+                child_id,
+                "was interrupted",
+                &"the server is stopping",
+            )),
         };
-        let result = match result {
-            Ok(Ok(result)) => result,
-            Ok(Err(RunStopped::Elsewhere)) | Err(_) => {
-                return Err(failed("was interrupted", &"the server is stopping"));
-            }
-            Ok(Err(RunStopped::Storage { error })) => {
-                return Err(failed("stopped", &format!("storage: {error}")));
-            }
-        };
+        loan.end().await;
+        let result = result?;
         drop(guard.disarm());
         self.children.ended(call_id, result.status);
         match result.status {
             RunStatus::Completed => Ok(result.text.into()),
             status => Err(failed(
+                child_id,
                 status.as_str(),
                 &result.error.as_deref().unwrap_or("no reason given"),
             )),
@@ -216,14 +287,60 @@ impl Tool for TaskTool {
     }
 }
 
+/// The error a `task` call answers when its sub-agent did not end well.
+fn failed(child_id: Uuid, what: &str, error: &dyn std::fmt::Display) -> ToolError {
+    ToolError(format!(
+        "the sub-agent (session {child_id}) {what}: {error}"
+    ))
+}
+
 impl TaskTool {
+    /// Runs the child (or continues the one an interrupted attempt started) with its own
+    /// permit, to the end of its run.
+    async fn run_child(
+        &self,
+        child: Child,
+        prompt: &str,
+        permit: Arc<RunPermit>,
+    ) -> Result<RunResult, ToolError> {
+        let child_id = child.session_id;
+        let lineage = Lineage {
+            tree: self.children.tree.clone(),
+            permit,
+        };
+        let started = if child.exists {
+            self.resume(child_id, lineage).await
+        } else {
+            let request = RunRequest::subagent(prompt.to_string(), lineage);
+            self.sessions.run(child_id, request).await
+        }
+        .map_err(|e| failed(child_id, "could not start", &e))?;
+        let result = match started {
+            RunStarted::Started { result, .. } => result.await,
+            RunStarted::AlreadyCompleted(result) => Ok(Ok(result)),
+            // A sub-agent's run never asks to be queued.
+            RunStarted::Queued(_) => Ok(Err(RunStopped::Elsewhere)),
+        };
+        match result {
+            Ok(Ok(result)) => Ok(result),
+            Ok(Err(RunStopped::Elsewhere)) | Err(_) => Err(failed(
+                child_id,
+                "was interrupted",
+                &"the server is stopping",
+            )),
+            Ok(Err(RunStopped::Storage { error })) => {
+                Err(failed(child_id, "stopped", &format!("storage: {error}")))
+            }
+        }
+    }
+
     /// Continues the child an interrupted attempt of the call started: its interrupted run
     /// is resumed, or its result taken if it ended. While something else still runs it (an
     /// automatic resume, another replica), this waits for that run to end; while a dead
     /// replica's lease on it has not expired yet, it waits for the lease to expire.
-    async fn resume(&self, child_id: Uuid) -> Result<RunStarted, SessionError> {
+    async fn resume(&self, child_id: Uuid, lineage: Lineage) -> Result<RunStarted, SessionError> {
         loop {
-            let request = RunRequest::subagent_resume();
+            let request = RunRequest::subagent_resume(lineage.clone());
             match self.sessions.run(child_id, request).await {
                 Err(SessionError::Conflict {
                     kind: "run-active" | "session-leased",

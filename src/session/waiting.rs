@@ -4,7 +4,7 @@
 //! actor's command handlers and the run's journal share one [`Waiting`] to check answers and
 //! record them exactly once.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -393,6 +393,18 @@ impl Waiting {
             .min_by_key(|(_, at)| *at)
     }
 
+    /// What people answered to this run's approvals, by call id: a resume of the run admits
+    /// those calls as they were answered rather than ask again. An answer the server gave
+    /// (a timeout, a cancel, its policy) is no person's decision.
+    pub fn decisions(&self) -> HashMap<String, Resolution> {
+        self.items
+            .iter()
+            .filter(|(_, item)| item.kind == Kind::Approval)
+            .filter_map(|(id, item)| Some((id.clone(), item.resolution.clone()?)))
+            .filter(|(_, resolution)| resolution.by == ResolvedBy::User)
+            .collect()
+    }
+
     /// The call ids still waiting for an answer.
     pub fn pending_ids(&self) -> Vec<String> {
         self.items
@@ -592,6 +604,36 @@ mod tests {
         let waiting = Waiting::from_log(&log);
         assert!(!waiting.is_parked());
         assert!(!waiting.has_pending());
+    }
+
+    #[test]
+    fn the_decisions_are_what_people_answered() {
+        let resolved = |call_id: &str, decision, by| {
+            event(EventKind::ToolApprovalResolved {
+                call_id: call_id.into(),
+                decision,
+                by,
+                reason: None,
+                input: None,
+            })
+        };
+        let log = [
+            requested("a"),
+            requested("b"),
+            requested("c"),
+            requested("d"),
+            resolved("a", Decision::Allow, ResolvedBy::User),
+            resolved("b", Decision::Deny, ResolvedBy::User),
+            resolved("c", Decision::Deny, ResolvedBy::Timeout),
+            started("a"),
+        ];
+        let decisions = Waiting::from_log(&log).decisions();
+        let mut answered: Vec<(&str, Decision)> = decisions
+            .iter()
+            .map(|(id, r)| (id.as_str(), r.decision))
+            .collect();
+        answered.sort_by_key(|(id, _)| *id);
+        assert_eq!(answered, [("a", Decision::Allow), ("b", Decision::Deny)]);
     }
 
     #[test]

@@ -495,3 +495,166 @@ async fn a_child_works_in_its_parents_workspace() {
     assert!(text.contains("Team notes live here."), "{text}");
     assert!(text.contains("1 top-level entries"), "{text}");
 }
+
+/// Every session under `id`, at every depth.
+async fn descendants_of(server: &TestServer, id: &str) -> Vec<Value> {
+    let mut all = Vec::new();
+    let mut frontier = vec![id.to_string()];
+    while let Some(parent) = frontier.pop() {
+        for child in children_of(server, &parent).await {
+            frontier.push(id_of(&child));
+            all.push(child);
+        }
+    }
+    all
+}
+
+/// The most LLM steps in progress at once among `sessions`, from their logs.
+async fn most_llm_steps_at_once(server: &TestServer, sessions: &[String]) -> usize {
+    let mut marks: Vec<(DateTime<Utc>, i32)> = Vec::new();
+    for id in sessions {
+        for event in server.events(id).await {
+            match event["type"].as_str() {
+                Some("llm.started") => marks.push((at(&event), 1)),
+                Some("llm.completed" | "llm.failed") => marks.push((at(&event), -1)),
+                _ => {}
+            }
+        }
+    }
+    // At the same instant an end comes before a start.
+    marks.sort();
+    let (mut now, mut most) = (0, 0);
+    for (_, step) in marks {
+        now += step;
+        most = most.max(now);
+    }
+    usize::try_from(most).unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_tree_of_sub_agents_stops_at_its_limit_and_runs_within_the_permits() {
+    // The attack's shape: eight sub-agents per reply, five levels deep (37,449 sessions
+    // unbounded), on a server that runs two runs at once.
+    let server = TestServer::start(ServerOptions::new().args(&[
+        "--max-subagent-depth",
+        "5",
+        "--max-concurrent-runs",
+        "2",
+    ]))
+    .await;
+    let id = delegating_session(&server).await;
+    let probe_url = server.url("/readyz");
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let probing_done = done.clone();
+    let probing = tokio::spawn(async move {
+        let client = reqwest::Client::new();
+        let mut took = Vec::new();
+        while !probing_done.load(std::sync::atomic::Ordering::Relaxed) {
+            let started = Instant::now();
+            let reply = client.get(&probe_url).send().await.expect("probe");
+            assert!(reply.status().is_success(), "{}", reply.status());
+            took.push(started.elapsed());
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        took
+    });
+    let started = Instant::now();
+    let result = tokio::time::timeout(
+        Duration::from_secs(50),
+        server.run_wait(&id, "delegate 8 pieces"),
+    )
+    .await
+    .expect("the tree finishes at --max-concurrent-runs 2: no deadlock");
+    let took = started.elapsed();
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(result["status"], "completed", "{result}");
+
+    // 64 sessions (the default limit) across the levels, each one ended.
+    let tree = descendants_of(&server, &id).await;
+    assert_eq!(tree.len(), 64, "sessions in the tree");
+    assert!(tree.iter().all(|s| s["state"] == "completed"), "{tree:?}");
+    let deepest = tree.iter().filter_map(|s| s["depth"].as_u64()).max();
+    assert!(deepest.is_some_and(|d| d > 1), "{deepest:?}");
+
+    // The calls past the limit were answered with an error and started nothing.
+    let mut sessions = vec![id.clone()];
+    sessions.extend(tree.iter().map(id_of));
+    let (mut refused, mut started_events) = (0, 0);
+    for session in &sessions {
+        let log = server.events(session).await;
+        started_events += of_type(&log, "subagent.started").len();
+        refused += of_type(&log, "tool.finished")
+            .iter()
+            .filter(|e| {
+                e["data"]["is_error"] == true
+                    && e["data"]["output"]
+                        .as_str()
+                        .is_some_and(|o| o.contains("no sub-agent was started"))
+            })
+            .count();
+    }
+    assert_eq!(started_events, 64);
+    assert!(refused > 0, "no call was refused");
+
+    // Never more than two runs at work at once (their model calls), parents included.
+    let most = most_llm_steps_at_once(&server, &sessions).await;
+    assert!(
+        most <= 2,
+        "{most} LLM steps at once at --max-concurrent-runs 2"
+    );
+
+    let mut probes = probing.await.expect("probe task");
+    probes.sort();
+    let p99 = probes[(probes.len() * 99 / 100).min(probes.len() - 1)];
+    eprintln!(
+        "delegate 8 at depth 5, --max-concurrent-runs 2: {} sessions, {refused} task calls \
+         refused, at most {most} LLM steps at once, {took:?}; /readyz p99 {p99:?} of {} probes \
+         (max {:?})",
+        tree.len(),
+        probes.len(),
+        probes.last().copied().unwrap_or_default()
+    );
+}
+
+#[tokio::test]
+async fn the_tree_limit_is_a_flag_and_slow_children_share_the_permits() {
+    // Four per reply, two levels: 20 sessions unbounded, 10 allowed; model calls that take a
+    // while, so that runs would overlap if they could.
+    let server = TestServer::start(ServerOptions::new().mock_delay_ms(10).args(&[
+        "--max-subagent-depth",
+        "2",
+        "--max-subagents-per-run",
+        "10",
+        "--max-concurrent-runs",
+        "2",
+    ]))
+    .await;
+    let id = delegating_session(&server).await;
+    let result = tokio::time::timeout(
+        Duration::from_secs(50),
+        server.run_wait(&id, "delegate 4 parts"),
+    )
+    .await
+    .expect("the tree finishes at --max-concurrent-runs 2: no deadlock");
+    assert_eq!(result["status"], "completed", "{result}");
+    let tree = descendants_of(&server, &id).await;
+    assert_eq!(tree.len(), 10, "sessions in the tree");
+    let mut sessions = vec![id.clone()];
+    sessions.extend(tree.iter().map(id_of));
+    let most = most_llm_steps_at_once(&server, &sessions).await;
+    eprintln!("delegate 4 at depth 2, limit 10, --max-concurrent-runs 2: at most {most} LLM steps at once");
+    assert!(
+        most <= 2,
+        "{most} LLM steps at once at --max-concurrent-runs 2"
+    );
+
+    // The flag takes whole numbers from 1.
+    for bad in ["0", "many"] {
+        let (status, output) = serve_expecting_exit(&["--max-subagents-per-run", bad], &[]);
+        assert!(
+            !status.success(),
+            "--max-subagents-per-run {bad} was accepted"
+        );
+        assert!(output.contains("--max-subagents-per-run"), "{output}");
+    }
+}

@@ -117,6 +117,33 @@ describe('@ag-ui/client HttpAgent against tah (mock model)', () => {
     assert.deepEqual(resolved.map((e) => [e.data.decision, e.data.by]), [['allow', 'user']]);
   });
 
+  test('a client that comes back to a run waiting for an approval gets the same interrupt', async () => {
+    const sessionId = await server.createSession();
+    const agent = agentOn(server, sessionId);
+    say(agent, 'write a note about coming back');
+    const first = await run(agent);
+    const interrupt = first.at(-1);
+    assert.equal(interrupt.outcome.type, 'interrupt');
+
+    // A reloaded page: a new agent on the thread, with no new message.
+    const back = agentOn(server, sessionId);
+    const events = await Promise.race([
+      run(back),
+      new Promise((_, reject) => setTimeout(() => reject(new Error('the reconnect never ended')), 10_000)),
+    ]);
+    assert.deepEqual(events.slice(0, 2).map((e) => e.type), ['RUN_STARTED', 'MESSAGES_SNAPSHOT']);
+    assert.equal(events.at(-1).type, 'RUN_FINISHED');
+    assert.deepEqual(events.at(-1).outcome, interrupt.outcome);
+    assert.deepEqual(back.pendingInterrupts, agent.pendingInterrupts);
+    await assertSameConversation(back, server, sessionId);
+
+    // Its resume answers the interrupt.
+    const [pending] = back.pendingInterrupts;
+    const next = await run(back, { resume: [{ interruptId: pending.id, status: 'resolved', payload: { approved: true } }] });
+    assert.equal(next.at(-1).outcome.type, 'success');
+    assert.ok(existsSync(join(server.workspace, 'notes.md')));
+  });
+
   test('a cancelled interrupt is a denial the model is told of', async () => {
     const sessionId = await server.createSession();
     const agent = agentOn(server, sessionId);

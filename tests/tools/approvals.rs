@@ -665,3 +665,197 @@ async fn a_late_answer_to_a_call_of_an_older_run_is_a_repeat_or_a_conflict() {
     );
     assert_eq!(server.session(&id).await["state"], "completed");
 }
+
+/// The JSON of every `data:` line of an SSE body.
+fn sse_data(body: &str) -> Vec<Value> {
+    body.lines()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .map(|data| {
+            serde_json::from_str(data.trim())
+                .unwrap_or_else(|e| panic!("a data line that is not JSON ({e}): {data}"))
+        })
+        .collect()
+}
+
+/// Posts an AG-UI run input and reads the whole stream, which must end by itself.
+async fn ag_ui_stream(server: &TestServer, id: &str, input: &Value) -> Vec<Value> {
+    let path = format!("/v1/sessions/{id}/ag-ui");
+    let reply = tokio::time::timeout(Duration::from_secs(10), server.post_json(&path, input))
+        .await
+        .unwrap_or_else(|_| panic!("the AG-UI stream of {input} did not end"));
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+    sse_data(&reply.text())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ag_ui_reconnect_to_a_run_that_waits_ends_with_its_interrupt() {
+    let model = model_calling(vec![call(
+        "g1",
+        "write_file",
+        json!({"path": "g.txt", "content": "G"}),
+    )])
+    .await;
+    let server = start(&model, &[]).await;
+    let id = server.create_session().await;
+    let user = json!({"id": "u1", "role": "user", "content": "write g.txt"});
+    let first = ag_ui_stream(
+        &server,
+        &id,
+        &json!({"threadId": id, "runId": "r1", "messages": [user]}),
+    )
+    .await;
+    let interrupt = first.last().expect("frames").clone();
+    assert_eq!(interrupt["type"], "RUN_FINISHED", "{first:?}");
+    assert_eq!(interrupt["outcome"]["type"], "interrupt", "{interrupt}");
+    assert_eq!(interrupt["outcome"]["interrupts"][0]["toolCallId"], "g1");
+
+    // The client comes back with what it has and nothing new, twice: each stream opens with
+    // the snapshot and ends with the same interrupt, at once.
+    let assistant = json!({"id": "a1", "role": "assistant", "content": "",
+        "toolCalls": [{"id": "g1", "type": "function",
+            "function": {"name": "write_file", "arguments": "{}"}}]});
+    for run_id in ["r2", "r3"] {
+        let started = Instant::now();
+        let again = ag_ui_stream(
+            &server,
+            &id,
+            &json!({"threadId": id, "runId": run_id, "messages": [user, assistant]}),
+        )
+        .await;
+        eprintln!(
+            "AG-UI reconnect to a waiting run: {} frames in {:?}",
+            again.len(),
+            started.elapsed()
+        );
+        let kinds: Vec<&str> = again.iter().filter_map(|f| f["type"].as_str()).collect();
+        assert_eq!(kinds.first(), Some(&"RUN_STARTED"), "{kinds:?}");
+        assert_eq!(kinds.get(1), Some(&"MESSAGES_SNAPSHOT"), "{kinds:?}");
+        let end = again.last().expect("frames");
+        assert_eq!(end["type"], "RUN_FINISHED", "{kinds:?}");
+        assert_eq!(end["runId"], run_id);
+        assert_eq!(end["outcome"], interrupt["outcome"], "{end}");
+    }
+    assert_eq!(server.session(&id).await["state"], "waiting_tool");
+    assert_eq!(wait_pending(&server, &id, 1).await[0]["call_id"], "g1");
+
+    // The interrupt is still answered by the next run's resume.
+    let resume = json!({"threadId": id, "runId": "r4", "messages": [user, assistant],
+        "resume": [{"interruptId": "g1", "status": "resolved", "payload": {"approved": true}}]});
+    let last = ag_ui_stream(&server, &id, &resume).await;
+    let end = last.last().expect("frames");
+    assert_eq!(end["outcome"]["type"], "success", "{end}");
+    assert_eq!(
+        std::fs::read_to_string(server.workspace().join("g.txt")).unwrap(),
+        "G"
+    );
+}
+
+/// Waits until the session's run has ended, failing at once if it asks about `call_id`
+/// again; returns the session.
+async fn ended_without_asking_again(server: &TestServer, id: &str, call_id: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let pending = server.get_ok(&format!("/v1/sessions/{id}/approvals")).await;
+        assert!(
+            !pending["data"]
+                .as_array()
+                .is_some_and(|p| p.iter().any(|a| a["call_id"] == call_id)),
+            "{call_id} was asked about again after its allow: {pending}"
+        );
+        let session = server.session(id).await;
+        if !matches!(session["state"].as_str(), Some("running" | "waiting_tool")) {
+            return session;
+        }
+        assert!(Instant::now() < deadline, "the run never ended: {session}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_allow_acknowledged_before_kill_9_is_honoured_by_the_resume() {
+    // The first call is killed while it runs (the resume runs it again); the others are killed
+    // as soon as their allow is acknowledged, wherever the run is then.
+    let calls = [
+        call("k0", "shell", json!({"command": "sleep 1; echo slept"})),
+        call(
+            "k1",
+            "write_file",
+            json!({"path": "k1.txt", "content": "1"}),
+        ),
+        call(
+            "k2",
+            "write_file",
+            json!({"path": "k2.txt", "content": "2"}),
+        ),
+        call(
+            "k3",
+            "write_file",
+            json!({"path": "k3.txt", "content": "3"}),
+        ),
+    ];
+    let mut paths = Vec::new();
+    for (n, fake_call) in calls.into_iter().enumerate() {
+        let call_id = format!("k{n}");
+        let model = model_calling(vec![fake_call]).await;
+        let mut server = TestServer::start(options(&model, &[]).process()).await;
+        let (id, pending) = until_pending(&server).await;
+        assert_eq!(pending["call_id"], call_id.as_str());
+        answer(&server, &id, &call_id, json!({"decision": "allow"}))
+            .await
+            .expect_json(StatusCode::OK, "allow");
+        if n == 0 {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !server
+                .events(&id)
+                .await
+                .iter()
+                .any(|e| e["type"] == "tool.started")
+            {
+                assert!(Instant::now() < deadline, "the allowed call never started");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        kill9_and_restart(&mut server, &id).await;
+        let state = server.session(&id).await["state"].clone();
+        let path = match state.as_str() {
+            Some("failed") => {
+                server
+                    .post_empty(&format!("/v1/sessions/{id}/resume"))
+                    .await
+                    .expect_json(StatusCode::ACCEPTED, "resume");
+                "interrupted, then resumed"
+            }
+            Some("completed") => "finished before the kill",
+            _ => "still waiting, continued by the restart",
+        };
+        paths.push(format!("{call_id}: {path}"));
+        let session = ended_without_asking_again(&server, &id, &call_id).await;
+        assert_eq!(
+            session["state"], "completed",
+            "{call_id} ({path}): {session}"
+        );
+        let events = server.events(&id).await;
+        let asked = events
+            .iter()
+            .filter(|e| e["type"] == "tool.approval-requested")
+            .count();
+        assert_eq!(asked, 1, "{call_id} ({path}) was asked about again");
+        let results: Vec<&Value> = events
+            .iter()
+            .filter(|e| e["type"] == "tool.finished" && e["data"]["call_id"] == call_id.as_str())
+            .collect();
+        let last = results
+            .last()
+            .unwrap_or_else(|| panic!("{call_id} never ran"));
+        assert_eq!(
+            last["data"]["is_error"], false,
+            "{call_id} ({path}): {last}"
+        );
+        if n == 0 {
+            assert_eq!(path, "interrupted, then resumed");
+            let output = last["data"]["output"].as_str().unwrap_or_default();
+            assert!(output.starts_with("slept"), "{last}");
+        }
+    }
+    eprintln!("allow then kill -9, per call: {paths:?}");
+}

@@ -236,6 +236,9 @@ pub(super) struct CallDesk {
     pub notes: HashMap<String, String>,
     /// Inputs queued for the run's next step boundary.
     pub queued: Queued,
+    /// What people answered to the approvals of the run this one resumes, for its calls
+    /// that run again: admitted as answered, not asked about again.
+    pub decided: HashMap<String, Resolution>,
 }
 
 impl CallDesk {
@@ -335,6 +338,9 @@ impl RunJournal<'_> {
         }
         // The subject (a path resolved in the workspace, a command) is worked out only when a
         // rule for this tool looks at it, or for a human to be asked about the call.
+        // Answered in the run this one resumes: the answer stands, unless the server now
+        // denies the call.
+        let decided = self.calls.decided.remove(&call.id);
         let policy = &self.sink.deps.policy;
         let mut subject = None;
         let decision = match decide_unread(policy, &self.calls.session_rules, &call.name) {
@@ -351,6 +357,9 @@ impl RunJournal<'_> {
                 )
             }
         };
+        if let Some(resolution) = decided.filter(|_| decision.action != Action::Deny) {
+            return Ok(as_answered(step_id, call, resolution));
+        }
         match decision.action {
             Action::Allow => Ok(Admission::Run {
                 step_id,
@@ -719,6 +728,23 @@ impl RunJournal<'_> {
                     detail: "the run ended before the result was recorded".to_string(),
                 }));
             }
+        }
+    }
+}
+
+/// A call whose approval was answered: it runs (with the input the answer gave), or it is
+/// refused as the answer says.
+fn as_answered(step_id: Uuid, call: &ToolCall, resolution: Resolution) -> Admission {
+    if resolution.decision.runs() {
+        Admission::Run {
+            step_id,
+            call: with_input(call, resolution.input),
+            decided: None,
+        }
+    } else {
+        Admission::Refused {
+            step_id,
+            output: refusal_output(&resolution),
         }
     }
 }

@@ -9,15 +9,17 @@ use crate::model::{EventKind, RunStatus};
 use crate::store::{SessionQuery, StoreError};
 
 impl RunJournal<'_> {
-    /// Names the child of a `task` call that starts (`subagent.started`).
+    /// Names the child of a `task` call that starts (`subagent.started`), unless the run's
+    /// tree has started all the sub-agents it may (the call then fails, naming none).
     pub(super) async fn child_started(&mut self, call_id: &str) -> Result<(), StoreError> {
         let existing = self.child_of_call(call_id).await?;
-        let session_id = self.calls.children.start(call_id, existing);
-        let started = EventKind::SubagentStarted {
-            call_id: call_id.to_string(),
-            session_id,
-        };
-        self.batch.event(self.core, started);
+        if let Some(session_id) = self.calls.children.start(call_id, existing) {
+            let started = EventKind::SubagentStarted {
+                call_id: call_id.to_string(),
+                session_id,
+            };
+            self.batch.event(self.core, started);
+        }
         Ok(())
     }
 

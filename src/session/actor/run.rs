@@ -2,10 +2,12 @@
 //! without a driver (after a restart or a takeover), and driving the agent loop while the
 //! mailbox is still served.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::{mpsc, oneshot};
 use tracing::Instrument as _;
+use uuid::Uuid;
 
 use super::calls::{AnswerMsg, CallDesk, RunCalls};
 use super::end::{self, Conclusion, RunOutcome, Stopping};
@@ -18,11 +20,12 @@ use crate::model::{
 };
 use crate::session::command::{IfBusy, Pending, Reply, RunRequest, RunStarted, RunStopped};
 use crate::session::live::Inbox;
-use crate::session::subagents::{Children, TaskTool, TASK};
-use crate::session::waiting::Waiting;
+use crate::session::run_permit::RunPermit;
+use crate::session::subagents::{Children, Lineage, TaskTool, Tree, TASK};
+use crate::session::waiting::{self, Resolution, Waiting};
 use crate::session::SessionError;
 use crate::session::Sessions;
-use crate::store::{StoreError, WriteOp};
+use crate::store::{Store, StoreError, WriteOp};
 use crate::telemetry;
 use crate::tools::client::ClientSide;
 use crate::tools::policy::Rules;
@@ -116,6 +119,11 @@ pub(super) struct Begin {
     pub trace_parent: tracing::Span,
     /// What the run writes first, not yet handed to the writer (a new run's start).
     pub opening: Option<Batch>,
+    /// A resume's: what people answered to the approvals of the run it continues.
+    pub decided: HashMap<String, Resolution>,
+    /// Its tree of sub-agents and its permit (none: a continued run, which takes no permit
+    /// and starts a tree of its own).
+    pub lineage: Option<Lineage>,
 }
 
 impl Begin {
@@ -132,6 +140,8 @@ impl Begin {
             result_tx,
             trace_parent: tracing::Span::none(),
             opening: None,
+            decided: HashMap::new(),
+            lineage: None,
         }
     }
 
@@ -154,6 +164,7 @@ impl SessionActor {
         inbox: &mut Inbox,
     ) -> Result<NextRun, Stop> {
         let id = self.id;
+        let store = self.deps.store.clone();
         let core = match self.claim_with_history().await {
             Ok(core) => core,
             Err(refusal) => return refusal.answer(id, reply).map(|()| None),
@@ -186,11 +197,27 @@ impl SessionActor {
                 _ => {}
             }
         }
-        // A sub-agent's run counts under its parent's permit.
-        let permit = match request.under_parent {
-            true => None,
-            false => match self.deps.run_permits.clone().try_acquire_owned() {
-                Ok(permit) => Some(permit),
+        let decided = match (request.kind, &core.last_run) {
+            (RunKind::Resume, Some(previous)) => {
+                match decisions_to_honour(store.as_ref(), id, previous, &core.history).await {
+                    Ok(decided) => decided,
+                    Err(error) => {
+                        let _ = reply.send(Err(SessionError::Store(error)));
+                        return Ok(None);
+                    }
+                }
+            }
+            _ => HashMap::new(),
+        };
+        // A sub-agent's run has the permit its parent's call took for it; another run takes one
+        // now or is refused.
+        let lineage = match request.subagent.clone() {
+            Some(lineage) => lineage,
+            None => match self.deps.run_permits.clone().try_acquire_owned() {
+                Ok(permit) => Lineage {
+                    tree: Tree::new(self.deps.max_subagents_per_run),
+                    permit: RunPermit::held(self.deps.run_permits.clone(), permit),
+                },
                 Err(_) => {
                     let _ = reply.send(Err(SessionError::TooBusy(
                         "the server is running as many runs as it is allowed to; retry shortly"
@@ -269,11 +296,11 @@ impl SessionActor {
         let begin = Begin {
             trace_parent: request.trace_parent,
             opening: Some(batch),
+            decided,
+            lineage: Some(lineage),
             ..Begin::new(input, result_tx)
         };
-        let ended = self.drive(run, begin, inbox).await;
-        drop(permit);
-        ended
+        self.drive(run, begin, inbox).await
     }
 
     /// Drives the run that waited for answers with nobody driving it (the actor's `parked`
@@ -298,7 +325,7 @@ impl SessionActor {
             core.parked = None;
         }
         // The run holds no permit while it waits, and takes none to go on: an answer never
-        // meets a 429.
+        // meets a 429 (`Begin::lineage` is none).
         self.drive(run, begin, inbox).await
     }
 
@@ -311,6 +338,7 @@ impl SessionActor {
         record: &SessionRecord,
         run: &RunRecord,
         children: &Arc<Children>,
+        permit: &Arc<RunPermit>,
     ) -> ToolRegistry {
         let server = &self.deps.agent.tools;
         let chosen = match &record.options.tools {
@@ -328,6 +356,7 @@ impl SessionActor {
                 sessions: Sessions::from_parts(self.deps.clone(), self.live.clone()),
                 parent: record.clone(),
                 children: children.clone(),
+                permit: permit.clone(),
             }));
         }
         more.extend(
@@ -364,8 +393,12 @@ impl SessionActor {
         inbox: &mut Inbox,
     ) -> Result<NextRun, Stop> {
         let core = self.core.as_ref().ok_or(Stop::Gone)?;
-        let children = Arc::new(Children::default());
-        let tools = self.run_tools(&core.record, &run, &children);
+        let lineage = begin.lineage.unwrap_or_else(|| Lineage {
+            tree: Tree::new(self.deps.max_subagents_per_run),
+            permit: RunPermit::unmetered(self.deps.run_permits.clone()),
+        });
+        let children = Arc::new(Children::new(lineage.tree));
+        let tools = self.run_tools(&core.record, &run, &children, &lineage.permit);
         let (context, unusable) = match self.tool_context(&core.record).await {
             Ok(context) => (context, None),
             // Never used: the loop does not run.
@@ -419,6 +452,7 @@ impl SessionActor {
             children,
             notes: Default::default(),
             queued,
+            decided: begin.decided,
         };
         let sink = super::journal::Sink {
             deps: &self.deps,
@@ -558,6 +592,28 @@ impl SessionActor {
             }
         }
     }
+}
+
+/// What people answered to the approvals of `previous` (the run a resume continues), for the
+/// calls the resume runs again: those without a result in the history.
+async fn decisions_to_honour(
+    store: &dyn Store,
+    session_id: Uuid,
+    previous: &RunRecord,
+    history: &[Message],
+) -> Result<HashMap<String, Resolution>, StoreError> {
+    let again: HashSet<String> = context::dangling_tool_calls(history)
+        .into_iter()
+        .map(|call| call.id)
+        .collect();
+    if again.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let mut decisions = waiting::of_run(store, session_id, previous.start_seq)
+        .await?
+        .decisions();
+    decisions.retain(|call_id, _| again.contains(call_id));
+    Ok(decisions)
 }
 
 /// How long a run took, from its start to its end.
