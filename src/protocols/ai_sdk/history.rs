@@ -257,3 +257,178 @@ fn keep_fitting_approval(part: &mut Value) {
         fields.remove("approval");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Decision, Message, ResolvedBy, Role, RunKind};
+    use crate::protocols::calls::tests::Log;
+
+    /// The user's message number `index`, sent as `text`.
+    fn user(log: &mut Log, index: i64, text: &str, queued: bool) {
+        let message = Message {
+            index,
+            ..Message::new(Role::User, text)
+        };
+        log.push(EventKind::UserMessage { message, queued });
+    }
+
+    fn history(log: &Log, active: Option<Uuid>) -> Vec<UiMessage> {
+        let mut history = UiHistory::default();
+        for event in &log.events {
+            history.push(event);
+        }
+        history.finish(active)
+    }
+
+    fn ids(messages: &[UiMessage]) -> Vec<String> {
+        messages.iter().map(|m| m.id.clone()).collect()
+    }
+
+    fn tool<'m>(message: &'m UiMessage, call: &str) -> &'m Value {
+        message
+            .parts
+            .iter()
+            .find(|p| p["toolCallId"] == call)
+            .expect("a tool part")
+    }
+
+    #[test]
+    fn a_turn_folds_into_the_message_its_stream_makes() {
+        let mut log = Log::new();
+        user(&mut log, 1, "what is here?", false);
+        let first = log.step(1);
+        log.thinking(first, "I should ");
+        log.thinking(first, "look.");
+        log.completed(first, "", &[("c1", "list_files")]);
+        log.ran("c1", "list_files", "README.md");
+        let second = log.step(2);
+        log.text(second, "It has ");
+        log.text(second, "a README.");
+        log.completed(second, "It has a README.", &[]);
+        log.done("It has a README.");
+        let messages = history(&log, None);
+        assert_eq!(ids(&messages), ["user-1", &log.run_id.to_string()]);
+        assert_eq!(messages[0].role, "user");
+        assert_eq!(
+            messages[0].parts,
+            [json!({"type": "text", "text": "what is here?"})]
+        );
+        assert_eq!(messages[1].role, "assistant");
+        assert_eq!(
+            messages[1].parts,
+            [
+                json!({"type": "step-start"}),
+                json!({"type": "reasoning", "id": format!("{first}-reasoning"), "text": "I should look.", "state": "done"}),
+                json!({"type": "tool-list_files", "toolCallId": "c1", "state": "output-available", "input": {"path": "notes.md"}, "output": "README.md"}),
+                json!({"type": "step-start"}),
+                json!({"type": "text", "text": "It has a README.", "state": "done"}),
+            ]
+        );
+    }
+
+    #[test]
+    fn answers_to_approvals_show_as_the_sdk_keeps_them() {
+        let calls = [
+            ("a", "write_file"),
+            ("b", "write_file"),
+            ("c", "write_file"),
+        ];
+        let (mut log, _) = Log::first_step("", &calls);
+        for (call, _) in calls {
+            log.ask(call);
+        }
+        log.resolve("a", Decision::Allow, ResolvedBy::User);
+        log.ran("a", "write_file", "wrote");
+        log.push(EventKind::ToolApprovalResolved {
+            call_id: "b".into(),
+            decision: Decision::Deny,
+            by: ResolvedBy::User,
+            reason: Some("not today".into()),
+            input: None,
+        });
+        log.finished("b", "the user denied this call", true);
+        log.resolve("c", Decision::Deny, ResolvedBy::Timeout);
+        log.finished("c", "nobody answered", true);
+        log.done("");
+        let messages = history(&log, None);
+        let message = &messages[0];
+        assert_eq!(
+            tool(message, "a"),
+            &json!({"type": "tool-write_file", "toolCallId": "a", "state": "output-available", "input": {"path": "notes.md"}, "output": "wrote", "approval": {"id": "a", "approved": true}})
+        );
+        assert_eq!(
+            tool(message, "b"),
+            &json!({"type": "tool-write_file", "toolCallId": "b", "state": "output-denied", "input": {"path": "notes.md"}, "approval": {"id": "b", "approved": false, "reason": "not today"}})
+        );
+        // Nobody answered: an error, with no answer to show.
+        assert_eq!(
+            tool(message, "c"),
+            &json!({"type": "tool-write_file", "toolCallId": "c", "state": "output-error", "input": {"path": "notes.md"}, "errorText": "nobody answered"})
+        );
+    }
+
+    #[test]
+    fn a_run_in_progress_is_what_it_has_so_far_and_an_ended_one_is_final() {
+        let mut log = Log::new();
+        user(&mut log, 1, "write it", false);
+        let step = log.step(1);
+        log.text(step, "Writing");
+        let run = log.run_id;
+        let so_far = history(&log, Some(run));
+        assert_eq!(so_far[1].parts[1]["state"], "streaming");
+        log.completed(step, "Writing", &[("w", "write_file")]);
+        log.ask("w");
+        let waiting = history(&log, Some(run));
+        assert_eq!(tool(&waiting[1], "w")["state"], "approval-requested");
+        assert_eq!(tool(&waiting[1], "w")["approval"], json!({"id": "w"}));
+        // The same log, of a run that does not go on (the server stopped, nothing resumed it).
+        let left = history(&log, None);
+        assert_eq!(
+            tool(&left[1], "w"),
+            &json!({"type": "tool-write_file", "toolCallId": "w", "state": "output-error", "input": {"path": "notes.md"}, "errorText": NO_OUTCOME})
+        );
+        assert_eq!(left[1].parts[1]["state"], "done");
+    }
+
+    #[test]
+    fn a_queued_message_follows_its_run_and_a_resumed_run_ends_earlier_calls() {
+        let mut log = Log::new();
+        let first = log.run_id;
+        user(&mut log, 1, "look", false);
+        let step = log.step(1);
+        log.completed(step, "", &[("c1", "list_files")]);
+        log.started("c1", "list_files");
+        user(&mut log, 3, "and then?", true);
+        // The server stopped here; a resume run ends the call.
+        let second = Uuid::from_u128(8);
+        log.push(EventKind::AgentStarted {
+            run_id: second,
+            kind: RunKind::Resume,
+        });
+        log.run_id = second;
+        log.finished("c1", "README.md", false);
+        let step = log.step(2);
+        log.completed(step, "Done.", &[]);
+        log.done("Done.");
+        let messages = history(&log, None);
+        assert_eq!(
+            ids(&messages),
+            [
+                "user-1".to_string(),
+                first.to_string(),
+                "user-3".to_string(),
+                second.to_string()
+            ]
+        );
+        assert_eq!(tool(&messages[1], "c1")["state"], "output-available");
+        assert_eq!(tool(&messages[1], "c1")["output"], "README.md");
+        assert_eq!(
+            messages[3].parts,
+            [
+                json!({"type": "step-start"}),
+                json!({"type": "text", "text": "Done.", "state": "done"})
+            ]
+        );
+    }
+}
