@@ -378,8 +378,6 @@ async fn messages(
         .sessions
         .read_log(id, |event| history.push(event))
         .await?;
-    let active = session
-        .last_run_id
-        .filter(|_| session.state.is_active());
+    let active = session.last_run_id.filter(|_| session.state.is_active());
     Ok(Json(history.finish(active)))
 }

@@ -77,8 +77,15 @@ async fn the_history_holds_every_turn_under_the_ids_its_streams_gave() {
     let again = server
         .get(&format!("/v1/sessions/{id}/ai-sdk/messages"))
         .await;
-    assert_eq!(again.json(), Value::Array(messages.clone()), "ids and parts are stable");
-    let roles: Vec<&str> = messages.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(
+        again.json(),
+        Value::Array(messages.clone()),
+        "ids and parts are stable"
+    );
+    let roles: Vec<&str> = messages
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
     assert_eq!(roles, ["user", "assistant", "user", "assistant"]);
 
     let runs = server.runs(&id).await;
@@ -222,10 +229,19 @@ async fn bad_requests_for_the_history_are_problems() {
     let id = server.create_session().await;
     let other = "01900000-0000-7000-8000-000000000000";
     let cases = [
-        (format!("/v1/sessions/{other}/ai-sdk/messages"), StatusCode::NOT_FOUND),
+        (
+            format!("/v1/sessions/{other}/ai-sdk/messages"),
+            StatusCode::NOT_FOUND,
+        ),
         // A malformed id is answered like an unknown one, as on every route.
-        ("/v1/sessions/not-a-uuid/ai-sdk/messages".to_string(), StatusCode::NOT_FOUND),
-        (format!("/v1/sessions/{id}/ai-sdk/messages?limit=3"), StatusCode::BAD_REQUEST),
+        (
+            "/v1/sessions/not-a-uuid/ai-sdk/messages".to_string(),
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            format!("/v1/sessions/{id}/ai-sdk/messages?limit=3"),
+            StatusCode::BAD_REQUEST,
+        ),
     ];
     for (path, status) in cases {
         let reply = server.get(&path).await;

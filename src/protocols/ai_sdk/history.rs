@@ -158,11 +158,16 @@ impl UiHistory {
             }
             "reasoning-start" => {
                 run.open.insert(id.to_string(), parts.len());
-                parts.push(json!({"type": "reasoning", "id": id, "text": "", "state": "streaming"}));
+                parts
+                    .push(json!({"type": "reasoning", "id": id, "text": "", "state": "streaming"}));
             }
             "text-delta" | "reasoning-delta" => {
                 if let Some(part) = run.open.get(id).and_then(|&i| parts.get_mut(i)) {
-                    let text = format!("{}{}", part["text"].as_str().unwrap_or_default(), chunk["delta"].as_str().unwrap_or_default());
+                    let text = format!(
+                        "{}{}",
+                        part["text"].as_str().unwrap_or_default(),
+                        chunk["delta"].as_str().unwrap_or_default()
+                    );
                     part["text"] = json!(text);
                 }
             }
@@ -184,7 +189,9 @@ impl UiHistory {
     /// A chunk that moves a tool part on: the part may be in an earlier message (a run resumed
     /// after a restart ends the calls of the run it resumes).
     fn fold_outcome(&mut self, chunk: &Value) {
-        let call_id = chunk["toolCallId"].as_str().or(chunk["approvalId"].as_str());
+        let call_id = chunk["toolCallId"]
+            .as_str()
+            .or(chunk["approvalId"].as_str());
         let Some(part) = call_id.and_then(|id| self.tool_part(id)) else {
             return;
         };
@@ -195,7 +202,8 @@ impl UiHistory {
             }
             "tool-approval-response" => {
                 part["state"] = json!("approval-responded");
-                let mut approval = json!({"id": chunk["approvalId"], "approved": chunk["approved"]});
+                let mut approval =
+                    json!({"id": chunk["approvalId"], "approved": chunk["approved"]});
                 if chunk["reason"].is_string() {
                     approval["reason"] = chunk["reason"].clone();
                 }
@@ -225,7 +233,9 @@ impl UiHistory {
 }
 
 fn is_tool(part: &Value) -> bool {
-    part["type"].as_str().is_some_and(|t| t.starts_with("tool-"))
+    part["type"]
+        .as_str()
+        .is_some_and(|t| t.starts_with("tool-"))
 }
 
 /// The part as a run that ended leaves it: text done, every call with its outcome.
@@ -233,7 +243,11 @@ fn finalize(part: &mut Value) {
     if part["state"] == "streaming" {
         part["state"] = json!("done");
     }
-    let waiting = ["input-available", "approval-requested", "approval-responded"];
+    let waiting = [
+        "input-available",
+        "approval-requested",
+        "approval-responded",
+    ];
     if is_tool(part) && waiting.iter().any(|s| part["state"] == *s) {
         part["state"] = json!("output-error");
         part["errorText"] = json!(NO_OUTCOME);
