@@ -252,3 +252,45 @@ async fn bad_requests_for_the_history_are_problems() {
         .await;
     posted.expect_problem(StatusCode::METHOD_NOT_ALLOWED, "POST …/ai-sdk/messages");
 }
+
+/// `POST …/fork` with `body`: the new session's id.
+async fn fork(server: &TestServer, id: &str, body: Value) -> String {
+    let reply = server
+        .post_json(&format!("/v1/sessions/{id}/fork"), &body)
+        .await;
+    let fork = reply.expect_json(StatusCode::CREATED, "POST …/fork");
+    fork["id"].as_str().expect("the fork's id").to_string()
+}
+
+#[tokio::test]
+async fn a_fork_shows_the_turns_it_copied_then_its_own() {
+    let server = TestServer::start(ServerOptions::new()).await;
+    let id = server.create_session().await;
+    chat(&server, &id, "what is in this workspace?").await;
+    chat(&server, &id, "and now?").await;
+    let (parent, _) = history(&server, &id).await;
+    assert_eq!(parent.len(), 4);
+
+    let first = fork(&server, &id, json!({"turns": 1})).await;
+    let all = fork(&server, &id, json!({})).await;
+    assert_eq!(history(&server, &first).await.0, parent[..2]);
+    assert_eq!(history(&server, &all).await.0, parent);
+
+    // What the parent does later is not the fork's.
+    chat(&server, &id, "and later?").await;
+    assert_eq!(history(&server, &all).await.0, parent);
+
+    // A fork's own turn follows the copied ones, under its own run's id.
+    let chunks = chat(&server, &first, "something else?").await;
+    let (own, _) = history(&server, &first).await;
+    assert_eq!(own.len(), 4, "{own:?}");
+    assert_eq!(own[..2], parent[..2]);
+    assert_eq!(
+        own[2]["parts"],
+        json!([{"type": "text", "text": "something else?"}])
+    );
+    assert_eq!(own[3]["id"], chunks[0]["messageId"]);
+    // A fork of a fork: its grandparent's turn, then its parent's.
+    let second = fork(&server, &first, json!({})).await;
+    assert_eq!(history(&server, &second).await.0, own);
+}
