@@ -143,7 +143,7 @@ impl Sessions {
                 visit(&event);
             }
         }
-        held.iter().for_each(|e| visit(e));
+        held.iter().for_each(visit);
         Ok(())
     }
 }
