@@ -8,6 +8,8 @@
 //! - `GET /v1/sessions/{id}/ai-sdk/chat/stream` (and `…/chat/{chat_id}/stream`, the SDK's
 //!   default reconnect URL) replays the active run from its start, then follows it; `204`
 //!   when the session runs nothing.
+//! - `GET /v1/sessions/{id}/ai-sdk/messages` is the session's history as the SDK's
+//!   `UIMessage[]` (a chat's initial `messages`), each run under the id its stream gave it.
 
 use std::collections::HashSet;
 
@@ -15,16 +17,17 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::Router;
+use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::fronts::{run_events, sse_response, Driven};
+use super::fronts::{run_events, sse_response, Driven, NoQuery};
 use super::problem::{parse_id, ApiJson, ApiQuery, Problem};
 use super::runs::{input_text, PendingParam};
 use super::AppState;
 use crate::model::{Decision, RunRecord};
+use crate::protocols::ai_sdk::history::{self, UiHistory};
 use crate::protocols::ai_sdk::{UiMessageStream, DONE, STREAM_HEADER};
 use crate::protocols::calls::{last_park, RunCalls, Wait};
 use crate::session::{
@@ -39,6 +42,7 @@ pub fn routes() -> Router<AppState> {
             "/v1/sessions/{id}/ai-sdk/chat/{chat_id}/stream",
             get(resume_chat),
         )
+        .route("/v1/sessions/{id}/ai-sdk/messages", get(messages))
 }
 
 /// The SDK's request body; fields it adds from the app's own `body` are ignored.
@@ -360,4 +364,20 @@ async fn replay_active(state: AppState, id: &str) -> Result<Response, Problem> {
         return Ok(StatusCode::NO_CONTENT.into_response());
     };
     Ok(whole_run(&state, id, &run, live))
+}
+
+/// The session's history as `UIMessage[]`: the run in progress as far as it got.
+async fn messages(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    ApiQuery(_): ApiQuery<NoQuery>,
+) -> Result<Json<Vec<history::UiMessage>>, Problem> {
+    let id = parse_id(&id, "session")?;
+    let mut history = UiHistory::default();
+    let session = state
+        .sessions
+        .read_log(id, |event| history.push(event))
+        .await?;
+    let active = session.last_run_id.filter(|_| session.state.is_active());
+    Ok(Json(history.finish(active)))
 }

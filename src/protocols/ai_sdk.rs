@@ -10,6 +10,9 @@
 //! and writes the chunks as SSE `data:` lines. Events at or before `skip_through` only update
 //! its state: that is how a stream continues a message the client already has (after an
 //! approval, from the point where the run waited).
+//!
+//! [`history`] folds the same chunks into the `UIMessage`s a client would have built from them:
+//! a session's history for a chat that is opened again.
 
 use std::collections::HashSet;
 
@@ -18,6 +21,8 @@ use uuid::Uuid;
 
 use super::calls::{RunCalls, Streamed};
 use crate::model::{Decision, Event, EventKind, FinishReason, ResolvedBy};
+
+pub mod history;
 
 /// The response header that tells the SDK the body is a UI message stream.
 pub const STREAM_HEADER: (&str, &str) = ("x-vercel-ai-ui-message-stream", "v1");
@@ -51,6 +56,10 @@ pub struct UiMessageStream {
     denied: HashSet<String>,
     /// Calls whose output the client sent with this request: its tool part has it already.
     known_outputs: HashSet<String>,
+    /// A human's answer to an approval is told as the SDK's `tool-approval-response`. A live
+    /// stream leaves it out (the client that answered has it, and AI SDK 6 does not know the
+    /// chunk); a history needs it to show the answer.
+    responses: bool,
 }
 
 impl UiMessageStream {
@@ -71,6 +80,16 @@ impl UiMessageStream {
             streamed: Streamed::default(),
             denied: HashSet::new(),
             known_outputs,
+            responses: false,
+        }
+    }
+
+    /// A stream of a whole run that also tells a human's answers to approvals
+    /// (`tool-approval-response`), for [`history`].
+    pub fn with_responses() -> UiMessageStream {
+        UiMessageStream {
+            responses: true,
+            ..UiMessageStream::new(0)
         }
     }
 
@@ -172,12 +191,23 @@ impl UiMessageStream {
             }
             EventKind::ToolApprovalResolved {
                 call_id,
-                decision: Decision::Deny,
+                decision,
                 by: ResolvedBy::User,
+                reason,
                 ..
             } => {
-                out.push(json!({"type": "tool-output-denied", "toolCallId": call_id}));
-                self.denied.insert(call_id.clone());
+                let denied = *decision == Decision::Deny;
+                if self.responses {
+                    let mut response = json!({"type": "tool-approval-response", "approvalId": call_id, "approved": !denied});
+                    if let Some(reason) = reason {
+                        response["reason"] = json!(reason);
+                    }
+                    out.push(response);
+                }
+                if denied {
+                    out.push(json!({"type": "tool-output-denied", "toolCallId": call_id}));
+                    self.denied.insert(call_id.clone());
+                }
             }
             EventKind::ToolFinished {
                 call_id,

@@ -9,6 +9,7 @@
 //! - `command`: the commands an actor takes, and their answers.
 //! - `actor/`: the actor, one handler per command family.
 //! - `live`: the map of live sessions (mailboxes, live channels, leases).
+//! - `log`: a session's whole log as of one moment, read page by page.
 //! - `options`: what a new session may choose (workspace, tools, rules, client tools), checked.
 //! - `run_permit`: a run's place among `--max-concurrent-runs`, lent while it waits for its
 //!   sub-agents.
@@ -24,6 +25,7 @@ mod command;
 mod coordination;
 mod lease;
 mod live;
+mod log;
 mod options;
 mod run_permit;
 mod sessions;

@@ -22,12 +22,15 @@
 //!   rebuilt request within the budget, forks before a summary.
 //! - `subagents`: the `task` tool's child sessions: their logs, concurrency, cancellation,
 //!   run permits, the depth limit and `?parent_id=`.
+//! - `ai_sdk`: the AI SDK face's history (`…/ai-sdk/messages`): the stream's ids, a run that
+//!   waits, bad requests.
 //! - `thinking`: the mock's reasoning when asked to think: streamed, kept in
 //!   `message.thinking`, shown as thinking steps, durable across a restart, copied by a fork.
 
 #[path = "../support/mod.rs"]
 mod support;
 
+mod ai_sdk;
 mod bad_input;
 mod compaction;
 mod durability;

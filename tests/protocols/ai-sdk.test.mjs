@@ -21,12 +21,12 @@ const versions = [
   [`ai@${require('ai6/package.json').version}`, ai6],
 ];
 
-/** A headless chat: the SDK's `AbstractChat` with the plainest state. */
-function chatOn(ai, server, sessionId, options = {}) {
+/** A headless chat: the SDK's `AbstractChat` with the plainest state, opened on `messages`. */
+function chatOn(ai, server, sessionId, { messages = [], ...options } = {}) {
   const state = {
     status: 'ready',
     error: undefined,
-    messages: [],
+    messages,
     pushMessage(m) {
       this.messages = [...this.messages, m];
     },
@@ -53,6 +53,24 @@ function chatOn(ai, server, sessionId, options = {}) {
 
 const last = (chat) => chat.messages[chat.messages.length - 1];
 const toolPart = (message, id) => message.parts.find((p) => p.toolCallId === id);
+
+/** The session's history as UI messages (GET …/ai-sdk/messages). */
+async function history(server, sessionId) {
+  const response = await fetch(`${server.url}/v1/sessions/${sessionId}/ai-sdk/messages`);
+  assert.equal(response.status, 200);
+  assert.match(response.headers.get('content-type'), /^application\/json/);
+  return response.json();
+}
+
+/**
+ * Messages as plain JSON (what a client keeps of them). AI SDK 6 gives reasoning parts no id:
+ * with `reasoningIds: false` they are compared without it.
+ */
+function plain(messages, { reasoningIds = true } = {}) {
+  const copy = JSON.parse(JSON.stringify(messages));
+  if (!reasoningIds) for (const m of copy) for (const p of m.parts) if (p.type === 'reasoning') delete p.id;
+  return copy;
+}
 
 for (const [version, ai] of versions) {
   describe(`${version} against tah (mock model)`, () => {
@@ -159,6 +177,73 @@ for (const [version, ai] of versions) {
       }
     });
 
+    test('the history is the chat as it was shown, under the same ids, and valid UI messages', async () => {
+      const sessionId = await server.createSession();
+      const chat = chatOn(ai, server, sessionId, {
+        sendAutomaticallyWhen: ai.lastAssistantMessageIsCompleteWithApprovalResponses,
+      });
+      await chat.sendMessage({ text: 'think: what is in this workspace?' });
+      for (const [text, approved] of [['write a note about approvals', true], ['write a note that must not be written', false]]) {
+        await chat.sendMessage({ text });
+        const asked = last(chat).parts.find((p) => p.state === 'approval-requested');
+        await chat.addToolApprovalResponse({ id: asked.approval.id, approved, reason: approved ? undefined : 'not today' });
+        const final = approved ? 'output-available' : 'output-denied';
+        await until(() => chat.status === 'ready' && toolPart(last(chat), asked.toolCallId).state === final, text);
+        await server.waitForState(sessionId, 'completed');
+      }
+      assert.deepEqual(chat.errors, []);
+
+      const messages = await history(server, sessionId);
+      assert.deepEqual(await history(server, sessionId), messages, 'the same on every call');
+      assert.deepEqual(plain(await ai.validateUIMessages({ messages })), messages, "the SDK's own validation");
+      assert.deepEqual(messages.map((m) => m.role), chat.messages.map((m) => m.role));
+      const reasoningIds = version.startsWith('ai@7');
+      for (const [i, shown] of plain(chat.messages, { reasoningIds }).entries()) {
+        const kept = plain([messages[i]], { reasoningIds })[0];
+        if (shown.role === 'user') {
+          // The client names its own messages; the server's names are its own, and stable.
+          assert.deepEqual(kept.parts, shown.parts);
+          assert.match(kept.id, /^user-\d+$/);
+        } else {
+          // What the stream left in the chat, approvals answered as the SDK keeps them.
+          assert.deepEqual(kept, shown);
+        }
+      }
+      const states = messages.flatMap((m) => m.parts).filter((p) => p.type.startsWith('tool-')).map((p) => p.state);
+      assert.ok(states.every((s) => ['output-available', 'output-error', 'output-denied'].includes(s)), states.join(' '));
+      assert.ok(states.includes('output-denied'));
+      console.log(`history: ${messages.length} messages, ${states.length} tool parts, ${JSON.stringify(messages).length} bytes`);
+    });
+
+    test('a chat opened on the history resumes the run in progress into the same message', async () => {
+      const slow = await startTah({ mockDelayMs: 30 });
+      try {
+        const sessionId = await slow.createSession();
+        const first = chatOn(ai, slow, sessionId);
+        await first.sendMessage({ text: 'what is in this workspace?' });
+        const sent = first.sendMessage({ text: 'and what is in it now?' });
+        await slow.waitForState(sessionId, ['running', 'waiting_tool']);
+        // A reload: the history has the run as far as it got, under the run's id.
+        const messages = await history(slow, sessionId);
+        const runId = (await slow.session(sessionId)).last_run_id;
+        assert.equal(messages.length, 4);
+        assert.equal(messages[3].id, runId);
+        await ai.validateUIMessages({ messages });
+        const reopened = chatOn(ai, slow, sessionId, { messages });
+        await reopened.resumeStream();
+        await sent;
+        assert.deepEqual(reopened.errors, []);
+        // The replay took the message's place: nothing shows twice.
+        assert.equal(reopened.messages.length, 4);
+        assert.deepEqual(reopened.messages.map((m) => m.id), messages.map((m) => m.id));
+        assert.deepEqual(plain([last(reopened)]), plain([last(first)]));
+        assert.deepEqual(plain(await history(slow, sessionId)).slice(1), plain(reopened.messages).slice(1));
+        console.log(`in progress: ${messages[3].parts.length} of ${last(first).parts.length} parts in the history`);
+      } finally {
+        await slow.close();
+      }
+    });
+
     test('readUIMessageStream reads a raw stream into the same message', async () => {
       const sessionId = await server.createSession();
       const transport = new ai.DefaultChatTransport({ api: `${server.url}/v1/sessions/${sessionId}/ai-sdk/chat` });
@@ -219,6 +304,14 @@ describe('bad requests get problem+json', () => {
     }
     const wrongType = await fetch(server.url + chat, { method: 'POST', headers: { 'content-type': 'text/plain' }, body: '{}' });
     assert.equal(wrongType.status, 415);
+    for (const [path, status] of [
+      [`/v1/sessions/${sessionId}/ai-sdk/messages?after=3`, 400],
+      [`/v1/sessions/${'0'.repeat(8)}-0000-7000-8000-${'0'.repeat(12)}/ai-sdk/messages`, 404],
+    ]) {
+      const response = await fetch(server.url + path);
+      assert.equal(response.status, status, path);
+      assert.equal(response.headers.get('content-type'), 'application/problem+json');
+    }
     const strict = await fetch(`${server.url}/v1/sessions/${sessionId}/ai-sdk/chat/stream?after=3`);
     assert.equal(strict.status, 400);
     assert.equal(strict.headers.get('content-type'), 'application/problem+json');

@@ -125,12 +125,33 @@ describe('the useChat page example', () => {
     [...document.querySelectorAll('section.assistant p')].map((p) => p.textContent).join('');
   const ready = () => !document.querySelector('input').disabled;
 
+  /** What the page shows: each message's role, its texts, and its tool parts' states. */
+  const shown = () =>
+    [...document.querySelectorAll('section')].map((s) => [
+      s.className,
+      [...s.querySelectorAll('p')].map((p) => p.textContent).join(''),
+      [...s.querySelectorAll('.tool')].map((t) => t.dataset.state).join(' '),
+    ]);
+
+  /** The page opened on the session, in a fresh root (what a reload does); `close()` ends it. */
+  async function open(sessionId) {
+    const element = document.createElement('div');
+    document.body.appendChild(element);
+    const root = page.mount(element, { server: server.url, sessionId });
+    await until(() => document.querySelector('input') && ready(), 'the page');
+    return {
+      async close() {
+        root.unmount();
+        element.remove();
+        // React finishes the work the unmount scheduled before the DOM may go away.
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      },
+    };
+  }
+
   test('a turn, then an approval clicked on the page', async () => {
     const sessionId = await server.createSession();
-    const root = document.createElement('div');
-    document.body.appendChild(root);
-    page.mount(root, { server: server.url, sessionId });
-    await until(() => document.querySelector('input') && ready(), 'the page');
+    const root = await open(sessionId);
 
     type('what is in this workspace?');
     await until(() => ready() && assistantText().length > 0 && document.querySelectorAll('section').length === 2, 'the answer')
@@ -155,5 +176,35 @@ describe('the useChat page example', () => {
     const last = [...sections[sections.length - 1].querySelectorAll('p')];
     assert.equal(last.map((p) => p.textContent).join(''), await lastTurnText(server, sessionId));
     assert.equal(document.querySelector('[role="alert"]'), null);
+    await root.close();
+  });
+
+  test('a reload shows the chat as it was, and an approval still waiting can be answered', async () => {
+    const sessionId = await server.createSession();
+    let root = await open(sessionId);
+    type('what is in this workspace?');
+    await until(() => ready() && document.querySelectorAll('section').length === 2 && assistantText().length > 0, 'the answer');
+    await server.waitForState(sessionId, 'completed');
+    const before = shown();
+
+    await root.close();
+    root = await open(sessionId);
+    await until(() => document.querySelectorAll('section').length === 2, 'the history');
+    assert.deepEqual(shown(), before);
+
+    type('write a note from the page');
+    await until(() => document.querySelector('.tool[data-state="approval-requested"] button'), 'the approval');
+    await server.waitForState(sessionId, 'waiting_tool');
+    await root.close();
+    root = await open(sessionId);
+    await until(() => document.querySelector('.tool[data-state="approval-requested"] button'), 'the approval after a reload');
+    assert.deepEqual(shown().slice(0, 2), before);
+    assert.equal(document.querySelectorAll('section').length, 4, 'nothing shows twice');
+    document.querySelector('.tool[data-state="approval-requested"] button').click();
+    await until(() => ready() && /write_file answered/.test(assistantText()), 'the rest of the run');
+    await server.waitForState(sessionId, 'completed');
+    assert.equal(document.querySelectorAll('section').length, 4);
+    assert.equal(document.querySelector('[role="alert"]'), null);
+    await root.close();
   });
 });
