@@ -356,6 +356,8 @@ const ESCAPABLE = "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~";
 const SPECIAL = /[\\`\n*_~[!<hH]/g;
 /** An address in angle brackets, read where the scan stands. */
 const AUTOLINK = /<(https?:\/\/[^\s<>]{1,4096})>/iy;
+/** How a bare address starts. */
+const URL_START = /^https?:\/\//i;
 
 const isSpace = (c) => c === undefined || c === " " || c === "\n" || c === "\t" || /\s/.test(c);
 const isPunct = (c) => c !== undefined && PUNCTUATION.test(c);
@@ -572,15 +574,14 @@ function unescape(text) {
   return text.replace(/\\([!-/:-@[-`{-~])/g, "$1");
 }
 
-/** Whether a bare `http://` or `https://` address starts at `i` (not inside a word). */
+/** Whether a bare http(s) address starts at `i` (not inside a word). */
 function isUrlStart(text, i) {
   const c = text[i];
   if (c !== "h" && c !== "H") return false;
-  const head = text.slice(i, i + 8).toLowerCase();
-  return (head.startsWith("http://") || head === "https://") && !/[\p{L}\p{N}]/u.test(text[i - 1] ?? " ");
+  return URL_START.test(text.slice(i, i + 8)) && !/[\p{L}\p{N}]/u.test(text[i - 1] ?? " ");
 }
 
-/** A bare `http(s)://…` address: up to a space, without trailing punctuation or `)`. */
+/** A bare http(s) address: up to a space, without trailing punctuation or `)`. */
 function bareUrl(text, i) {
   let end = i;
   while (end < text.length && end - i < MAX_DESTINATION && !isSpace(text[end]) && text[end] !== "<") end++;
