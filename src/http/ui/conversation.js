@@ -589,8 +589,11 @@ class ToolCard {
     let after;
     let title;
     if (tool === "edit_file" && typeof args.old_string === "string" && typeof args.new_string === "string") {
-      before = args.old_string;
-      after = args.new_string;
+      // The whole file's lines around the edit when the page knows the file; else the strings.
+      const known = path ? this.files.get(path) : undefined;
+      const whole = known?.includes(args.old_string) ? known : undefined;
+      before = whole ?? args.old_string;
+      after = whole === undefined ? args.new_string : edit(whole, args);
       title = args.replace_all === true ? "Changes (every occurrence)" : "Changes";
     } else if (tool === "write_file" && path && typeof args.content === "string") {
       before = this.files.get(path) ?? "";
@@ -628,9 +631,7 @@ class ToolCard {
     const tool = this.name.textContent;
     if (tool === "write_file" && typeof args.content === "string") this.files.set(path, args.content);
     else if (tool === "edit_file" && this.files.has(path) && typeof args.old_string === "string" && typeof args.new_string === "string") {
-      const content = this.files.get(path);
-      const edited = args.replace_all === true ? content.split(args.old_string).join(args.new_string) : content.replace(args.old_string, () => args.new_string);
-      this.files.set(path, edited);
+      this.files.set(path, edit(this.files.get(path), args));
     }
   }
 
@@ -746,6 +747,13 @@ function parsed(input) {
     }
   }
   return value && typeof value === "object" && !Array.isArray(value) ? value : null;
+}
+
+/** `content` with an `edit_file` call's replacement made. */
+function edit(content, args) {
+  return args.replace_all === true
+    ? content.split(args.old_string).join(args.new_string)
+    : content.replace(args.old_string, () => args.new_string);
 }
 
 /** Whether a tool's output is short enough to be shown unfolded. */
