@@ -58,6 +58,8 @@ static ASSETS: &[Asset] = &[
     asset!("/ui/dom.js", "dom.js", JS),
     asset!("/ui/stream.js", "stream.js", JS),
     asset!("/ui/conversation.js", "conversation.js", JS),
+    asset!("/ui/markdown.js", "markdown.js", JS),
+    asset!("/ui/diff.js", "diff.js", JS),
     asset!("/ui/inspector.js", "inspector.js", JS),
     asset!("/ui/sessions.js", "sessions.js", JS),
 ];

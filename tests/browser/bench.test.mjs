@@ -139,7 +139,7 @@ describe("figures", () => {
           fed_per_s: Math.round(count / elapsed),
           lag_ms: Math.round(lag),
           max_queue: maxQueue,
-          text_ok: block.text.data === fed,
+          text_ok: block.source === fed,
         });
         feed.onEvents([event("agent.finished", { run_id: `run-${rate}`, text: "", finish_reason: "stop", usage: { input_tokens: 0, output_tokens: 0 } })]);
         while (conversation.queue.length) await new Promise((r) => requestAnimationFrame(r));

@@ -10,6 +10,16 @@ import {
   Server, browser, openPage, screenshot, newSession, send, finishedRuns, inspectorSeqs,
 } from "./harness.mjs";
 
+/** Fails unless the element is shown (not inside a closed `details`). */
+async function expectVisible(locator) {
+  await locator.waitFor({ state: "visible", timeout: 2000 });
+}
+
+/** Each line of a card's diff: its sign and its text. */
+function diffLines(card) {
+  return card.locator(".diff-line").evaluateAll((lines) => lines.map((l) => l.textContent.replace(/\n$/, "")));
+}
+
 describe("the page on the mock model", () => {
   let server;
   let chromium;
@@ -38,9 +48,13 @@ describe("the page on the mock model", () => {
     assert.equal(await cards.count(), 2);
     assert.deepEqual(await page.locator(".tool-card .tool-name").allTextContents(), ["list_files", "read_file"]);
     assert.deepEqual(await page.locator(".tool-card").evaluateAll((els) => els.map((e) => e.dataset.status)), ["done", "done"]);
-    // A card's input and output can be opened.
-    await cards.nth(1).getByText("Output").click();
+    // Short outputs are shown unfolded; a card's input can be opened.
+    assert.deepEqual(await page.locator(".tool-card details.tool-io:has(> summary:text-is('Output'))").evaluateAll((ds) => ds.map((d) => d.open)), [true, true]);
+    await expectVisible(cards.nth(1).locator(".io").nth(1));
     assert.match(await cards.nth(1).locator(".io").nth(1).textContent(), /small demo workspace/);
+    await cards.nth(1).getByText("Input").click();
+    await expectVisible(cards.nth(1).locator(".io").first());
+    assert.match(await cards.nth(1).locator(".io").first().textContent(), /README\.md/);
 
     const events = await server.events(id);
     const finished = events.find((e) => e.type === "agent.finished");
@@ -269,6 +283,141 @@ describe("the page on the mock model", () => {
     assert.equal(await card.getAttribute("data-status"), "done");
     assert.equal(await page.locator("#log b, #log script").count(), 0);
     assert.deepEqual(page.pageErrors, []);
+    await page.context().close();
+  });
+
+  it("the header counts what a person sees, and is current in the frame a run's end is drawn", async (t) => {
+    const page = await openPage(chromium, server);
+    const id = await newSession(page, "Counted");
+    const meta = page.locator("#session-meta");
+    // A new session holds only its system prompt, which nobody sees.
+    assert.match(await meta.textContent(), /· no messages yet$/);
+    // What the header says in the frame the run's end is drawn, and every text it has after.
+    await page.evaluate(() => {
+      const log = document.getElementById("log");
+      const meta = document.getElementById("session-meta");
+      window.headers = [];
+      new MutationObserver(() => window.headers.push({ text: meta.textContent, at: performance.now() })).observe(meta, {
+        subtree: true,
+        childList: true,
+        characterData: true,
+      });
+      new MutationObserver((_, observer) => {
+        if (!log.querySelector(".run.finished")) return;
+        window.atRunEnd = { header: meta.textContent, at: performance.now() };
+        observer.disconnect();
+      }).observe(log, { subtree: true, childList: true, attributes: true });
+    });
+    await send(page, "What is in this workspace?");
+    await finishedRuns(page, 1);
+    const events = await server.events(id);
+    const completed = events.filter((e) => e.type === "llm.completed");
+    const messages = events.filter((e) => e.type === "user.message").length + completed.filter((e) => e.data.message.content).length;
+    const calls = completed.reduce((n, e) => n + (e.data.message.tool_calls ?? []).length, 0);
+    const record = await server.api("GET", `/v1/sessions/${id}`);
+    const tokens = `${record.usage.input_tokens.toLocaleString()} in · ${record.usage.output_tokens.toLocaleString()} out tokens`;
+    const expected = `${messages} messages · ${calls} tool calls · ${tokens}`;
+    assert.equal(expected, `2 messages · 2 tool calls · ${tokens}`);
+    // How long after the run's end was drawn the header said so (0: in the same frame).
+    await page.waitForTimeout(1000);
+    const { atRunEnd, headers } = await page.evaluate(() => ({ atRunEnd: window.atRunEnd, headers: window.headers }));
+    const current = headers.find((h) => h.text.endsWith(expected));
+    const lag = current ? Math.max(0, current.at - atRunEnd.at) : null;
+    t.diagnostic(`header at the run's end: "${atRunEnd.header}"; current ${lag === null ? "not within 1 s" : `${Math.round(lag)} ms`} after the end was drawn`);
+    assert.ok(atRunEnd.header.endsWith(expected), `at the run's end the header said "${atRunEnd.header}", not "… ${expected}"`);
+    // The log replayed after a reload counts the same.
+    await page.reload();
+    await page.waitForSelector("#log[data-caught-up=true]");
+    assert.ok((await meta.textContent()).endsWith(expected), await meta.textContent());
+    await page.context().close();
+  });
+
+  it("file tools' cards show a diff: new content, then changes against what the page saw", async () => {
+    const page = await openPage(chromium, server);
+    const id = await newSession(page, "Diffs");
+    const approved = async (text, runs) => {
+      await send(page, text);
+      const card = page.locator(".tool-card[data-status=approval]");
+      await card.waitFor({ timeout: 10000 });
+      const seen = { summary: await card.locator(".tool-diff > summary").textContent(), lines: await diffLines(card) };
+      await card.getByRole("button", { name: "Allow once" }).click();
+      await finishedRuns(page, runs);
+      return seen;
+    };
+    assert.deepEqual(await approved("write a note about diffs", 1), {
+      summary: "New content +1 −0",
+      lines: ["+write a note about diffs"],
+    });
+    assert.deepEqual(await approved("write a note to `notes.md`: second version", 2), {
+      summary: "Changes +1 −1",
+      lines: ["-write a note about diffs", "+write a note to `notes.md`: second version"],
+    });
+    // The page knows the file: the edit is shown in its lines.
+    const edit = await approved("edit the note: replace `second` with `third`", 3);
+    assert.deepEqual(edit, {
+      summary: "Changes +1 −1",
+      lines: ["-write a note to `notes.md`: second version", "+write a note to `notes.md`: third version"],
+    });
+    await screenshot(page, "diff");
+    // And the edit is applied to what the page knows of the file.
+    assert.deepEqual((await approved("write a note to `notes.md`: fourth version", 4)).lines, [
+      "-write a note to `notes.md`: third version",
+      "+write a note to `notes.md`: fourth version",
+    ]);
+    assert.equal(readFileSync(join(server.workspace, "notes.md"), "utf8"), "write a note to `notes.md`: fourth version\n");
+    // A reload draws the same diffs from the log.
+    await page.reload();
+    await page.waitForSelector("#log[data-caught-up=true]");
+    const cards = page.locator(".tool-card").filter({ has: page.locator(".tool-diff") });
+    assert.equal(await cards.count(), 4);
+    assert.deepEqual(await diffLines(cards.nth(2)), edit.lines);
+    assert.deepEqual(await diffLines(cards.nth(3)), ["-write a note to `notes.md`: third version", "+write a note to `notes.md`: fourth version"]);
+    assert.equal((await server.events(id)).filter((e) => e.type === "tool.finished" && !e.data.is_error).length, 4);
+    assert.deepEqual(page.pageErrors, []);
+    await page.context().close();
+  });
+
+  it("a tool's output is unfolded when short and folded when long; diffs fold long unchanged runs", async () => {
+    const page = await openPage(chromium, server);
+    await newSession(page, "Outputs");
+    await page.waitForSelector("#log[data-caught-up=true]");
+    const long = Array.from({ length: 60 }, (_, i) => `line ${i}`).join("\n");
+    const edited = long.replace("line 30", "line thirty");
+    await page.evaluate(({ long, edited }) => {
+      let seq = window.tah.feed.lastSeq;
+      const at = new Date().toISOString();
+      const e = (type, data) => ({ session_id: "x", seq: ++seq, type, data, created_at: at });
+      const call = (id, name, args) => ({ id, name, arguments: args });
+      const step = (id, calls) =>
+        e("llm.completed", { step_id: id, message: { role: "assistant", content: "", tool_calls: calls }, finish_reason: "tool_calls", usage: { input_tokens: 1, output_tokens: 1 } });
+      window.tah.feed.onEvents([
+        e("agent.started", { run_id: "r", kind: "run" }),
+        e("llm.started", { step_id: "s1" }),
+        step("s1", [call("short", "read_file", { path: "a.txt" }), call("long", "read_file", { path: "b.txt" }), call("w1", "write_file", { path: "big.txt", content: long })]),
+        e("tool.finished", { step_id: "s1", call_id: "short", output: "two\nlines", is_error: false }),
+        e("tool.finished", { step_id: "s1", call_id: "long", output: long, is_error: false }),
+        e("tool.finished", { step_id: "s1", call_id: "w1", output: "wrote", is_error: false }),
+        e("llm.started", { step_id: "s2" }),
+        step("s2", [call("w2", "write_file", { path: "big.txt", content: edited }), call("e1", "edit_file", { path: "unseen.txt", old_string: "a\nb", new_string: "a\nc" })]),
+        e("tool.finished", { step_id: "s2", call_id: "w2", output: "wrote", is_error: false }),
+        e("tool.finished", { step_id: "s2", call_id: "e1", output: "edited", is_error: false }),
+        e("agent.finished", { run_id: "r", text: "", finish_reason: "stop", usage: { input_tokens: 2, output_tokens: 2 } }),
+      ]);
+    }, { long, edited });
+    await finishedRuns(page, 1);
+    const output = (id) => page.locator(`.tool-card[data-call-id="${id}"] details.tool-io:has(> summary:text-is('Output'))`);
+    assert.equal(await output("short").evaluate((d) => d.open), true);
+    assert.equal(await output("long").evaluate((d) => d.open), false);
+    const second = page.locator('.tool-card[data-call-id="w2"]');
+    assert.equal(await second.locator(".tool-diff > summary").textContent(), "Changes +1 −1");
+    assert.deepEqual(await diffLines(second), [
+      "⋯ 27 unchanged lines", " line 27", " line 28", " line 29",
+      "-line 30", "+line thirty",
+      " line 31", " line 32", " line 33", "⋯ 26 unchanged lines",
+    ]);
+    // An edit of a file the page never saw: its two strings.
+    assert.deepEqual(await diffLines(page.locator('.tool-card[data-call-id="e1"]')), [" a", "-b", "+c"]);
+    await screenshot(page, "outputs");
     await page.context().close();
   });
 

@@ -56,10 +56,13 @@ describe("a server restart in the middle of a run", () => {
     const seqs = await inspectorSeqs(page);
     assert.deepEqual(seqs, events.map((e) => e.seq));
     assert.equal(new Set(seqs).size, seqs.length);
-    // The text streamed before the crash is shown exactly as the log has it, once.
+    // The text streamed before the crash is the reply's text exactly as the log has it, once,
+    // and is shown so (drawn as markdown: a paragraph without its trailing space).
     const streamed = events.filter((e) => e.type === "agent.assistant-stream").map((e) => e.data.text).join("");
+    const sources = await page.evaluate(() => [...window.tah.conversation.blocks.values()].map((b) => b.source).filter(Boolean));
+    assert.deepEqual(sources, [streamed]);
     const shown = await page.locator(".assistant-text").last().textContent();
-    assert.equal(shown, streamed);
+    assert.equal(shown, streamed.trimEnd());
     await page.getByRole("button", { name: "Close the event inspector" }).click();
 
     // Resume finishes the turn.
@@ -67,7 +70,7 @@ describe("a server restart in the middle of a run", () => {
     await finishedRuns(page, 1, 30000);
     const after = await server.events(id);
     const finished = after.find((e) => e.type === "agent.finished");
-    assert.equal(await page.locator(".run.finished .assistant-text").last().textContent(), finished.data.text);
+    assert.equal(await page.locator(".run.finished .assistant-text").last().textContent(), finished.data.text.trimEnd());
     assert.equal(await page.locator(".run.finished .run-kind").textContent(), "Resumed run");
     assert.deepEqual(page.pageErrors, []);
     await page.context().close();

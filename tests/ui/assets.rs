@@ -197,3 +197,39 @@ async fn the_page_is_not_served_to_a_foreign_host_name() {
         .await;
     reply.expect_problem(StatusCode::FORBIDDEN, "rebound host");
 }
+
+/// Model output reaches the page as text nodes or as elements the page makes: no script the
+/// page loads has a way to parse text as markup or code.
+#[tokio::test]
+async fn no_script_parses_text_as_markup() {
+    let server = TestServer::start(ServerOptions::new()).await;
+    let page = server.get("/").await;
+    let mut scripts: Vec<String> = references(&String::from_utf8_lossy(&page.bytes))
+        .into_iter()
+        .filter(|p| p.ends_with(".js"))
+        .collect();
+    let mut seen = BTreeSet::new();
+    while let Some(path) = scripts.pop() {
+        if !seen.insert(path.clone()) {
+            continue;
+        }
+        let text = String::from_utf8_lossy(&server.get(&path).await.bytes).into_owned();
+        for sink in [
+            "innerHTML",
+            "outerHTML",
+            "insertAdjacentHTML",
+            "document.write",
+            "DOMParser",
+            "createContextualFragment",
+            "srcdoc",
+            "eval(",
+            "new Function",
+        ] {
+            assert!(!text.contains(sink), "{path} uses {sink}");
+        }
+        scripts.extend(references(&text));
+    }
+    assert!(seen.contains("/ui/markdown.js"), "{seen:?}");
+    assert!(seen.contains("/ui/diff.js"), "{seen:?}");
+    println!("{} scripts checked", seen.len());
+}

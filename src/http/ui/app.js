@@ -138,6 +138,8 @@ class OpenSession {
       artifactUrl: (artifactId) => sessions.artifactUrl(this.id, artifactId),
     });
     this.conversation.onFlush = (c) => this.flushed(c);
+    /** Usage of model calls whose events came after the record was read: `{seq, usage}`. */
+    this.newUsage = [];
     inspector.reset();
     this.feed = null;
   }
@@ -176,6 +178,9 @@ class OpenSession {
     this.conversation.push(events);
     inspector.push(events);
     for (const event of events) {
+      if (event.type === "llm.completed" && event.data?.usage && event.seq > this.record.last_seq) {
+        this.newUsage.push({ seq: event.seq, usage: event.data.usage });
+      }
       if (event.type === "session.state" && event.data?.to) this.setState(event.data.to);
       if (event.type === "artifact.created") loadArtifacts(this);
       if (event.type === "agent.context.compacted") toast("Compacted.", "info");
@@ -192,6 +197,7 @@ class OpenSession {
       ui.log.dataset.caughtUp = "true";
     }
     ui.log.dataset.lastSeq = String(conversation.lastSeq);
+    drawHeader(this);
     updateControls();
   }
 
@@ -209,16 +215,42 @@ class OpenSession {
     if (status === "live") this.refreshRecord();
   }
 
-  /** Reads the session again (its counts and usage), at most once per half second. */
+  /**
+   * Reads the session again (its title, and usage the events do not carry: a compaction's),
+   * at once; a request made while one is under way is made when it ends.
+   */
   refreshRecord() {
-    clearTimeout(this.recordTimer);
-    this.recordTimer = setTimeout(() => {
-      sessions.get(this.id).then((r) => open === this && this.setRecord(r)).catch(() => {});
-    }, 500);
+    if (this.reading) {
+      this.readAgain = true;
+      return;
+    }
+    this.reading = true;
+    sessions
+      .get(this.id)
+      .then((r) => open === this && this.setRecord(r))
+      .catch(() => {})
+      .finally(() => {
+        this.reading = false;
+        if (this.readAgain && open === this) {
+          this.readAgain = false;
+          this.refreshRecord();
+        }
+      });
+  }
+
+  /** The session's usage: the record's, and that of the model calls the record came before. */
+  usage() {
+    const total = { input_tokens: this.record.usage?.input_tokens ?? 0, output_tokens: this.record.usage?.output_tokens ?? 0 };
+    for (const { usage } of this.newUsage) {
+      total.input_tokens += usage.input_tokens ?? 0;
+      total.output_tokens += usage.output_tokens ?? 0;
+    }
+    return total;
   }
 
   setRecord(record) {
     this.record = record;
+    this.newUsage = this.newUsage.filter((u) => u.seq > record.last_seq);
     // A record read before the newest events arrived must not take the state back.
     if (record.last_seq >= (this.feed?.lastSeq ?? 0)) this.setState(record.state);
     drawHeader(this);
@@ -232,16 +264,35 @@ class OpenSession {
   }
 }
 
+/** "1 message", "3 tool calls". */
+function plural(n, what) {
+  return `${count(n)} ${what}${n === 1 ? "" : "s"}`;
+}
+
+/**
+ * The open session's title and figures: the messages and tool calls the page has drawn (the
+ * system prompt is not one a person sees), and the tokens used as of the newest event.
+ */
 function drawHeader(session) {
   const r = session.record;
-  ui.title.textContent = r.title || "Untitled session";
-  document.title = `${r.title || "Session"} · tah`;
-  const messages = `${count(r.message_count)} message${r.message_count === 1 ? "" : "s"}`;
-  const parts = [`created ${clock(r.created_at)}`, messages];
-  if (r.usage) parts.push(`${count(r.usage.input_tokens)} in · ${count(r.usage.output_tokens)} out tokens`);
-  ui.meta.textContent = parts.join(" · ");
-  ui.state.textContent = session.state.replace("_", " ");
+  const shown = session.conversation.counts();
+  const parts = [`created ${clock(r.created_at)}`, shown.messages ? plural(shown.messages, "message") : "no messages yet"];
+  if (shown.calls) parts.push(plural(shown.calls, "tool call"));
+  const usage = session.usage();
+  if (usage.input_tokens || usage.output_tokens) {
+    parts.push(`${count(usage.input_tokens)} in · ${count(usage.output_tokens)} out tokens`);
+  }
+  setText(ui.title, r.title || "Untitled session");
+  setText(ui.meta, parts.join(" · "));
+  setText(ui.state, session.state.replace("_", " "));
   ui.state.dataset.state = session.state;
+  const title = `${r.title || "Session"} · tah`;
+  if (document.title !== title) document.title = title;
+}
+
+/** Sets an element's text when it changed (the header is drawn again every frame events come). */
+function setText(el, text) {
+  if (el.textContent !== text) el.textContent = text;
 }
 
 function updateControls() {

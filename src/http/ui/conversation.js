@@ -1,17 +1,26 @@
 // The conversation of one session, drawn from its event log as the events arrive: runs, user
-// messages, assistant replies as they stream, thinking (collapsed), one card per tool call
-// updated in place by its call id (with approval and client-result forms), artifacts,
-// sub-agents, usage per run.
+// messages, assistant replies as they stream (markdown, drawn by `markdown.js`), thinking
+// (collapsed), one card per tool call updated in place by its call id (with approval and
+// client-result forms, a diff for the file tools, its output unfolded when short),
+// artifacts, sub-agents, usage per run, and copy buttons on messages.
 //
 // Events are queued and applied once per animation frame, within a time budget, so a burst
 // (a replay of a long log, a fast model) costs one layout per frame however many events it
-// holds; streamed text is appended to each reply once per frame. Model output only ever
-// enters the page as text.
+// holds; streamed text reaches each reply once per frame. A streaming reply is redrawn as
+// markdown at most for a fifth of the time it streams (a redraw costs in proportion to the
+// reply's length); text that arrives in between is shown as it came until the next redraw.
+// Model output only ever enters the page as text nodes, or as elements `markdown.js` made.
 
-import { h, append, clear, pretty, brief, clock, count, bytes, duration, isId } from "./dom.js";
+import { h, append, clear, pretty, brief, clock, count, bytes, duration, isId, copyButton } from "./dom.js";
+import { renderMarkdown } from "./markdown.js";
+import { lineDiff, diffStats, diffView } from "./diff.js";
 
 /** Milliseconds of event handling per frame before the rest waits for the next frame. */
 const FRAME_BUDGET_MS = 12;
+/** After a markdown redraw that took t ms, the next waits at least this many times t. */
+const REDRAW_WAIT_FACTOR = 4;
+/** A tool's output this short is shown unfolded. */
+const SHORT_OUTPUT = { lines: 12, chars: 1200 };
 
 /** What a card's status is called. */
 const STATUS_LABEL = {
@@ -48,6 +57,11 @@ export class Conversation {
     this.cards = new Map();
     this.dirty = new Set();
     this.pending = new Set();
+    /** What the page last saw written to each path (for the file tools' diffs). */
+    this.files = new Map();
+    /** Messages and tool calls drawn: live, and copied from a fork's parent. */
+    this.shown = { messages: 0, calls: 0 };
+    this.copied = { messages: 0, calls: 0 };
     this.onFlush = null;
     this.stopped = false;
   }
@@ -98,6 +112,14 @@ export class Conversation {
     return [...this.pending];
   }
 
+  /** What a person sees: messages (theirs and the replies with text) and tool calls. */
+  counts() {
+    return {
+      messages: this.shown.messages + this.copied.messages,
+      calls: this.shown.calls + this.copied.calls,
+    };
+  }
+
   // ---- events ------------------------------------------------------------------------------
 
   apply(event) {
@@ -118,6 +140,7 @@ export class Conversation {
         break;
       case "user.message":
         this.userMessage(d.message?.content ?? "", this.container());
+        this.shown.messages += 1;
         break;
       case "llm.started":
         this.block(d.step_id);
@@ -272,7 +295,7 @@ export class Conversation {
     if (took) parts.push(h("span", { class: "muted", text: took }));
     clear(run.footer);
     append(run.footer, parts);
-    for (const block of run.body.querySelectorAll(".assistant.streaming")) block.classList.remove("streaming");
+    for (const block of this.blocks.values()) if (block.el.classList.contains("streaming") && run.body.contains(block.el)) block.settle();
     if (this.run === run) this.run = null;
   }
 
@@ -290,7 +313,7 @@ export class Conversation {
         "div",
         { class: "message user", dataset: { turn: String(turns) } },
         h("div", { class: "bubble", text }),
-        h("div", { class: "message-tools" }, retry),
+        h("div", { class: "message-tools" }, copyButton(() => text, "Copy this message"), retry),
       ),
     );
   }
@@ -309,6 +332,8 @@ export class Conversation {
     const block = this.block(d.step_id);
     const message = d.message ?? {};
     block.complete(message.content ?? "", thinkingText(message.thinking), d.usage, d.finish_reason);
+    if (message.content) this.shown.messages += 1;
+    this.shown.calls += (message.tool_calls ?? []).length;
     for (const call of message.tool_calls ?? []) {
       const card = this.card(call.id, d.step_id);
       card.describe(call.name, call.arguments);
@@ -318,7 +343,7 @@ export class Conversation {
   card(callId, stepId) {
     let card = this.cards.get(callId);
     if (!card) {
-      card = new ToolCard(callId);
+      card = new ToolCard(callId, this.files);
       this.cards.set(callId, card);
       const block = stepId ? this.blocks.get(stepId) : null;
       (block ? block.tools : this.container()).append(card.el);
@@ -347,18 +372,23 @@ export class Conversation {
   /** Draws the messages a fork copied from its parent, before its own events. */
   renderHistory(messages) {
     clear(this.history);
+    this.copied = { messages: 0, calls: 0 };
     if (!messages.length) return;
     this.history.append(h("p", { class: "note quiet", text: "Copied from the original session" }));
     const results = new Map();
     for (const m of messages) if (m.role === "tool" && m.tool_call_id) results.set(m.tool_call_id, m);
     for (const m of messages) {
-      if (m.role === "user") this.userMessage(m.content, this.history);
-      else if (m.role === "assistant") {
+      if (m.role === "user") {
+        this.userMessage(m.content, this.history);
+        this.copied.messages += 1;
+      } else if (m.role === "assistant") {
         const block = new AssistantBlock(null, this.actions);
         this.history.append(block.el);
         block.complete(m.content, thinkingText(m.thinking));
+        if (m.content) this.copied.messages += 1;
+        this.copied.calls += (m.tool_calls ?? []).length;
         for (const call of m.tool_calls ?? []) {
-          const card = new ToolCard(call.id);
+          const card = new ToolCard(call.id, this.files);
           block.tools.append(card.el);
           card.describe(call.name, call.arguments);
           const result = results.get(call.id);
@@ -377,11 +407,16 @@ export class Conversation {
 class AssistantBlock {
   constructor(stepId, actions) {
     this.stepId = stepId;
-    this.text = document.createTextNode("");
+    /** The reply's text as the model wrote it (markdown). */
+    this.source = "";
     this.pendingText = "";
     this.pendingThinking = "";
     this.thinking = null;
-    this.body = h("div", { class: "assistant-text" }, this.text);
+    /** Text that arrived since the last markdown redraw, shown as it came. */
+    this.tail = null;
+    this.nextDraw = 0;
+    this.drawTimer = null;
+    this.body = h("div", { class: "assistant-text md" });
     this.meta = h("div", { class: "assistant-meta muted small" });
     this.tools = h("div", { class: "tool-cards" });
     this.el = h("div", { class: "message assistant streaming" }, this.body, this.tools, this.meta);
@@ -412,7 +447,9 @@ class AssistantBlock {
 
   flushText() {
     if (this.pendingText) {
-      this.text.appendData(this.pendingText);
+      this.source += this.pendingText;
+      if (performance.now() >= this.nextDraw) this.draw();
+      else this.showAsItCame(this.pendingText);
       this.pendingText = "";
     }
     if (this.pendingThinking) {
@@ -421,14 +458,49 @@ class AssistantBlock {
     }
   }
 
+  /** Redraws the whole reply as markdown, and waits in proportion to what that cost. */
+  draw() {
+    clearTimeout(this.drawTimer);
+    this.drawTimer = null;
+    const started = performance.now();
+    this.body.replaceChildren(renderMarkdown(this.source));
+    this.tail = null;
+    const now = performance.now();
+    this.nextDraw = now + (now - started) * REDRAW_WAIT_FACTOR;
+  }
+
+  /**
+   * Shows a piece of text at the end of the last block drawn, as it came, until the next
+   * redraw (which is due when the stream pauses, at the latest).
+   */
+  showAsItCame(piece) {
+    if (!this.tail) {
+      const blocks = this.body.querySelectorAll("p, li, pre code, th, td, h3, h4, h5, h6");
+      this.tail = document.createTextNode(trailingSpace(this.source, this.source.length - piece.length));
+      (blocks[blocks.length - 1] ?? this.body).append(h("span", { class: "md-tail" }, this.tail));
+    }
+    this.tail.appendData(piece);
+    if (!this.drawTimer) {
+      this.drawTimer = setTimeout(() => this.draw(), Math.max(0, this.nextDraw - performance.now()));
+    }
+  }
+
+  /** The reply is over (its run ended without a completed step): the last redraw, now. */
+  settle() {
+    this.el.classList.remove("streaming");
+    if (this.tail || this.drawTimer) this.draw();
+  }
+
   complete(text, thinking, usage, finishReason) {
     this.pendingText = "";
     this.pendingThinking = "";
-    this.text.data = text;
+    this.source = text ?? "";
+    this.draw();
     this.el.classList.toggle("empty", !text);
     if (thinking) this.thinkingBox().data = thinking;
     this.el.classList.remove("streaming");
     clear(this.meta);
+    if (text) this.meta.append(copyButton(() => this.source, "Copy this reply"));
     if (usage) {
       append(this.meta, [
         h("span", { text: `${count(usage.input_tokens)} in · ${count(usage.output_tokens)} out` }),
@@ -466,8 +538,10 @@ class AssistantBlock {
 
 /** One tool call, drawn once and updated as its events arrive. */
 class ToolCard {
-  constructor(callId) {
+  /** `files`: what the page last saw written to each path, shared by the cards. */
+  constructor(callId, files) {
     this.callId = callId;
+    this.files = files;
     this.name = h("span", { class: "tool-name", text: "tool" });
     this.subject = h("span", { class: "tool-subject" });
     this.badge = h("span", { class: "badge" });
@@ -499,16 +573,66 @@ class ToolCard {
       this.name.textContent = name;
       this.el.setAttribute("aria-label", `Tool call ${name}`);
     }
-    if (input !== undefined) this.input.textContent = pretty(input);
+    if (input !== undefined) {
+      this.input.textContent = pretty(input);
+      this.args = parsed(input);
+    }
     const what = subject ?? subjectOf(input);
     if (what) this.subject.textContent = brief(what, 90);
+    if (!this.diffBox && this.args) this.showDiff(this.name.textContent, this.args);
+  }
+
+  /** `write_file` and `edit_file` calls: what they change, as a diff. */
+  showDiff(tool, args) {
+    const path = typeof args.path === "string" ? args.path : null;
+    let before;
+    let after;
+    let title;
+    if (tool === "edit_file" && typeof args.old_string === "string" && typeof args.new_string === "string") {
+      // The whole file's lines around the edit when the page knows the file; else the strings.
+      const known = path ? this.files.get(path) : undefined;
+      const whole = known?.includes(args.old_string) ? known : undefined;
+      before = whole ?? args.old_string;
+      after = whole === undefined ? args.new_string : edit(whole, args);
+      title = args.replace_all === true ? "Changes (every occurrence)" : "Changes";
+    } else if (tool === "write_file" && path && typeof args.content === "string") {
+      before = this.files.get(path) ?? "";
+      after = args.content;
+      title = this.files.has(path) ? "Changes" : "New content";
+    } else {
+      return;
+    }
+    const rows = lineDiff(before, after);
+    const { added, removed } = diffStats(rows);
+    this.diffBox = h(
+      "details",
+      { class: "tool-io tool-diff", open: true },
+      h("summary", null, title, " ", h("span", { class: "diff-added", text: `+${added}` }), " ", h("span", { class: "diff-removed", text: `−${removed}` })),
+      diffView(rows),
+    );
+    this.inputBox.before(this.diffBox);
   }
 
   finish(output, isError) {
-    this.output.textContent = pretty(output ?? "");
+    const text = pretty(output ?? "");
+    this.output.textContent = text;
     this.outputBox.hidden = false;
+    this.outputBox.open = isShort(text);
     this.clearForm();
     this.setStatus(isError ? "error" : "done");
+    if (!isError) this.remember();
+  }
+
+  /** After a file tool succeeded: what the page now knows the file holds. */
+  remember() {
+    const args = this.args;
+    const path = typeof args?.path === "string" ? args.path : null;
+    if (!path) return;
+    const tool = this.name.textContent;
+    if (tool === "write_file" && typeof args.content === "string") this.files.set(path, args.content);
+    else if (tool === "edit_file" && this.files.has(path) && typeof args.old_string === "string" && typeof args.new_string === "string") {
+      this.files.set(path, edit(this.files.get(path), args));
+    }
   }
 
   clearForm() {
@@ -551,7 +675,7 @@ class ToolCard {
       h("div", { class: "approval-row" }, reason, ...buttons),
       error,
     );
-    this.inputBox.open = true;
+    if (!this.diffBox) this.inputBox.open = true;
     this.extra.append(this.form);
   }
 
@@ -610,6 +734,41 @@ class ToolCard {
     );
     this.extra.append(this.sub);
   }
+}
+
+/** A call's arguments as an object (some providers give them as JSON text), or null. */
+function parsed(input) {
+  let value = input;
+  if (typeof value === "string") {
+    try {
+      value = JSON.parse(value);
+    } catch {
+      return null;
+    }
+  }
+  return value && typeof value === "object" && !Array.isArray(value) ? value : null;
+}
+
+/** `content` with an `edit_file` call's replacement made. */
+function edit(content, args) {
+  return args.replace_all === true
+    ? content.split(args.old_string).join(args.new_string)
+    : content.replace(args.old_string, () => args.new_string);
+}
+
+/** Whether a tool's output is short enough to be shown unfolded. */
+function isShort(text) {
+  if (!text || text.length > SHORT_OUTPUT.chars) return false;
+  let lines = 1;
+  for (const c of text) if (c === "\n" && ++lines > SHORT_OUTPUT.lines) return false;
+  return true;
+}
+
+/** The white space `text` ends with before `end`. */
+function trailingSpace(text, end) {
+  let start = end;
+  while (start > 0 && /\s/.test(text[start - 1])) start--;
+  return text.slice(start, end);
 }
 
 /** What a call is about, in a few words: its path, command or pattern. */

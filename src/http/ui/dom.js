@@ -118,3 +118,45 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 export function isId(value) {
   return typeof value === "string" && UUID.test(value);
 }
+
+/**
+ * Puts `text` on the clipboard; resolves to whether it did. The clipboard API needs a secure
+ * context (https, or localhost): elsewhere a selected, hidden text area is copied instead.
+ */
+export async function copyText(text) {
+  if (navigator.clipboard && window.isSecureContext) {
+    try {
+      await navigator.clipboard.writeText(text);
+      return true;
+    } catch {
+      // Refused (no permission, or the page is not focused): try the other way.
+    }
+  }
+  const area = h("textarea", { class: "visually-hidden", readonly: true, "aria-hidden": "true", tabindex: "-1" });
+  area.value = text;
+  document.body.append(area);
+  area.select();
+  let copied = false;
+  try {
+    copied = document.execCommand("copy");
+  } catch {
+    copied = false;
+  }
+  area.remove();
+  return copied;
+}
+
+/** A small button that copies what `text()` returns, and says for a moment that it did. */
+export function copyButton(text, label) {
+  const button = h("button", { class: "copy-button", type: "button", text: "Copy", title: label, "aria-label": label });
+  let timer = null;
+  button.addEventListener("click", async () => {
+    const copied = await copyText(text());
+    button.textContent = copied ? "Copied" : "Copy failed";
+    clearTimeout(timer);
+    timer = setTimeout(() => {
+      button.textContent = "Copy";
+    }, 1500);
+  });
+  return button;
+}
