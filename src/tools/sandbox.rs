@@ -691,7 +691,11 @@ mod tests {
             SHM_BYTES + (16 << 20)
         );
         let ran = sandbox
-            .run(workspace.path(), &script, limits)
+            .run(
+                &crate::tools::Workspace::open(workspace.path()).expect("workspace"),
+                &script,
+                limits,
+            )
             .await
             .expect("ran");
         let said = String::from_utf8_lossy(&ran.output);
@@ -717,7 +721,10 @@ mod tests {
         assert_eq!(ran.ending, Ending::Exited(0));
     }
 
-    #[cfg_attr(tah_no_sandbox, ignore = "needs bubblewrap")]
+    #[cfg_attr(
+        not(sandbox_tests),
+        ignore = "needs bubblewrap: install it (apt-get install bubblewrap), then touch build.rs"
+    )]
     #[tokio::test]
     async fn a_flood_of_output_is_read_only_up_to_a_ceiling() {
         let Some(sandbox) = testing::sandbox().await else {
@@ -732,7 +739,11 @@ mod tests {
         for script in ["cat /dev/zero", "yes & yes & yes & yes; wait; echo after"] {
             let started = std::time::Instant::now();
             let ran = sandbox
-                .run(workspace.path(), script, limits)
+                .run(
+                    &crate::tools::Workspace::open(workspace.path()).expect("workspace"),
+                    script,
+                    limits,
+                )
                 .await
                 .expect("ran");
             let took = started.elapsed();
@@ -747,7 +758,10 @@ mod tests {
         }
     }
 
-    #[cfg_attr(tah_no_sandbox, ignore = "needs bubblewrap")]
+    #[cfg_attr(
+        not(sandbox_tests),
+        ignore = "needs bubblewrap: install it (apt-get install bubblewrap), then touch build.rs"
+    )]
     #[tokio::test]
     async fn a_workspace_holding_system_directories_is_refused() {
         let Some(sandbox) = testing::sandbox().await else {

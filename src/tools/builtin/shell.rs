@@ -372,7 +372,10 @@ mod tests {
         );
     }
 
-    #[cfg_attr(tah_no_sandbox, ignore = "needs bubblewrap")]
+    #[cfg_attr(
+        not(sandbox_tests),
+        ignore = "needs bubblewrap: install it (apt-get install bubblewrap), then touch build.rs"
+    )]
     #[tokio::test]
     async fn control_characters_count_as_the_escapes_the_model_receives() {
         let settings = ShellSettings {
@@ -419,7 +422,10 @@ mod tests {
         }
     }
 
-    #[cfg_attr(tah_no_sandbox, ignore = "needs bubblewrap")]
+    #[cfg_attr(
+        not(sandbox_tests),
+        ignore = "needs bubblewrap: install it (apt-get install bubblewrap), then touch build.rs"
+    )]
     #[tokio::test]
     async fn no_file_keeps_a_setuid_bit_after_the_call() {
         use std::os::unix::fs::PermissionsExt;
@@ -460,7 +466,10 @@ mod tests {
         assert!(cleared.complete);
     }
 
-    #[cfg_attr(tah_no_sandbox, ignore = "needs bubblewrap")]
+    #[cfg_attr(
+        not(sandbox_tests),
+        ignore = "needs bubblewrap: install it (apt-get install bubblewrap), then touch build.rs"
+    )]
     #[tokio::test]
     async fn a_timeout_kills_the_command_and_everything_it_started() {
         let settings = ShellSettings {
