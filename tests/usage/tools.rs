@@ -306,10 +306,10 @@ async fn the_client_tool_example_shows_what_the_server_answers() {
     let mut stream = w.demo.stream_until(&run, |f| f.iter().any(requested)).await;
     let frames = stream.frames.clone();
     let at = frames.iter().position(requested).expect("the request");
-    let events: Vec<&Frame> = frames[1..at].iter().collect();
+    let events: Vec<&Frame> = frames[..at].iter().collect();
     let what = "the user message, the model's call of ask_user, the session going to \
                 waiting_tool";
-    let head: Vec<&Frame> = frames[..2].iter().collect();
+    let head: Vec<&Frame> = frames[..1].iter().collect();
     let output = [
         shown(&head),
         elided(events[1], events[events.len() - 1], what),
