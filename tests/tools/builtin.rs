@@ -85,6 +85,10 @@ async fn the_file_tools_read_search_write_and_edit_in_the_workspace() {
         .exists());
 }
 
+#[cfg_attr(
+    not(sandbox_tests),
+    ignore = "needs bubblewrap: install it (apt-get install bubblewrap), then touch build.rs"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shell_runs_sandboxed_and_parallel_calls_overlap() {
     if is_postgres() {
@@ -156,6 +160,10 @@ fn processes_with(marker: &str) -> Vec<String> {
     found
 }
 
+#[cfg_attr(
+    not(sandbox_tests),
+    ignore = "needs bubblewrap: install it (apt-get install bubblewrap), then touch build.rs"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shell_cannot_read_the_host_reach_the_network_or_outlive_a_cancel() {
     if is_postgres() {

@@ -60,6 +60,10 @@ fn cpu_time(pid: u32) -> Duration {
     Duration::from_millis((fields[0] + fields[1]) * 10)
 }
 
+#[cfg_attr(
+    not(sandbox_tests),
+    ignore = "needs bubblewrap: install it (apt-get install bubblewrap), then touch build.rs"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn filling_tmp_fails_inside_and_the_sandbox_is_the_oom_killers_pick() {
     if is_postgres() {
@@ -105,6 +109,10 @@ async fn filling_tmp_fails_inside_and_the_sandbox_is_the_oom_killers_pick() {
     server.get_ok("/v1/tools").await;
 }
 
+#[cfg_attr(
+    not(sandbox_tests),
+    ignore = "needs bubblewrap: install it (apt-get install bubblewrap), then touch build.rs"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn endless_output_costs_the_server_next_to_no_cpu() {
     if is_postgres() {
@@ -144,6 +152,10 @@ async fn endless_output_costs_the_server_next_to_no_cpu() {
     assert!(cpu < Duration::from_millis(1500), "{cpu:?}");
 }
 
+#[cfg_attr(
+    not(sandbox_tests),
+    ignore = "needs bubblewrap: install it (apt-get install bubblewrap), then touch build.rs"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_error_full_of_control_characters_reaches_the_model_within_the_cap() {
     if is_postgres() {
@@ -183,6 +195,10 @@ async fn an_error_full_of_control_characters_reaches_the_model_within_the_cap() 
     );
 }
 
+#[cfg_attr(
+    not(sandbox_tests),
+    ignore = "needs bubblewrap: install it (apt-get install bubblewrap), then touch build.rs"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_setuid_file_planted_in_the_workspace_loses_its_bit() {
     use std::os::unix::fs::PermissionsExt;
