@@ -247,10 +247,9 @@ pub fn convert(
 
 /// The one place where what an MCP tool returned beside text (an image, audio, an embedded
 /// resource) becomes an artifact: it is added to the call's `artifacts` under
-/// `mcp/<server>/<tool>/<tag>-<n>.<ext>`, and the line answered describes it for the output.
-/// Until the session layer records artifacts (§11.3) they go no further than the result, so
-/// the line says what it was and not where it is kept; once they are recorded, this line is
-/// where the output names the artifact.
+/// `mcp/<server>/<tool>/<tag>-<n>.<ext>`, and the line answered describes it for the output
+/// and names that path, the artifact's `path` in the session, so that the model can refer to
+/// it. (One over `--max-artifact-bytes` is not kept; the session then adds a line saying so.)
 fn media(
     artifacts: &mut Vec<Artifact>,
     (server, tool, tag): (&str, &str, &str),
@@ -263,7 +262,10 @@ fn media(
         artifacts.len() + 1,
         extension(media_type)
     );
-    let line = format!("[{what} ({media_type}, {} bytes)]", content.len());
+    let line = format!(
+        "[{what} ({media_type}, {} bytes), artifact {path}]",
+        content.len()
+    );
     artifacts.push(Artifact {
         path,
         media_type: media_type.to_string(),
@@ -388,8 +390,8 @@ mod tests {
             lines,
             [
                 "here it is",
-                "[image (image/png, 9 bytes)]",
-                "[resource file:///notes.txt (text/plain, 11 bytes)]",
+                "[image (image/png, 9 bytes), artifact mcp/pics/draw/c1-1.png]",
+                "[resource file:///notes.txt (text/plain, 11 bytes), artifact mcp/pics/draw/c1-2.txt]",
                 "hello notes",
                 "[image (image/gif) whose data is not base64]",
             ]

@@ -31,7 +31,7 @@ fn calls_of(server: &str) -> Vec<crate::support::fakes::FakeToolCall> {
 }
 
 /// Checks what the calls of [`calls_of`] answered, as events and as the model saw them.
-fn check_outcomes(events: &[Value], model_saw: &Value) {
+fn check_outcomes(events: &[Value], model_saw: &Value, server: &str) -> String {
     assert_eq!(
         outcome(events, "echo"),
         ("hello over MCP".to_string(), false)
@@ -41,20 +41,27 @@ fn check_outcomes(events: &[Value], model_saw: &Value) {
     assert!(failed.contains("the disk is on fire"), "{failed}");
     let (image, is_error) = outcome(events, "image");
     assert!(!is_error, "{image}");
+    let (described, kept_at) = artifact_line(&image, "a transparent pixel\n");
     assert_eq!(
-        image,
-        format!(
-            "a transparent pixel\n[image (image/png, {} bytes)]",
-            crate::fixture::PNG.len()
-        ),
-        "the image is described after the text"
+        described,
+        format!("[image (image/png, {} bytes", crate::fixture::PNG.len()),
+        "the image is described after the text: {image}"
+    );
+    assert!(
+        kept_at.starts_with(&format!("mcp/{server}/image/")) && kept_at.ends_with("-1.png]"),
+        "the line names the path the image is kept at: {image}"
     );
     let (resource, is_error) = outcome(events, "resource");
     assert!(!is_error, "{resource}");
+    let (described, kept_at) = artifact_line(&resource, "");
     assert_eq!(
-        resource,
-        "[resource memo://fixture/notes (text/plain, 24 bytes)]\nthe notes of the fixture",
-        "a text resource is described, and its text given"
+        described, "[resource memo://fixture/notes (text/plain, 24 bytes",
+        "{resource}"
+    );
+    assert!(
+        kept_at.starts_with(&format!("mcp/{server}/resource/"))
+            && kept_at.ends_with("-1.txt]\nthe notes of the fixture"),
+        "a text resource is described, named, and its text given: {resource}"
     );
     // The model is given what the events recorded.
     let results: Vec<&Value> = model_saw["messages"]
@@ -74,6 +81,16 @@ fn check_outcomes(events: &[Value], model_saw: &Value) {
         .find(|m| m["tool_call_id"] == "image")
         .expect("the image result");
     assert_eq!(pictured["content"], image);
+    image
+}
+
+/// An output `PREFIX[WHAT (TYPE, N bytes), artifact PATH]REST` split in two: `[WHAT (TYPE, N
+/// bytes` and `PATH]REST`.
+fn artifact_line<'a>(output: &'a str, prefix: &str) -> (&'a str, &'a str) {
+    output
+        .strip_prefix(prefix)
+        .and_then(|line| line.split_once("), artifact "))
+        .unwrap_or_else(|| panic!("no `, artifact PATH]` line after {prefix:?}: {output}"))
 }
 
 pub async fn text_errors_images_and_resources_over_stdio() {
@@ -87,7 +104,7 @@ pub async fn text_errors_images_and_resources_over_stdio() {
     let id = server.create_session().await;
     let result = server.run_wait(&id, "use the tools").await;
     assert_eq!(result["status"], "completed", "{result}");
-    check_outcomes(&server.events(&id).await, &model.body(1));
+    let image_output = check_outcomes(&server.events(&id).await, &model.body(1), "local");
 
     // The image and the resource are kept as the session's artifacts, the bytes as sent.
     let listed = server.get_ok(&format!("/v1/sessions/{id}/artifacts")).await;
@@ -98,12 +115,11 @@ pub async fn text_errors_images_and_resources_over_stdio() {
         .find(|a| a["media_type"] == "image/png")
         .unwrap_or_else(|| panic!("no image artifact: {listed}"));
     assert_eq!(image["size"], crate::fixture::PNG.len(), "{image}");
-    assert!(
-        image["path"]
-            .as_str()
-            .is_some_and(|p| p.starts_with("mcp/local/image/")),
-        "{image}"
-    );
+    let named = image_output
+        .split_once(", artifact ")
+        .and_then(|(_, rest)| rest.strip_suffix(']'))
+        .expect("the output names the artifact");
+    assert_eq!(image["path"], named, "the path the output named: {image}");
     let content = server
         .get(&format!(
             "/v1/sessions/{id}/artifacts/{}/content",
@@ -225,7 +241,7 @@ pub async fn calls_over_streamable_http() {
     let id = server.create_session().await;
     let result = server.run_wait(&id, "use the tools").await;
     assert_eq!(result["status"], "completed", "{result}");
-    check_outcomes(&server.events(&id).await, &model.body(1));
+    check_outcomes(&server.events(&id).await, &model.body(1), "web");
 }
 
 pub async fn an_mcp_tool_asks_for_approval_by_default() {

@@ -77,12 +77,14 @@ pub async fn the_filesystem_server_from_npm() {
 
     let pixel = json!({"path": project.join("pixel.png")});
     let (_, text) = approved(&server, &id, "mcp__files__read_media_file", &pixel).await;
-    assert_eq!(
-        text,
-        format!(
-            "mcp__files__read_media_file answered: [image (image/png, {} bytes)]",
-            crate::fixture::PNG.len()
-        )
+    let described = format!(
+        "mcp__files__read_media_file answered: [image (image/png, {} bytes), artifact \
+         mcp/files/read_media_file/",
+        crate::fixture::PNG.len()
+    );
+    assert!(
+        text.starts_with(&described) && text.ends_with("-1.png]"),
+        "{text}"
     );
 
     let outside = json!({"path": "/etc/hostname"});
