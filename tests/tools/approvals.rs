@@ -771,6 +771,10 @@ async fn ended_without_asking_again(server: &TestServer, id: &str, call_id: &str
     }
 }
 
+#[cfg_attr(
+    not(sandbox_tests),
+    ignore = "needs bubblewrap: install it (apt-get install bubblewrap), then touch build.rs"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_allow_acknowledged_before_kill_9_is_honoured_by_the_resume() {
     // The first call is killed while it runs (the resume runs it again); the others are killed

@@ -60,6 +60,10 @@ fn names_in(dir: &Path) -> Vec<String> {
     names
 }
 
+#[cfg_attr(
+    not(sandbox_tests),
+    ignore = "needs bubblewrap: install it (apt-get install bubblewrap), then touch build.rs"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_workspace_swapped_for_a_link_while_calls_wait_keeps_them_in_its_directory() {
     if is_postgres() {
@@ -127,6 +131,10 @@ fn protecting(dir: &Path) -> String {
     )
 }
 
+#[cfg_attr(
+    not(sandbox_tests),
+    ignore = "needs bubblewrap: install it (apt-get install bubblewrap), then touch build.rs"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deny_rule_holds_when_a_directory_becomes_a_link_after_the_decision() {
     if is_postgres() {
