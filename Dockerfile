@@ -4,7 +4,7 @@
 #   docker run -p 8080:8080 -v tah-data:/data -e TAH_API_TOKENS=change-me-to-a-long-secret tah
 #
 # The image listens on 0.0.0.0, so tah refuses to start without API tokens (TAH_API_TOKENS) unless
-# TAH_ALLOW_UNAUTHENTICATED=true says that something else guards the port (see the README).
+# TAH_ALLOW_UNAUTHENTICATED=true says that something else guards the port (see docs/src/docker.md).
 
 # ---- builder ---------------------------------------------------------------------------------
 FROM rust:1-bookworm AS builder

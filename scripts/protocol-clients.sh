@@ -4,7 +4,7 @@
 #   - the Vercel AI SDK (`ai` 7 and 6: AbstractChat + DefaultChatTransport, readUIMessageStream;
 #     `@ai-sdk/react` useChat in the page example) on POST/GET …/ai-sdk/chat;
 #   - AG-UI (`@ag-ui/client` HttpAgent) on POST …/ag-ui;
-#   - the README's examples (tests/protocols/examples/), run as written.
+#   - the manual's examples (docs/src/protocols.md, tests/protocols/examples/), run as written.
 #
 # Each test file starts its own `tah serve` (mock model, or the fake OpenAI-compatible model of
 # `tah fake-model`) on port 0 with a temporary database, and checks what the client library

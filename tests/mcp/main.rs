@@ -60,7 +60,7 @@ fn main() -> ExitCode {
         lifecycle::shutdown_leaves_no_server_process,
         lifecycle::a_missing_variable_stops_the_start,
     ]);
-    // The README's example on the real server from npm, where it is installed (always in CI).
+    // The manual's example on the real server from npm, where it is installed (always in CI).
     let npm_missing = !npm::installed() && std::env::var_os("CI").is_none();
     trials.extend(
         tests![npm::the_filesystem_server_from_npm].map(|t| t.with_ignored_flag(npm_missing)),

@@ -1,9 +1,9 @@
-//! The README's worked example against the real server from npm:
+//! The manual's worked example against the real server from npm:
 //! `@modelcontextprotocol/server-filesystem`, pinned in `tests/mcp/npm/package.json` and
 //! installed beside it with `npm ci --prefix tests/mcp/npm` (CI does; this test installs
 //! nothing). Started with `npx --no-install` from that directory, on a project directory given
 //! as `${PROJECT}`; no policy file, so every call waits for a human's answer first; the mock
-//! model, as in the README, calls the tools its input names.
+//! model, as in the manual, calls the tools its input names.
 //!
 //! Without the package the test is reported ignored, except under CI, where it fails saying
 //! how to install it.
@@ -30,7 +30,7 @@ pub fn installed() -> bool {
 pub async fn the_filesystem_server_from_npm() {
     assert!(
         installed(),
-        "the README's example server is not installed: run `npm ci --prefix tests/mcp/npm`"
+        "the manual's example server is not installed: run `npm ci --prefix tests/mcp/npm`"
     );
     let (dir, _) = scratch();
     let project: PathBuf = dir.path().join("project");

@@ -1,6 +1,7 @@
-// The README's examples, run as they are written (tests/protocols/examples/): the useChat page
-// bundled with esbuild and rendered with React into a DOM (happy-dom), clicked through a turn
-// and an approval; the AG-UI client run as a program, answering its prompts on stdin.
+// The manual's examples (docs/src/protocols.md), run as they are written
+// (tests/protocols/examples/): the useChat page bundled with esbuild and rendered with React
+// into a DOM (happy-dom), clicked through a turn and an approval; the AG-UI client run as a
+// program, answering its prompts on stdin.
 
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -25,11 +26,11 @@ async function lastTurnText(server, sessionId) {
     .join('');
 }
 
-test('the README section shows the examples exactly as they are run here', () => {
-  const readme = readFileSync(join(examples, '..', '..', '..', 'README.md'), 'utf8');
+test('the manual\'s page shows the examples exactly as they are run here', () => {
+  const page = readFileSync(join(examples, '..', '..', '..', 'docs', 'src', 'protocols.md'), 'utf8');
   for (const [file, fence] of [['chat-page.jsx', 'jsx'], ['ag-ui-client.mjs', 'js']]) {
     const code = readFileSync(join(examples, file), 'utf8');
-    assert.ok(readme.includes('```' + fence + '\n' + code + '```'), `${file} is quoted whole`);
+    assert.ok(page.includes('```' + fence + '\n' + code + '```'), `${file} is quoted whole`);
   }
 });
 

@@ -1,4 +1,4 @@
-//! A server started the way the README starts one, and requests written the way the README
+//! A server started the way the manual starts one, and requests written the way the manual
 //! writes them: a [`Curl`] renders as the curl command a reader types and is sent as the same
 //! request, so the command shown and the answer shown cannot drift apart.
 
@@ -19,7 +19,7 @@ use crate::tah;
 /// How long the server may take to be ready, and a stream to show what is asked for.
 const PATIENCE: Duration = Duration::from_secs(30);
 
-/// A directory to run the README's commands in, removed when dropped.
+/// A directory to run the manual's commands in, removed when dropped.
 pub fn scratch() -> TempDir {
     tempfile::Builder::new()
         .prefix("tah-readme-")
@@ -36,7 +36,7 @@ pub fn echo_into(dir: &Path, path: &str, text: &str) {
     std::fs::write(path, format!("{text}\n")).expect("write a file");
 }
 
-/// `tah serve` as the README runs it, in its own directory (so its database is the default
+/// `tah serve` as the manual runs it, in its own directory (so its database is the default
 /// `.tah/data.db` there), on a port the system picks instead of 8080.
 pub struct Demo {
     pub addr: SocketAddr,
@@ -83,7 +83,7 @@ impl Demo {
         }
     }
 
-    /// A shell variable the README's commands use (`$SESSION`).
+    /// A shell variable the manual's commands use (`$SESSION`).
     pub fn set(&mut self, name: &str, value: &str) {
         self.vars.retain(|(n, _)| n != name);
         self.vars.push((name.to_string(), value.to_string()));
@@ -202,7 +202,7 @@ impl Stream {
     }
 }
 
-/// A curl command of the README: what it shows, and the request it sends.
+/// A curl command of the manual: what it shows, and the request it sends.
 #[derive(Debug, Clone)]
 pub struct Curl {
     flags: String,
@@ -272,7 +272,7 @@ impl Curl {
         self
     }
 
-    /// The command line as the README shows it.
+    /// The command line as the manual shows it.
     pub fn command(&self) -> String {
         let mut words = vec!["curl".to_string(), self.flags.clone()];
         if let Some(method) = self.method {
@@ -352,7 +352,7 @@ pub fn capture(var: &str, curl: &Curl, pick: &str) -> String {
     )
 }
 
-/// A scenario in progress: the server it runs against and the README blocks it writes.
+/// A scenario in progress: the server it runs against and the manual's blocks it writes.
 pub struct Walk {
     pub demo: Demo,
     pub t: Transcript,

@@ -1,4 +1,4 @@
-//! The README's other examples, rendered from what servers started as the README says answer:
+//! The manual's other examples, rendered from what servers started as the manual says answer:
 //! context management (a tight budget over a small workspace), authentication and a refused
 //! `--cors-origin`, and `tah healthcheck`.
 
@@ -63,7 +63,7 @@ async fn the_context_example_shows_what_the_server_answers() {
     w.t.check();
 }
 
-/// The context events of the session, as the README's python one-liner prints them, checked
+/// The context events of the session, as the manual's python one-liner prints them, checked
 /// against what the prose under the example says; the first trimmed step's id.
 async fn context_events(w: &mut Walk) -> String {
     let events = Curl::get("/v1/sessions/$SESSION/events?limit=500");
@@ -233,7 +233,7 @@ async fn the_authentication_examples_show_what_the_server_answers() {
 }
 
 /// `tah healthcheck` against a ready server (found through `TAH_LISTEN`) and a closed port.
-/// The README shows port 8080 for the server and 9999 for the closed port.
+/// The manual shows port 8080 for the server and 9999 for the closed port.
 #[tokio::test]
 async fn the_healthcheck_example_shows_what_it_prints() {
     let dir = scratch();

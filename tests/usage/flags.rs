@@ -1,4 +1,4 @@
-//! `tah serve`'s flags as the README documents them, boolean values as people write them, and
+//! `tah serve`'s flags as the manual documents them, boolean values as people write them, and
 //! a `--cors-origin` as people copy it from an address bar.
 
 use std::process::Stdio;
@@ -9,19 +9,14 @@ use tah::app::ReadyLine;
 use tah::cli::{Cli, ServeArgs};
 
 use crate::demo::scratch;
-use crate::readme::README;
+use crate::readme::{manual, page, read};
 use crate::support::{ServerOptions, TestServer};
 use crate::tah;
 
-/// The rows of the README's configuration table: (first cell, whole row).
+/// The rows of the configuration page's table (`docs/src/configuration.md`): (first cell,
+/// whole row).
 fn configuration_rows() -> Vec<(String, String)> {
-    let text = std::fs::read_to_string(README).expect("read README.md");
-    let section = text
-        .split("\n## Configuration\n")
-        .nth(1)
-        .expect("README.md has a Configuration section");
-    let section = section.split("\n## ").next().unwrap_or(section);
-    section
+    read(&page("configuration.md"))
         .lines()
         .filter(|line| line.starts_with("| `--"))
         .map(|line| {
@@ -46,7 +41,7 @@ fn flag_of(cell: &str) -> String {
 }
 
 #[test]
-fn every_flag_of_tah_serve_is_in_the_readme_table_with_its_variable_and_default() {
+fn every_flag_of_tah_serve_is_in_the_configuration_table_with_its_variable_and_default() {
     let rows = configuration_rows();
     let documented: Vec<String> = rows.iter().map(|(cell, _)| flag_of(cell)).collect();
     let command = ServeArgs::command();
@@ -60,7 +55,7 @@ fn every_flag_of_tah_serve_is_in_the_readme_table_with_its_variable_and_default(
         let (_, row) = rows
             .iter()
             .find(|(cell, _)| flag_of(cell) == flag)
-            .unwrap_or_else(|| panic!("{flag} is not in README.md's configuration table"));
+            .unwrap_or_else(|| panic!("{flag} is not in docs/src/configuration.md's table"));
         if let Some(env) = arg.get_env() {
             let env = env.to_string_lossy();
             assert!(
@@ -86,18 +81,18 @@ fn every_flag_of_tah_serve_is_in_the_readme_table_with_its_variable_and_default(
     for flag in &documented {
         assert!(
             flags.contains(flag),
-            "README.md documents {flag}, which tah serve does not have"
+            "docs/src/configuration.md documents {flag}, which tah serve does not have"
         );
     }
     assert_eq!(
         documented, flags,
-        "the README's table lists the flags in tah serve --help's order"
+        "the configuration table lists the flags in tah serve --help's order"
     );
 }
 
 #[test]
-fn every_command_of_tah_is_in_its_help_and_the_readme() {
-    let readme = std::fs::read_to_string(README).expect("README.md");
+fn every_command_of_tah_is_in_its_help_and_the_manual() {
+    let text = manual();
     let mut cli = Cli::command();
     let help = cli.render_help().to_string();
     for command in cli.get_subcommands().filter(|c| c.get_name() != "help") {
@@ -111,8 +106,8 @@ fn every_command_of_tah_is_in_its_help_and_the_readme() {
             "tah --help does not list {name}:\n{help}"
         );
         assert!(
-            readme.contains(&format!("-- {name}")) || readme.contains(&format!("tah {name}")),
-            "README.md never shows how to run tah {name}"
+            text.contains(&format!("-- {name}")) || text.contains(&format!("tah {name}")),
+            "the manual never shows how to run tah {name}"
         );
     }
     assert!(help.contains("fake-model"), "{help}");

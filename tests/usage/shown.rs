@@ -1,4 +1,4 @@
-//! How an answer is shown in the README: JSON exactly as the server wrote it (key order
+//! How an answer is shown in the manual: JSON exactly as the server wrote it (key order
 //! included, which `serde_json::Value` would sort), with chosen fields left out as `…`; SSE
 //! frames as curl prints them, their `data:` shortened the same way; and the comparison of a
 //! shown block with what the server answered, blind only to ids and times.
@@ -293,7 +293,7 @@ impl Frame {
     }
 }
 
-/// An event's JSON as the README shows it.
+/// An event's JSON as the manual shows it.
 pub fn event_json(data: &str) -> String {
     let mut event = Json::parse(data).drop_keys(&["created_at"]);
     if let Json::Object(entries) = &mut event {

@@ -1,4 +1,4 @@
-//! The README's tool examples, against servers started as the README starts them: an approval
+//! The manual's tool examples, against servers started as the manual starts them: an approval
 //! (the run waits, the approval is listed, answered, the run ends and the file exists; then
 //! the other answers: a denial with its reason, `always` and its rule, a repeated and a
 //! conflicting answer, a new message that supersedes a waiting call), a client tool (the run
@@ -19,7 +19,7 @@ use crate::walkthrough::{elided, shown};
 /// What `curl -w '%{http_code}\n'` shows: the status alone.
 const STATUS_ONLY: &str = "-s -o /dev/null -w '%{http_code}\\n'";
 
-/// How long a hidden poll waits for the server to get where the README's next command is.
+/// How long a hidden poll waits for the server to get where the manual's next command is.
 const POLL: Duration = Duration::from_secs(20);
 
 /// `| python3 -c …` that prints one string field of a JSON answer.

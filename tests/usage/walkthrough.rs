@@ -1,7 +1,7 @@
-//! The README's curl walkthrough and its conflict example, run against servers started as the
-//! README starts them: every checked block (see [`crate::readme`]) is rendered here from the
-//! real answers, so the seqs, call ids, entry counts and texts the README shows are the ones
-//! a reader gets. One function per stretch of the walkthrough, in the README's order.
+//! The manual's curl walkthrough and its conflict example, run against servers started as the
+//! manual starts them: every checked block (see [`crate::readme`]) is rendered here from the
+//! real answers, so the seqs, call ids, entry counts and texts the manual shows are the ones
+//! a reader gets. One function per stretch of the walkthrough, in the manual's order.
 
 use std::path::Path;
 
