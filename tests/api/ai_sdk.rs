@@ -294,3 +294,37 @@ async fn a_fork_shows_the_turns_it_copied_then_its_own() {
     let second = fork(&server, &first, json!({})).await;
     assert_eq!(history(&server, &second).await.0, own);
 }
+
+/// A client that reconnects (`GET …/ai-sdk/chat/{chatId}/stream`) while the run waits for an
+/// approval gets the run from its start up to the question, then the stream's end: it does not
+/// hang on a run that goes nowhere until somebody answers.
+#[tokio::test]
+async fn a_reconnect_to_a_run_that_waits_ends_at_the_question() {
+    let server = TestServer::start(ServerOptions::new()).await;
+    let id = server.create_session().await;
+    let call = waiting_turn(&server, &id).await;
+    let reply = tokio::time::timeout(
+        Duration::from_secs(10),
+        server.get(&format!("/v1/sessions/{id}/ai-sdk/chat/{id}/stream")),
+    )
+    .await
+    .expect("the reconnected stream ends while the run waits");
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+    let text = reply.text();
+    let chunks: Vec<Value> = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("data: "))
+        .filter(|data| *data != "[DONE]")
+        .map(|data| serde_json::from_str(data).expect("a JSON chunk"))
+        .collect();
+    assert_eq!(chunks.first().map(|c| &c["type"]), Some(&json!("start")));
+    let asked = of_type(&chunks, "tool-approval-request");
+    assert_eq!(asked.len(), 1, "{text}");
+    assert_eq!(asked[0]["toolCallId"], call.as_str());
+    assert_eq!(
+        chunks.last().map(|c| &c["type"]),
+        Some(&json!("finish")),
+        "{text}"
+    );
+    assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
+}
