@@ -1,6 +1,6 @@
 //! The embedded SQLite store: WAL, `synchronous=NORMAL`, a busy timeout, and `BEGIN IMMEDIATE`
 //! for every write transaction. Ids are stored as text, JSON as text, times as RFC 3339. This
-//! file opens the database and holds the connection settings of both drivers ([`PRAGMAS`]);
+//! file opens the database and holds the connection settings of both drivers (`PRAGMAS`);
 //! `read.rs` answers the [`Store`](super::Store) reads, `write.rs` applies the writer's batches,
 //! `vfs.rs` hands its WAL frames to the file system, `lock.rs` keeps a second process off the
 //! same file.
@@ -34,7 +34,7 @@
 //! statement writes), so it takes the write lock as it starts, on a fresh snapshot; it never
 //! reads first and then asks for the lock, the one case where SQLite fails at once
 //! (`SQLITE_BUSY_SNAPSHOT`) instead of waiting. While the lock is taken, both sides wait for it
-//! up to [`BUSY_TIMEOUT`] (a batch in its `BEGIN IMMEDIATE`), and each holds it for one short
+//! up to `BUSY_TIMEOUT` (a batch in its `BEGIN IMMEDIATE`), and each holds it for one short
 //! statement or one batch. Their tables are not the sessions' ones: the only row both sides
 //! write is a webhook delivery, inserted by the trigger in the batch that commits its event
 //! and later updated by the pool, each a whole transaction under the lock. Routing them
@@ -183,3 +183,91 @@ crate::store::sign_ins::sign_ins_over_pool!(SqliteStore, |s: &str| {
 crate::store::webhooks::webhook_queue_over_pool!(SqliteStore, |s: &str| {
     crate::store::webhooks::sql::sqlite(s)
 });
+
+#[cfg(test)]
+mod tests {
+    use std::ops::RangeInclusive;
+    use std::sync::Arc;
+
+    use serde_json::json;
+    use uuid::Uuid;
+
+    use super::*;
+    use crate::model::{new_id, now, Event, EventKind, SessionRecord, SessionState, Usage};
+    use crate::store::{SessionHistory, Store, WriteOp};
+
+    fn new_session() -> SessionRecord {
+        let t = now();
+        SessionRecord {
+            id: new_id(),
+            parent_id: None,
+            title: None,
+            metadata: json!({}),
+            system_prompt: None,
+            state: SessionState::Idle,
+            error: None,
+            message_count: 0,
+            last_seq: 0,
+            usage: Usage::default(),
+            last_run_id: None,
+            created_at: t,
+            updated_at: t,
+            options: Default::default(),
+        }
+    }
+
+    fn events(session_id: Uuid, seqs: RangeInclusive<i64>) -> Vec<WriteOp> {
+        seqs.map(|seq| {
+            let kind = EventKind::AssistantStream {
+                step_id: Uuid::nil(),
+                text: format!("piece {seq}"),
+            };
+            WriteOp::InsertEvent(Arc::new(Event::new(session_id, seq, kind, now())))
+        })
+        .collect()
+    }
+
+    #[tokio::test]
+    async fn a_failed_wal_write_fails_its_commit_and_the_store_reads_the_last_good_state() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("tah.db");
+        let store = SqliteStore::open(&format!("sqlite://{}", path.display()))
+            .await
+            .expect("opens");
+        let kept = new_session();
+        let first = [
+            vec![WriteOp::InsertSession(kept.clone())],
+            events(kept.id, 1..=3),
+        ]
+        .concat();
+        store.commit(&[&first]).await.expect("the first commit");
+
+        // The frames of the next commit never reach the WAL, as on a full disk.
+        super::vfs::faults::fail_write(&path, 0);
+        let lost = new_session();
+        let failed = [
+            vec![WriteOp::InsertSession(lost.clone())],
+            events(kept.id, 4..=6),
+        ]
+        .concat();
+        let error = store
+            .commit(&[&failed])
+            .await
+            .expect_err("the commit fails");
+        assert!(
+            matches!(&error, StoreError::Write(why) if why.contains("I/O")),
+            "{error:?}"
+        );
+        assert!(store.session(lost.id).await.expect("reads").is_none());
+        assert_eq!(store.last_seq(kept.id).await.expect("reads"), 3);
+        assert_eq!(store.events(kept.id, 0, 100).await.expect("reads").len(), 3);
+
+        // The next commit works, with the seqs the failed one did not take.
+        store
+            .commit(&[&events(kept.id, 4..=6)])
+            .await
+            .expect("the next commit");
+        assert_eq!(store.last_seq(kept.id).await.expect("reads"), 6);
+        assert!(store.session(kept.id).await.expect("reads").is_some());
+    }
+}
