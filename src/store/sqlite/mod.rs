@@ -103,9 +103,9 @@ fn pragmas(connections: Connections) -> impl Iterator<Item = (&'static str, &'st
 }
 
 pub struct SqliteStore {
-    /// Reads (and migrations) go through the sqlx pool.
+    /// Reads, migrations and the writes named in the module's doc go through the sqlx pool.
     pool: SqlitePool,
-    /// Writes go through one dedicated connection, a batch per hop.
+    /// The sessions' writes go through one dedicated connection, a batch per hop.
     writer: SqliteWriter,
     /// Held for the store's life: no second process opens the same database.
     _lock: lock::DatabaseLock,

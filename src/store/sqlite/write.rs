@@ -248,7 +248,7 @@ fn options_json(s: &SessionRecord) -> String {
 fn delete_session(tx: &Transaction<'_>, id: Uuid) -> rusqlite::Result<()> {
     let id = id.to_string();
     // The bytes that only this session's artifacts name go with them. One writer connection
-    // applies every write, so no other session can start naming them meanwhile.
+    // applies every write of artifacts, so no other session can start naming them meanwhile.
     tx.prepare_cached(
         "DELETE FROM blobs WHERE sha256 IN (SELECT sha256 FROM artifacts WHERE session_id = ?1) \
          AND NOT EXISTS (SELECT 1 FROM artifacts o \
