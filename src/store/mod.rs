@@ -2,12 +2,16 @@
 //! writer, and (PostgreSQL only) the `Cluster` coordination of several replicas: session
 //! leases with fencing, and notifications of committed events and commands.
 //!
-//! The store owns the tables; it knows nothing of actors or HTTP. All writes are expressed as
-//! [`WriteOp`]s and applied by the [`writer::Writer`] task in batched transactions, so every
-//! session's changes and events commit together and many sessions share few fsyncs.
+//! The store owns the tables; it knows nothing of actors or HTTP. Every write of a session's
+//! data is expressed as [`WriteOp`]s and applied by the [`writer::Writer`] task in batched
+//! transactions, so every session's changes and events commit together and many sessions share
+//! few fsyncs. The idempotency keys, the sign-ins and the webhook queue, which belong to no
+//! session, are written at once by their own statements (`sqlite/mod.rs` says why that is safe
+//! beside the single SQLite writer).
 //!
-//! - `sqlite/`: the embedded store: `read` over sqlx, `write` (the writer's batches on one
-//!   `rusqlite` connection), `lock` (one process per database file).
+//! - `sqlite/`: the embedded store: `mod` (opening, the connection settings of both drivers),
+//!   `read` over sqlx, `write` (the writer's batches on one `rusqlite` connection), `vfs` (the
+//!   shim under that connection's WAL), `lock` (one process per database file).
 //! - `postgres/`: the scale-out store: `read`, `write`, and `cluster` (the [`Cluster`]
 //!   coordination).
 //! - `rows`: what both backends share: the column lists and the decoding of rows.

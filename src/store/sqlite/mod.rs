@@ -1,8 +1,9 @@
 //! The embedded SQLite store: WAL, `synchronous=NORMAL`, a busy timeout, and `BEGIN IMMEDIATE`
 //! for every write transaction. Ids are stored as text, JSON as text, times as RFC 3339. This
-//! file opens the database; `read.rs` answers the [`Store`](super::Store) reads, `write.rs`
-//! applies the writer's batches, `wal_vfs.rs` hands its WAL frames to the file system, `lock.rs`
-//! keeps a second process off the same file.
+//! file opens the database and holds the connection settings of both drivers (`PRAGMAS`);
+//! `read.rs` answers the [`Store`](super::Store) reads, `write.rs` applies the writer's batches,
+//! `vfs.rs` hands its WAL frames to the file system, `lock.rs` keeps a second process off the
+//! same file.
 //!
 //! Two drivers, on purpose. Reads and migrations use an sqlx pool: async, and WAL lets them run
 //! beside the writer. Writes use one `rusqlite` connection that applies a whole batch in one hop
@@ -13,28 +14,98 @@
 //! events/s (~300 turns/s). Through one `rusqlite` connection a turn costs about 45 context
 //! switches and 43 futex calls, a hop 20–40 µs, and sqlx's worker threads are 2% of the samples
 //! or less (`BENCHMARKS.md`, "Where the time goes"). That connection opens its WAL through a
-//! shim (`wal_vfs.rs`) that writes a transaction's frames with one call rather than two per
-//! frame.
+//! shim (`vfs.rs`) that writes a transaction's frames with one call rather than two per frame.
+//! Both drivers run the one SQLite library the build links (see `rusqlite` in `Cargo.toml`).
+//!
+//! The batch connection is the single writer of the sessions' data: sessions, messages, events,
+//! runs, steps, checkpoints, artifacts and blobs. The pool writes too, but only these, which
+//! are not part of any session's batch and need an answer at once (a row count, the rows
+//! claimed):
+//! - the migrations, when the store opens (before any batch);
+//! - the idempotency keys (`keys.rs`): claimed, renewed, answered, released, purged;
+//! - the sign-ins (`sign_ins.rs`): recorded, deleted, purged;
+//! - the webhook queue (`webhooks.rs`): the endpoints and the trigger (`set_endpoints`, at
+//!   start, one short transaction), and the deliveries: claims freed at start, claimed,
+//!   recorded as delivered or failed, purged.
+//!
+//! Why that is safe beside the batches: SQLite lets one connection at a time write a database
+//! (WAL's write lock), so these writes and the batches are serialised, never interleaved. Each
+//! of them is one statement in its own transaction (`set_endpoints`: a transaction whose first
+//! statement writes), so it takes the write lock as it starts, on a fresh snapshot; it never
+//! reads first and then asks for the lock, the one case where SQLite fails at once
+//! (`SQLITE_BUSY_SNAPSHOT`) instead of waiting. While the lock is taken, both sides wait for it
+//! up to `BUSY_TIMEOUT` (a batch in its `BEGIN IMMEDIATE`), and each holds it for one short
+//! statement or one batch. Their tables are not the sessions' ones: the only row both sides
+//! write is a webhook delivery, inserted by the trigger in the batch that commits its event
+//! and later updated by the pool, each a whole transaction under the lock. Routing them
+//! through the batch connection instead would queue a request's key behind the group commit and
+//! make the writer return rows; it would not change what is written.
 
 mod lock;
 mod read;
-mod wal_vfs;
+mod vfs;
 mod write;
 
 use std::path::Path;
 use std::str::FromStr;
 use std::time::Duration;
 
-use sqlx::sqlite::SqliteSynchronous;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
 
 use super::{StoreError, StoreResult};
 use write::SqliteWriter;
 
+/// How long a statement waits for another connection's write lock before it fails with
+/// `SQLITE_BUSY`, on every connection of both drivers (each sets it through its own call).
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Which connections a setting is made on.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Connections {
+    /// The sqlx pool's and the batch connection.
+    Both,
+    /// The sqlx pool's only.
+    Pool,
+    /// The `rusqlite` batch connection only (`write.rs`).
+    Batch,
+}
+
+/// The connection settings of both drivers: `PRAGMA name = value`, made in this order on each
+/// connection as it opens. A setting made on one driver's connections only says why.
+const PRAGMAS: [(&str, &str, Connections); 6] = [
+    // Kept in the file: the pool's first connection, which creates the database, makes it WAL
+    // before the batch connection opens it.
+    ("journal_mode", "WAL", Connections::Pool),
+    // sqlx's own default, named here so that the list is whole. The schema declares no foreign
+    // keys, so it checks nothing, and the batch connection leaves it off (SQLite's default).
+    ("foreign_keys", "ON", Connections::Pool),
+    // The WAL is not synced at each commit, only at checkpoints: a crash of the machine may
+    // lose the last commits, never leave a torn one.
+    ("synchronous", "NORMAL", Connections::Both),
+    ("temp_store", "MEMORY", Connections::Both),
+    // 16 MB of page cache per reader. The batch connection keeps SQLite's 2 MB: 16 MB there
+    // raised the peak RSS at C=32 past its target and gained nothing measurable
+    // (`BENCHMARKS.md`).
+    ("cache_size", "-16000", Connections::Pool),
+    // WAL pages after which a commit checkpoints (SQLite's default: 1,000). A page rewritten
+    // by many commits is copied into the database once per checkpoint, so fewer checkpoints
+    // write less (the WAL grows to ~40 MB). The pool's connections keep 1,000: a pool write
+    // (above) that commits while the WAL holds more pages checkpoints it.
+    ("wal_autocheckpoint", "10000", Connections::Batch),
+];
+
+/// The settings made on `connections`, in order.
+fn pragmas(connections: Connections) -> impl Iterator<Item = (&'static str, &'static str)> {
+    PRAGMAS
+        .into_iter()
+        .filter(move |(_, _, on)| *on == connections || *on == Connections::Both)
+        .map(|(name, value, _)| (name, value))
+}
+
 pub struct SqliteStore {
-    /// Reads (and migrations) go through the sqlx pool.
+    /// Reads, migrations and the writes named in the module's doc go through the sqlx pool.
     pool: SqlitePool,
-    /// Writes go through one dedicated connection, a batch per hop.
+    /// The sessions' writes go through one dedicated connection, a batch per hop.
     writer: SqliteWriter,
     /// Held for the store's life: no second process opens the same database.
     _lock: lock::DatabaseLock,
@@ -66,13 +137,12 @@ impl SqliteStore {
             }
         }
         let lock = lock::DatabaseLock::take(Path::new(path))?;
-        let options = SqliteConnectOptions::from_str(url)?
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Normal)
-            .busy_timeout(Duration::from_secs(10))
-            .pragma("temp_store", "memory")
-            .pragma("cache_size", "-16000");
+        let options = pragmas(Connections::Pool).fold(
+            SqliteConnectOptions::from_str(url)?
+                .create_if_missing(true)
+                .busy_timeout(BUSY_TIMEOUT),
+            |options, (name, value)| options.pragma(name, value),
+        );
         // Created if missing by the first connection only: a file deleted later is never made
         // again, empty, by a new connection of the pool.
         let first = <sqlx::sqlite::SqliteConnection as sqlx::Connection>::connect_with(&options)
@@ -113,3 +183,91 @@ crate::store::sign_ins::sign_ins_over_pool!(SqliteStore, |s: &str| {
 crate::store::webhooks::webhook_queue_over_pool!(SqliteStore, |s: &str| {
     crate::store::webhooks::sql::sqlite(s)
 });
+
+#[cfg(test)]
+mod tests {
+    use std::ops::RangeInclusive;
+    use std::sync::Arc;
+
+    use serde_json::json;
+    use uuid::Uuid;
+
+    use super::*;
+    use crate::model::{new_id, now, Event, EventKind, SessionRecord, SessionState, Usage};
+    use crate::store::{SessionHistory, Store, WriteOp};
+
+    fn new_session() -> SessionRecord {
+        let t = now();
+        SessionRecord {
+            id: new_id(),
+            parent_id: None,
+            title: None,
+            metadata: json!({}),
+            system_prompt: None,
+            state: SessionState::Idle,
+            error: None,
+            message_count: 0,
+            last_seq: 0,
+            usage: Usage::default(),
+            last_run_id: None,
+            created_at: t,
+            updated_at: t,
+            options: Default::default(),
+        }
+    }
+
+    fn events(session_id: Uuid, seqs: RangeInclusive<i64>) -> Vec<WriteOp> {
+        seqs.map(|seq| {
+            let kind = EventKind::AssistantStream {
+                step_id: Uuid::nil(),
+                text: format!("piece {seq}"),
+            };
+            WriteOp::InsertEvent(Arc::new(Event::new(session_id, seq, kind, now())))
+        })
+        .collect()
+    }
+
+    #[tokio::test]
+    async fn a_failed_wal_write_fails_its_commit_and_the_store_reads_the_last_good_state() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("tah.db");
+        let store = SqliteStore::open(&format!("sqlite://{}", path.display()))
+            .await
+            .expect("opens");
+        let kept = new_session();
+        let first = [
+            vec![WriteOp::InsertSession(kept.clone())],
+            events(kept.id, 1..=3),
+        ]
+        .concat();
+        store.commit(&[&first]).await.expect("the first commit");
+
+        // The frames of the next commit never reach the WAL, as on a full disk.
+        super::vfs::faults::fail_write(&path, 0);
+        let lost = new_session();
+        let failed = [
+            vec![WriteOp::InsertSession(lost.clone())],
+            events(kept.id, 4..=6),
+        ]
+        .concat();
+        let error = store
+            .commit(&[&failed])
+            .await
+            .expect_err("the commit fails");
+        assert!(
+            matches!(&error, StoreError::Write(why) if why.contains("I/O")),
+            "{error:?}"
+        );
+        assert!(store.session(lost.id).await.expect("reads").is_none());
+        assert_eq!(store.last_seq(kept.id).await.expect("reads"), 3);
+        assert_eq!(store.events(kept.id, 0, 100).await.expect("reads").len(), 3);
+
+        // The next commit works, with the seqs the failed one did not take.
+        store
+            .commit(&[&events(kept.id, 4..=6)])
+            .await
+            .expect("the next commit");
+        assert_eq!(store.last_seq(kept.id).await.expect("reads"), 6);
+        assert!(store.session(kept.id).await.expect("reads").is_some());
+    }
+}

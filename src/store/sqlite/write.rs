@@ -6,7 +6,6 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use rusqlite::types::Value as SqlValue;
@@ -18,9 +17,6 @@ use crate::model::{
 };
 use crate::store::rows::{tokens, CopiedRows, COPIED_ARTIFACTS, COPIED_MESSAGES, SESSION_TABLES};
 use crate::store::{NewArtifact, SessionProgress, StepRow, StoreError, StoreResult, WriteOp};
-
-/// WAL pages after which a commit checkpoints (SQLite's default: 1,000).
-const WAL_AUTOCHECKPOINT_PAGES: i64 = 10_000;
 
 #[derive(Clone)]
 pub struct SqliteWriter {
@@ -43,8 +39,11 @@ impl SqliteWriter {
     pub fn open(path: &Path) -> StoreResult<SqliteWriter> {
         let unusable =
             |what: String| StoreError::Unusable(format!("the database {}: {what}", path.display()));
-        // Through the shim that writes a transaction's WAL frames in one call (`wal_vfs`).
-        let vfs = super::wal_vfs::register()
+        // rusqlite runs the very SQLite library sqlx does (its version is pinned to sqlx's in
+        // `Cargo.toml`), so this connection and the pool's share one table of the file's
+        // POSIX locks: none of them drops another's locks by closing its descriptor.
+        // Through the shim that writes a transaction's WAL frames in one call (`vfs.rs`).
+        let vfs = super::vfs::register()
             .map_err(|rc| unusable(format!("cannot register its VFS (SQLite error {rc})")))?;
         let conn = Connection::open_with_flags_and_vfs(
             path,
@@ -64,17 +63,13 @@ impl SqliteWriter {
                 _ => unusable(format!("cannot write it: {e}")),
             })?;
         let id = file_id(path).map_err(|e| unusable(format!("cannot read its metadata: {e}")))?;
-        conn.busy_timeout(Duration::from_secs(10))
+        conn.busy_timeout(super::BUSY_TIMEOUT)
             .map_err(write_error)?;
-        // WAL was set when the database was created; these are per connection.
-        conn.pragma_update(None, "synchronous", "NORMAL")
-            .map_err(write_error)?;
-        conn.pragma_update(None, "temp_store", "MEMORY")
-            .map_err(write_error)?;
-        // Checkpoint less often: a page rewritten by many commits is copied into the database
-        // once per checkpoint, so fewer checkpoints write less (the WAL grows to ~40 MB).
-        conn.pragma_update(None, "wal_autocheckpoint", WAL_AUTOCHECKPOINT_PAGES)
-            .map_err(write_error)?;
+        // The same statements as sqlx makes on the pool's connections.
+        for (name, value) in super::pragmas(super::Connections::Batch) {
+            conn.execute_batch(&format!("PRAGMA {name} = {value}"))
+                .map_err(write_error)?;
+        }
         conn.set_prepared_statement_cache_capacity(64);
         Ok(SqliteWriter {
             conn: Arc::new(Mutex::new(conn)),
@@ -253,7 +248,7 @@ fn options_json(s: &SessionRecord) -> String {
 fn delete_session(tx: &Transaction<'_>, id: Uuid) -> rusqlite::Result<()> {
     let id = id.to_string();
     // The bytes that only this session's artifacts name go with them. One writer connection
-    // applies every write, so no other session can start naming them meanwhile.
+    // applies every write of artifacts, so no other session can start naming them meanwhile.
     tx.prepare_cached(
         "DELETE FROM blobs WHERE sha256 IN (SELECT sha256 FROM artifacts WHERE session_id = ?1) \
          AND NOT EXISTS (SELECT 1 FROM artifacts o \
