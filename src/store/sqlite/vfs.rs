@@ -566,12 +566,7 @@ mod tests {
         drop(reader);
         drop(writer);
 
-        let reopened = Connection::open(&path).expect("reopens on SQLite's own VFS");
-        let check: String = reopened
-            .query_row("PRAGMA integrity_check", [], |r| r.get(0))
-            .expect("checks");
-        assert_eq!(check, "ok");
-        assert_eq!(rows(&reopened), good);
+        reopens_intact(&path, &good);
     }
 
     #[test]
@@ -630,7 +625,13 @@ mod tests {
         drop(reader);
         drop(writer);
 
-        let reopened = Connection::open(&path).expect("reopens on SQLite's own VFS");
+        reopens_intact(&path, &expected);
+    }
+
+    /// The database at `path`, opened again on SQLite's own VFS, passes its integrity check
+    /// and holds `expected`.
+    fn reopens_intact(path: &std::path::Path, expected: &[(i64, Vec<u8>)]) {
+        let reopened = Connection::open(path).expect("reopens on SQLite's own VFS");
         let check: String = reopened
             .query_row("PRAGMA integrity_check", [], |r| r.get(0))
             .expect("checks");
