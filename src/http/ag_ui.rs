@@ -32,7 +32,9 @@ use crate::protocols::ag_ui::{
     content_text, snapshot, snapshot_view, AgUiRun, InputMessage, ResumeStatus, RunAgentInput,
 };
 use crate::protocols::calls::{last_park, RunCalls, Wait};
-use crate::session::{ApprovalAnswer, ClientResult, Pending, RunRequest, RunStarted, SessionError};
+use crate::session::{
+    ApprovalAnswer, ClientResult, ConflictKind, Pending, RunRequest, RunStarted, SessionError,
+};
 
 pub fn routes() -> Router<AppState> {
     Router::new().route("/v1/sessions/{id}/ag-ui", post(run))
@@ -87,12 +89,9 @@ async fn run(
     }
     let answers = Answers::of(&input, &calls)?;
     if new_input.is_some() && active.is_some() && !answers.is_empty() {
-        return Err(Problem::from(SessionError::Conflict {
-            kind: "run-active",
-            detail: "this input both answers the run in progress and starts a new one; send \
-                     the answers (resume, tool results) first, then the new message"
-                .to_string(),
-        }));
+        return Err(Problem::from(SessionError::Conflict(
+            ConflictKind::AnswersAndNewInput,
+        )));
     }
     let known_results = answers.give(&state, id).await?;
     // What the client sent that the history may not hold yet: its results, its new message.
@@ -121,10 +120,9 @@ async fn run(
             match state.sessions.run(id, request).await? {
                 RunStarted::Started { run, .. } | RunStarted::Queued(run) => (run, 0),
                 RunStarted::AlreadyCompleted(_) => {
-                    return Err(Problem::from(SessionError::Conflict {
-                        kind: "nothing-to-resume",
-                        detail: "the session has no run in progress".to_string(),
-                    }))
+                    return Err(Problem::from(SessionError::Conflict(
+                        ConflictKind::NoRunInProgress,
+                    )))
                 }
             }
         }
@@ -258,7 +256,7 @@ impl Answers {
     async fn give(self, state: &AppState, id: Uuid) -> Result<HashSet<String>, Problem> {
         let tolerated = |outcome: Result<Value, SessionError>| match outcome {
             // Answered meanwhile, or timed out: the stream shows what happened.
-            Ok(_) | Err(SessionError::Conflict { .. }) | Err(SessionError::NotFound) => Ok(()),
+            Ok(_) | Err(SessionError::Conflict(_)) | Err(SessionError::NotFound) => Ok(()),
             Err(error) => Err(Problem::from(error)),
         };
         for (call_id, answer) in self.approvals {

@@ -31,7 +31,8 @@ use crate::protocols::ai_sdk::history::{self, UiHistory};
 use crate::protocols::ai_sdk::{UiMessageStream, DONE, STREAM_HEADER};
 use crate::protocols::calls::{last_park, RunCalls, Wait};
 use crate::session::{
-    ApprovalAnswer, ClientResult, Pending, RunRequest, RunStarted, SessionError, Subscription,
+    ApprovalAnswer, ClientResult, ConflictKind, Pending, RunRequest, RunStarted, SessionError,
+    Subscription,
 };
 
 pub fn routes() -> Router<AppState> {
@@ -166,10 +167,9 @@ async fn start(state: AppState, id: Uuid, request: RunRequest) -> Result<Respons
     let run = match state.sessions.run(id, request).await? {
         RunStarted::Started { run, .. } | RunStarted::Queued(run) => run,
         RunStarted::AlreadyCompleted(_) => {
-            return Err(Problem::from(SessionError::Conflict {
-                kind: "nothing-to-resume",
-                detail: "the session has no run in progress".to_string(),
-            }))
+            return Err(Problem::from(SessionError::Conflict(
+                ConflictKind::NoRunInProgress,
+            )))
         }
     };
     Ok(whole_run(&state, id, &run, live))
@@ -224,12 +224,7 @@ async fn run_of(state: &AppState, id: Uuid, message_id: &str) -> Result<RunRecor
         Some(run_id) => store.run(id, run_id).await?,
         None => None,
     };
-    last.ok_or_else(|| {
-        Problem::from(SessionError::Conflict {
-            kind: "nothing-to-continue",
-            detail: "the session has no run for this assistant message to continue".to_string(),
-        })
-    })
+    last.ok_or_else(|| Problem::from(SessionError::Conflict(ConflictKind::NothingToContinue)))
 }
 
 /// Takes the answers an assistant message carries (approval responses on tool parts, the
@@ -328,7 +323,7 @@ async fn answer(
     };
     match outcome {
         Ok(()) => Ok(output_of),
-        Err(SessionError::Conflict { .. }) | Err(SessionError::NotFound) => Ok(None),
+        Err(SessionError::Conflict(_)) | Err(SessionError::NotFound) => Ok(None),
         Err(error) => Err(Problem::from(error)),
     }
 }

@@ -87,8 +87,8 @@ impl From<SessionError> for Problem {
                 resolution: Some(Box::new(resolution)),
                 ..Problem::new(StatusCode::CONFLICT, "already-resolved", detail)
             },
-            SessionError::Conflict { kind, detail } => {
-                Problem::new(StatusCode::CONFLICT, kind, detail)
+            SessionError::Conflict(kind) => {
+                Problem::new(StatusCode::CONFLICT, kind.code(), kind.detail())
             }
             SessionError::Upstream(error) => {
                 Problem::new(StatusCode::BAD_GATEWAY, "model-failed", error.to_string())

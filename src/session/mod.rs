@@ -6,6 +6,7 @@
 //! the store.
 //!
 //! - [`Sessions`] (`sessions`): the API the HTTP layer uses; it sends commands to actors.
+//! - `errors`: what a session refuses ([`SessionError`], [`ConflictKind`]).
 //! - `command`: the commands an actor takes, and their answers.
 //! - `actor/`: the actor, one handler per command family.
 //! - `live`: the map of live sessions (mailboxes, live channels, leases).
@@ -23,6 +24,7 @@
 mod actor;
 mod command;
 mod coordination;
+mod errors;
 mod lease;
 mod live;
 mod log;
@@ -37,6 +39,7 @@ mod waiting;
 pub use command::{
     ApprovalAnswer, CancelOutcome, Compacted, IfBusy, Pending, RunRequest, RunStarted, RunStopped,
 };
+pub use errors::{ConflictKind, SessionError, Unanswered};
 pub use sessions::{NewSession, Sessions, Subscription};
 pub use stream::{EventStream, OnWake};
 pub use waiting::{ClientResult, PendingApproval, PendingClientCall, Resolution};
@@ -51,7 +54,7 @@ use uuid::Uuid;
 use crate::agent::{AgentDeps, AgentSettings};
 use crate::mcp::McpServers;
 use crate::store::writer::Writer;
-use crate::store::{Cluster, Store, StoreError};
+use crate::store::{Cluster, Store};
 use crate::tools::policy::{ApprovalMode, Rules};
 
 /// How calls are admitted: the server's rules, what `ask` means without a human, and how long
@@ -93,45 +96,4 @@ pub struct SessionDeps {
     pub max_subagent_depth: u32,
     /// Sub-agent sessions one top-level run may start, at every depth.
     pub max_subagents_per_run: u32,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum SessionError {
-    #[error("session not found")]
-    NotFound,
-    /// The session's state does not allow the request (a run is active, nothing to resume…).
-    #[error("{detail}")]
-    Conflict { kind: &'static str, detail: String },
-    /// The request is not valid for this server (an unknown tool name, a bad rule…).
-    #[error("{0}")]
-    BadInput(String),
-    /// An answer that does not fit (an edited input against the tool's schema).
-    #[error("{0}")]
-    Invalid(String),
-    /// An approval's edited input that the policy denies; the approval still waits.
-    #[error("{0}")]
-    EditedInputDenied(String),
-    /// No call of this id in the session.
-    #[error("{0}")]
-    NoSuchCall(String),
-    /// The call was answered already, differently; `resolution` is the stored answer.
-    #[error("{detail}")]
-    AlreadyResolved {
-        detail: String,
-        resolution: serde_json::Value,
-    },
-    /// The model provider failed (a compaction's summary request).
-    #[error(transparent)]
-    Upstream(crate::llm::LlmError),
-    /// The process runs as many runs as it may; retry later.
-    #[error("{0}")]
-    TooBusy(String),
-    #[error("the server is shutting down")]
-    ShuttingDown,
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    /// The session's last run stopped on a failed write, and recording it as failed fails
-    /// too: what needs that record (its event stream) waits until writes succeed.
-    #[error("the session's last run is not recorded yet: {0}")]
-    Unrecorded(StoreError),
 }

@@ -18,7 +18,7 @@ use super::command::{
 use super::live::{LiveSessions, Slot};
 use super::stream::EventStream;
 use super::waiting::{self, ClientResult, PendingApproval, PendingClientCall, Waiting};
-use super::{coordination, steps, SessionDeps, SessionError};
+use super::{coordination, steps, ConflictKind, SessionDeps, SessionError};
 use crate::model::{
     self, Event, EventKind, Message, Role, SessionOptions, SessionRecord, SessionState, Usage,
 };
@@ -224,13 +224,7 @@ impl Sessions {
         let upto = match upto {
             Some(cut) => cut,
             None if parent.state.is_active() => {
-                return Err(SessionError::Conflict {
-                    kind: "run-active",
-                    detail: "the session is running, and a fork of all its turns would copy \
-                             the one in progress; wait for the run to end, cancel it, or fork \
-                             the turns that have ended with `turns`"
-                        .to_string(),
-                })
+                return Err(SessionError::Conflict(ConflictKind::ForkWhileRunning))
             }
             None => parent.message_count,
         };
@@ -580,7 +574,7 @@ async fn recover_stalled(sessions: Sessions, mut stalled: mpsc::UnboundedReceive
                             pending.remove(&id);
                         }
                         // Deleted, or another replica holds it now: nothing is left to record.
-                        Err(SessionError::NotFound | SessionError::Conflict { .. }) => {
+                        Err(SessionError::NotFound | SessionError::Conflict(_)) => {
                             sessions.live.unstall(id);
                             pending.remove(&id);
                         }

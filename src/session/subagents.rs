@@ -342,10 +342,7 @@ impl TaskTool {
         loop {
             let request = RunRequest::subagent_resume(lineage.clone());
             match self.sessions.run(child_id, request).await {
-                Err(SessionError::Conflict {
-                    kind: "run-active" | "session-leased",
-                    ..
-                }) => {
+                Err(SessionError::Conflict(kind)) if kind.is_transient() => {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
                 other => return other,

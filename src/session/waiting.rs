@@ -11,7 +11,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::SessionError;
+use super::{ConflictKind, SessionError, Unanswered};
 use crate::model::{Decision, Event, EventKind, ResolvedBy};
 use crate::tools::ToolOutput;
 
@@ -204,13 +204,9 @@ pub fn answer_to_ended<T>(
     checked: Result<Answered<T>, SessionError>,
 ) -> Result<Answered<T>, SessionError> {
     match checked {
-        Ok(Answered::Fresh(_)) => Err(SessionError::Conflict {
-            kind: "run-ended",
-            detail: format!(
-                "the run of call {call_id:?} ended before anybody answered it: it cannot be \
-                 answered any more"
-            ),
-        }),
+        Ok(Answered::Fresh(_)) => Err(SessionError::Conflict(ConflictKind::RunEnded(
+            Unanswered::Call(call_id.to_string()),
+        ))),
         other => other,
     }
 }

@@ -14,7 +14,7 @@ use crate::session::command::Reply;
 use crate::session::lease::Taken;
 use crate::session::sessions::Sessions;
 use crate::session::waiting::{self, Waiting};
-use crate::session::SessionError;
+use crate::session::{ConflictKind, SessionError};
 use crate::store::{Cluster, StoreError, WriteOp};
 
 /// Why a command cannot have the session.
@@ -91,12 +91,9 @@ impl SessionActor {
             if self.deps.store.session(self.id).await?.is_none() {
                 return Err(Refusal::Missing);
             }
-            return Err(Refusal::Refused(SessionError::Conflict {
-                kind: "session-leased",
-                detail:
-                    "the session is running on another replica; cancel it or wait for it to end"
-                        .to_string(),
-            }));
+            return Err(Refusal::Refused(SessionError::Conflict(
+                ConflictKind::RunningElsewhere,
+            )));
         };
         if self.slot.lease.take(epoch) == Taken::New {
             self.core = None;

@@ -23,7 +23,9 @@ use crate::session::waiting::{
     denied_output, refusal_output, unanswered_output, Answered, ClientResult, Kind, Resolution,
     Waiting,
 };
-use crate::session::{ApprovalAnswer, SessionDeps, SessionError, ToolPolicy};
+use crate::session::{
+    ApprovalAnswer, ConflictKind, SessionDeps, SessionError, ToolPolicy, Unanswered,
+};
 use crate::store::{StoreError, WriteOp};
 use crate::tools::policy::{self, Rules};
 use crate::tools::{Subject, SubjectKind, ToolContext, ToolOutput, ToolRegistry};
@@ -121,10 +123,9 @@ impl RunCalls {
                 // The run ended meanwhile: its successor answers from the log.
                 if let Err(mpsc::error::SendError(msg)) = self.answers.send(msg) {
                     if let Some(reply) = msg.reply {
-                        let _ = reply.send(Err(SessionError::Conflict {
-                            kind: "run-ended",
-                            detail: "the run ended before the answer was recorded".to_string(),
-                        }));
+                        let _ = reply.send(Err(SessionError::Conflict(ConflictKind::RunEnded(
+                            Unanswered::Approval,
+                        ))));
                     }
                 }
             }
@@ -723,10 +724,9 @@ impl RunJournal<'_> {
             self.batch
                 .message(self.core, Message::tool_result(&call_id, &output.output));
             if let Some(reply) = self.calls.replies.remove(&call_id) {
-                let _ = reply.send(Err(SessionError::Conflict {
-                    kind: "run-ended",
-                    detail: "the run ended before the result was recorded".to_string(),
-                }));
+                let _ = reply.send(Err(SessionError::Conflict(ConflictKind::RunEnded(
+                    Unanswered::Result,
+                ))));
             }
         }
     }

@@ -7,7 +7,7 @@ use crate::agent::compaction::{self, CompactError};
 use crate::model::EventKind;
 use crate::session::command::{Compacted, Reply};
 use crate::session::live::Inbox;
-use crate::session::SessionError;
+use crate::session::{ConflictKind, SessionError};
 
 pub(super) async fn handle(phase: Phase<'_>, reply: Reply<Option<Compacted>>) -> Result<(), Stop> {
     match phase {
@@ -69,10 +69,7 @@ impl SessionActor {
             }
         };
         if lease_lost {
-            let _ = reply.send(Err(SessionError::Conflict {
-                kind: "session-leased",
-                detail: "another replica took the session over".to_string(),
-            }));
+            let _ = reply.send(Err(SessionError::Conflict(ConflictKind::LeaseLost)));
             return Err(Stop::LeaseLost);
         }
         let mut batch = Batch::new(id);
@@ -84,10 +81,9 @@ impl SessionActor {
                     chars: summary.chars,
                 }))
             }
-            Err(CompactError::Cancelled) => Err(SessionError::Conflict {
-                kind: "compaction-cancelled",
-                detail: "the compaction was cancelled; nothing was written".to_string(),
-            }),
+            Err(CompactError::Cancelled) => {
+                Err(SessionError::Conflict(ConflictKind::CompactionCancelled))
+            }
             Err(CompactError::Model(error)) => {
                 batch.event(
                     core,

@@ -31,7 +31,7 @@ use uuid::Uuid;
 
 use super::command::Command;
 use super::live::{Inbox, LiveSessions, Retire, Slot};
-use super::{SessionDeps, SessionError};
+use super::{ConflictKind, SessionDeps, SessionError};
 use crate::model::{Message, RunRecord, RunResult, SessionRecord, SessionState};
 use crate::store::StoreError;
 use journal::Sink;
@@ -110,20 +110,14 @@ pub(super) enum Active {
 
 impl Activity {
     /// The refusal of something that would change the session while this is active.
-    pub fn conflict(&self, what: &str) -> SessionError {
-        let (kind, detail) = match self.what {
-            Active::Run(run_id) => (
-                "run-active",
-                format!(
-                    "run {run_id} is active; cancel it or wait for it to end before you {what}"
-                ),
-            ),
-            Active::Compaction(_) => (
-                "compaction-active",
-                format!("a compaction is in progress; wait for it or cancel it before you {what}"),
-            ),
-        };
-        SessionError::Conflict { kind, detail }
+    pub fn conflict(&self, what: &'static str) -> SessionError {
+        SessionError::Conflict(match self.what {
+            Active::Run(run_id) => ConflictKind::RunActive {
+                run_id,
+                before: what,
+            },
+            Active::Compaction(_) => ConflictKind::CompactionActive { before: what },
+        })
     }
 }
 

@@ -23,8 +23,8 @@ use crate::session::live::Inbox;
 use crate::session::run_permit::RunPermit;
 use crate::session::subagents::{Children, Lineage, TaskTool, Tree, TASK};
 use crate::session::waiting::{self, Resolution, Waiting};
-use crate::session::SessionError;
 use crate::session::Sessions;
+use crate::session::{ConflictKind, SessionError};
 use crate::store::{Store, StoreError, WriteOp};
 use crate::telemetry;
 use crate::tools::client::ClientSide;
@@ -90,19 +90,11 @@ pub(super) async fn handle(
 }
 
 fn nothing_to_resume() -> SessionError {
-    SessionError::Conflict {
-        kind: "nothing-to-resume",
-        detail: "the session has no run to resume".to_string(),
-    }
+    SessionError::Conflict(ConflictKind::NothingToResume)
 }
 
 pub(super) fn approvals_pending() -> SessionError {
-    SessionError::Conflict {
-        kind: "approvals-pending",
-        detail: "the session's run waits for answers to tool calls; answer them, cancel the run, \
-                 or start the new run with ?pending=deny to deny them"
-            .to_string(),
-    }
+    SessionError::Conflict(ConflictKind::ApprovalsPending)
 }
 
 /// How a driven run begins.
