@@ -184,7 +184,8 @@ pub struct RunSettings {
     pub max_subagents_per_run: u32,
 }
 
-/// The tools offered: the built-in ones, where they work, and the MCP servers.
+/// The tools offered: the built-in ones, where they work, and the MCP servers. (The tool
+/// registry's own [`crate::tools::ToolSettings`] is made from `shell`.)
 #[derive(Debug, Clone)]
 pub struct ToolSettings {
     /// The built-in tools offered (`None`: all of them).

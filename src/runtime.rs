@@ -84,6 +84,7 @@ impl Runtime {
             .await;
         let runtime = match Runtime::start(settings, opened, agent, mcp.clone(), replica).await {
             Ok(runtime) => runtime,
+            // The servers are ended here, as a runtime's shutdown would have ended them.
             Err(error) => {
                 mcp.shutdown().await;
                 return Err(error);
