@@ -68,25 +68,26 @@ impl Application {
     /// binds the listener; with port 0 the system picks a free port, see [`Application::addr`].
     pub async fn build(settings: Settings) -> Result<Application, AppError> {
         let runtime = Runtime::build(&settings).await?;
-        let provider = settings.model().provider;
+        let provider = settings.model.provider;
+        let http = &settings.http;
         tracing::info!(
             provider = ?provider,
             model = runtime.model().model(),
-            database = %settings.database_url(),
-            workspace = %settings.workspace().display(),
+            database = %settings.store.database_url,
+            workspace = %settings.tools.workspace.display(),
             "tah starting"
         );
         if provider == Provider::Mock {
             tracing::info!("no provider key configured: using the offline mock model");
         }
-        let (listener, addr) = match bind(settings.listen()).await {
+        let (listener, addr) = match bind(http.listen).await {
             Ok(bound) => bound,
             Err(error) => {
                 runtime.shutdown(SHUTDOWN_GRACE).await;
                 return Err(error);
             }
         };
-        let metrics_listener = match settings.metrics_listen() {
+        let metrics_listener = match http.metrics_listen {
             Some(wanted) => match bind(wanted).await {
                 Ok(bound) => Some(bound),
                 Err(error) => {
@@ -103,7 +104,7 @@ impl Application {
         if let Some((_, metrics_addr)) = &metrics_listener {
             tracing::info!("serving /metrics on http://{metrics_addr}");
         }
-        if settings.api_tokens().is_empty() {
+        if http.api_tokens.is_empty() {
             tracing::info!("no API tokens configured: the API is open to anyone who can reach it");
         }
         let state = AppState {
@@ -115,24 +116,24 @@ impl Application {
         let router = http::router(
             state,
             &HttpOptions {
-                max_body_bytes: settings.max_body_bytes(),
-                api_tokens: settings
-                    .api_tokens()
+                max_body_bytes: http.max_body_bytes,
+                api_tokens: http
+                    .api_tokens
                     .iter()
                     .map(|t| t.expose().to_string())
                     .collect(),
-                cors_origins: settings.cors_origins().to_vec(),
-                request_timeout: settings.request_timeout(),
+                cors_origins: http.cors_origins.clone(),
+                request_timeout: http.request_timeout,
                 listen: Some(addr),
-                allowed_hosts: settings.allowed_hosts().to_vec(),
+                allowed_hosts: http.allowed_hosts.clone(),
                 metrics: metrics.is_none(),
             },
         );
         let limits = http::ConnectionLimits {
-            max_connections: settings
-                .max_connections()
+            max_connections: http
+                .max_connections
                 .unwrap_or_else(http::server::default_max_connections),
-            header_read_timeout: settings.header_read_timeout(),
+            header_read_timeout: http.header_read_timeout,
         };
         Ok(Application {
             listener,

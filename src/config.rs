@@ -1,8 +1,10 @@
 //! The server's settings: `tah serve`'s flags ([`ServeArgs`]) parsed once, at start, into
-//! typed and validated values. A [`Settings`] can only be made by [`Settings::parse`], so the
-//! runtime and the HTTP layer never see an unchecked configuration (tokens too short, an origin
+//! typed and validated values, in groups of plain fields ([`HttpSettings`], [`StoreSettings`],
+//! [`ModelSettings`], [`RunSettings`], [`ToolSettings`], [`PolicySettings`], the webhooks,
+//! [`TelemetrySettings`]) that the runtime and the application hand whole to the parts that
+//! use them. [`Settings::parse`] refuses what clap cannot check (tokens too short, an origin
 //! that is not one, a public address without tokens), and values derived from several flags
-//! (the provider in force, auto-resume, the step limit) are decided here and nowhere else.
+//! (the provider in force, auto-resume, the step limit) are decided there and nowhere else.
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -86,7 +88,57 @@ impl fmt::Debug for Secret {
     }
 }
 
-/// The model the runtime talks to.
+/// A validated configuration of `tah serve`, in groups: each part of the server is handed the
+/// group it uses, whole.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub http: HttpSettings,
+    pub store: StoreSettings,
+    pub model: ModelSettings,
+    pub run: RunSettings,
+    pub tools: ToolSettings,
+    pub policy: PolicySettings,
+    /// Where webhooks go and their secret (`--webhook-url`, `--webhook-secret-env`); `None`
+    /// when no URL is given.
+    pub webhooks: Option<WebhookSettings>,
+    pub telemetry: TelemetrySettings,
+}
+
+/// The listener and what every request is checked against.
+#[derive(Debug, Clone)]
+pub struct HttpSettings {
+    /// The address to listen on (port 0: one the system picks).
+    pub listen: SocketAddr,
+    /// Where `GET /metrics` is served apart from the API (`--metrics-listen`); `None`: beside
+    /// it.
+    pub metrics_listen: Option<SocketAddr>,
+    /// The accepted API tokens, none empty; no tokens = no authentication.
+    pub api_tokens: Vec<Secret>,
+    /// Origins allowed by CORS: `*`, or `http(s)://host[:port]` as browsers send it (lower
+    /// case, no default port, no trailing slash); none = no cross-origin access.
+    pub cors_origins: Vec<String>,
+    /// Host names answered besides the loopback names and the listen address.
+    pub allowed_hosts: Vec<String>,
+    pub max_body_bytes: usize,
+    /// Time limit of ordinary requests (not SSE streams, not `?wait=true` runs).
+    pub request_timeout: Duration,
+    /// Connections open at once at most (`None`: from the process's open-file limit).
+    pub max_connections: Option<usize>,
+    /// For a request's headers, and for the next request on a keep-alive connection.
+    pub header_read_timeout: Duration,
+}
+
+/// The database, and what replicas sharing it agree on.
+#[derive(Debug, Clone)]
+pub struct StoreSettings {
+    pub database_url: String,
+    /// How long a replica's lease on a session lasts without renewal.
+    pub lease_ttl: Duration,
+    /// Bytes one artifact may have; a larger file is not kept.
+    pub max_artifact_bytes: u64,
+}
+
+/// The model the runtime talks to, and the bounds of every call to it.
 #[derive(Debug, Clone)]
 pub struct ModelSettings {
     /// The provider in force: the flag, or the first provider whose key is present.
@@ -99,48 +151,68 @@ pub struct ModelSettings {
     pub api_key: Option<Secret>,
     /// The mock model's delay between text pieces.
     pub mock_delay: Duration,
+    pub max_output_tokens: u32,
+    /// Anthropic's thinking budget in tokens (`None`: no thinking asked for).
+    pub thinking_budget: Option<u32>,
+    /// How long one model call may take in all (`None` = no overall limit).
+    pub llm_deadline: Option<Duration>,
+    /// Bounds on every model reply.
+    pub reply_limits: ReplyLimits,
 }
 
-/// A validated configuration of `tah serve`.
+/// How runs go: the agent's defaults, the budgets, and how many runs and sub-agents at once.
 #[derive(Debug, Clone)]
-pub struct Settings {
-    listen: SocketAddr,
-    metrics_listen: Option<SocketAddr>,
-    database_url: String,
-    workspace: PathBuf,
-    max_artifact_bytes: u64,
-    model: ModelSettings,
-    system_prompt: String,
-    max_steps: Option<u32>,
-    max_session_tokens: Option<u64>,
-    max_run_tokens: Option<u64>,
-    context_chars: Option<usize>,
-    max_body_bytes: usize,
-    api_tokens: Vec<Secret>,
-    cors_origins: Vec<String>,
-    max_concurrent_runs: usize,
-    request_timeout: Duration,
-    auto_resume: bool,
-    lease_ttl: Duration,
-    log_format: LogFormat,
-    allowed_hosts: Vec<String>,
-    max_connections: Option<usize>,
-    header_read_timeout: Duration,
-    reply_limits: ReplyLimits,
-    max_output_tokens: u32,
-    thinking_budget: Option<u32>,
-    llm_deadline: Option<Duration>,
-    tools: Option<Vec<String>>,
-    tool_concurrency: usize,
-    tool_policy: Vec<Rule>,
-    approval_mode: ApprovalMode,
-    approval_timeout: Option<Duration>,
-    shell: ShellSettings,
-    max_subagent_depth: u32,
-    max_subagents_per_run: u32,
-    mcp: McpConfig,
-    mcp_settings: McpSettings,
-    webhooks: Option<WebhookSettings>,
+pub struct RunSettings {
+    pub system_prompt: String,
+    /// LLM calls per run at most (`None` = unlimited).
+    pub max_steps: Option<u32>,
+    /// The default token budget of a session (`--max-session-tokens`).
+    pub max_session_tokens: Option<u64>,
+    /// The default token budget of a run (`--max-run-tokens`).
+    pub max_run_tokens: Option<u64>,
+    /// Character budget of each model request (`None` = the full history).
+    pub context_chars: Option<usize>,
+    /// Calls of one reply that run at once at most.
+    pub tool_concurrency: usize,
+    pub max_concurrent_runs: usize,
+    /// Whether interrupted runs resume by themselves: `--auto-resume`, by default on with
+    /// PostgreSQL and off with SQLite.
+    pub auto_resume: bool,
+    /// Sessions at this sub-agent depth are not offered `task`.
+    pub max_subagent_depth: u32,
+    /// Sub-agent sessions one top-level run may start, at every depth.
+    pub max_subagents_per_run: u32,
+}
+
+/// The tools offered: the built-in ones, where they work, and the MCP servers. (The tool
+/// registry's own [`crate::tools::ToolSettings`] is made from `shell`.)
+#[derive(Debug, Clone)]
+pub struct ToolSettings {
+    /// The built-in tools offered (`None`: all of them).
+    pub builtin: Option<Vec<String>>,
+    /// The directory the file tools are confined to.
+    pub workspace: PathBuf,
+    pub shell: ShellSettings,
+    /// The MCP servers of `--mcp-config` (none without it), variables expanded.
+    pub mcp: McpConfig,
+    pub mcp_timeouts: McpSettings,
+}
+
+/// Which tool calls need an approval, and how long one is waited for.
+#[derive(Debug, Clone)]
+pub struct PolicySettings {
+    /// The server's policy rules (from `--tool-policy`), compiled.
+    pub rules: Rules,
+    pub mode: ApprovalMode,
+    /// How long an approval or a client's result is waited for (`None`: for ever).
+    pub approval_timeout: Option<Duration>,
+}
+
+/// The log's format (`--log-format`). The binary sets up logging from the flags themselves,
+/// before they are parsed into settings; this group records what was chosen.
+#[derive(Debug, Clone, Copy)]
+pub struct TelemetrySettings {
+    pub log_format: LogFormat,
 }
 
 impl Settings {
@@ -174,14 +246,14 @@ impl Settings {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let tools = (!args.tools.is_empty()).then(|| {
+        let builtin = (!args.tools.is_empty()).then(|| {
             args.tools
                 .iter()
                 .map(|t| t.trim().to_string())
                 .filter(|t| !t.is_empty())
                 .collect::<Vec<_>>()
         });
-        if let Some(tools) = &tools {
+        if let Some(tools) = &builtin {
             let unknown: Vec<String> = tools
                 .iter()
                 .filter(|t| !crate::tools::builtin::NAMES.contains(&t.as_str()))
@@ -191,9 +263,9 @@ impl Settings {
                 return Err(ConfigError::UnknownTools(unknown));
             }
         }
-        let tool_policy = match &args.tool_policy {
+        let rules = match &args.tool_policy {
             Some(path) => read_policy(path)?,
-            None => Vec::new(),
+            None => Rules::default(),
         };
         if (1..MIN_THINKING_BUDGET).contains(&args.thinking_budget) {
             return Err(ConfigError::ThinkingBudget(args.thinking_budget));
@@ -204,250 +276,83 @@ impl Settings {
         };
         let webhooks = webhook_settings(&args.webhook_urls, args.webhook_secret_env.as_deref())?;
         let provider = args.provider.unwrap_or_else(default_provider);
-        let model = ModelSettings {
-            provider,
-            api_key: api_key(args.api_key_env.as_deref(), provider),
-            model: args.model,
-            base_url: args.base_url,
-            mock_delay: Duration::from_millis(args.mock_delay_ms),
-        };
         let auto_resume = args
             .auto_resume
             .unwrap_or_else(|| args.database_url.starts_with("postgres"));
         Ok(Settings {
-            listen: args.listen,
-            metrics_listen: args.metrics_listen,
-            database_url: args.database_url,
-            workspace: args.workspace,
-            max_artifact_bytes: args.max_artifact_bytes,
-            model,
-            system_prompt: args.system_prompt,
-            max_steps: (args.max_steps > 0).then_some(args.max_steps),
-            max_session_tokens: args.max_session_tokens,
-            max_run_tokens: args.max_run_tokens,
-            context_chars: args.context_chars.map(|c| c as usize),
-            max_body_bytes: args.max_body_bytes,
-            api_tokens: tokens.into_iter().map(Secret).collect(),
-            cors_origins,
-            max_concurrent_runs: args.max_concurrent_runs as usize,
-            request_timeout: Duration::from_secs(args.request_timeout_secs),
-            auto_resume,
-            lease_ttl: Duration::from_secs(args.lease_ttl_secs),
-            log_format: args.log_format,
-            allowed_hosts: args.allowed_hosts,
-            max_connections: args.max_connections.map(|n| n as usize),
-            header_read_timeout: Duration::from_secs(args.header_read_timeout_secs),
-            reply_limits: ReplyLimits {
-                max_reply_bytes: size(args.max_reply_bytes),
-                max_line_bytes: size(args.max_line_bytes),
-                max_tool_calls: args.max_tool_calls as usize,
-                max_argument_bytes: size(args.max_tool_argument_bytes),
+            http: HttpSettings {
+                listen: args.listen,
+                metrics_listen: args.metrics_listen,
+                api_tokens: tokens.into_iter().map(Secret).collect(),
+                cors_origins,
+                allowed_hosts: args.allowed_hosts,
+                max_body_bytes: args.max_body_bytes,
+                request_timeout: Duration::from_secs(args.request_timeout_secs),
+                max_connections: args.max_connections.map(|n| n as usize),
+                header_read_timeout: Duration::from_secs(args.header_read_timeout_secs),
             },
-            max_output_tokens: args.max_output_tokens,
-            thinking_budget: (args.thinking_budget > 0).then_some(args.thinking_budget),
-            llm_deadline: (args.llm_deadline_secs > 0)
-                .then(|| Duration::from_secs(args.llm_deadline_secs)),
-            tools,
-            tool_concurrency: args.tool_concurrency as usize,
-            tool_policy,
-            approval_mode: match args.approval_mode {
-                ApprovalModeArg::Ask => ApprovalMode::Ask,
-                ApprovalModeArg::Deny => ApprovalMode::Deny,
+            store: StoreSettings {
+                database_url: args.database_url,
+                lease_ttl: Duration::from_secs(args.lease_ttl_secs),
+                max_artifact_bytes: args.max_artifact_bytes,
             },
-            approval_timeout: (args.approval_timeout_secs > 0)
-                .then(|| Duration::from_secs(args.approval_timeout_secs)),
-            shell: ShellSettings {
-                network: args.shell_network,
-                max_timeout: Duration::from_secs(args.shell_max_timeout_secs),
-                default_timeout: Duration::from_secs(120.min(args.shell_max_timeout_secs)),
+            model: ModelSettings {
+                provider,
+                api_key: api_key(args.api_key_env.as_deref(), provider),
+                model: args.model,
+                base_url: args.base_url,
+                mock_delay: Duration::from_millis(args.mock_delay_ms),
+                max_output_tokens: args.max_output_tokens,
+                thinking_budget: (args.thinking_budget > 0).then_some(args.thinking_budget),
+                llm_deadline: (args.llm_deadline_secs > 0)
+                    .then(|| Duration::from_secs(args.llm_deadline_secs)),
+                reply_limits: ReplyLimits {
+                    max_reply_bytes: size(args.max_reply_bytes),
+                    max_line_bytes: size(args.max_line_bytes),
+                    max_tool_calls: args.max_tool_calls as usize,
+                    max_argument_bytes: size(args.max_tool_argument_bytes),
+                },
             },
-            max_subagent_depth: args.max_subagent_depth,
-            max_subagents_per_run: args.max_subagents_per_run,
-            mcp,
-            mcp_settings: McpSettings {
-                call_timeout: Duration::from_secs(args.mcp_timeout_secs),
-                handshake_timeout: Duration::from_secs(args.mcp_handshake_timeout_secs),
+            run: RunSettings {
+                system_prompt: args.system_prompt,
+                max_steps: (args.max_steps > 0).then_some(args.max_steps),
+                max_session_tokens: args.max_session_tokens,
+                max_run_tokens: args.max_run_tokens,
+                context_chars: args.context_chars.map(|c| c as usize),
+                tool_concurrency: args.tool_concurrency as usize,
+                max_concurrent_runs: args.max_concurrent_runs as usize,
+                auto_resume,
+                max_subagent_depth: args.max_subagent_depth,
+                max_subagents_per_run: args.max_subagents_per_run,
+            },
+            tools: ToolSettings {
+                builtin,
+                workspace: args.workspace,
+                shell: ShellSettings {
+                    network: args.shell_network,
+                    max_timeout: Duration::from_secs(args.shell_max_timeout_secs),
+                    default_timeout: Duration::from_secs(120.min(args.shell_max_timeout_secs)),
+                },
+                mcp,
+                mcp_timeouts: McpSettings {
+                    call_timeout: Duration::from_secs(args.mcp_timeout_secs),
+                    handshake_timeout: Duration::from_secs(args.mcp_handshake_timeout_secs),
+                },
+            },
+            policy: PolicySettings {
+                rules,
+                mode: match args.approval_mode {
+                    ApprovalModeArg::Ask => ApprovalMode::Ask,
+                    ApprovalModeArg::Deny => ApprovalMode::Deny,
+                },
+                approval_timeout: (args.approval_timeout_secs > 0)
+                    .then(|| Duration::from_secs(args.approval_timeout_secs)),
             },
             webhooks,
+            telemetry: TelemetrySettings {
+                log_format: args.log_format,
+            },
         })
-    }
-
-    /// The MCP servers of `--mcp-config` (none without it), variables expanded.
-    pub fn mcp(&self) -> &McpConfig {
-        &self.mcp
-    }
-
-    pub fn mcp_settings(&self) -> McpSettings {
-        self.mcp_settings
-    }
-
-    /// The built-in tools offered (`None`: all of them).
-    pub fn tools(&self) -> Option<&[String]> {
-        self.tools.as_deref()
-    }
-
-    pub fn tool_concurrency(&self) -> usize {
-        self.tool_concurrency
-    }
-
-    /// The server's policy rules (from `--tool-policy`).
-    pub fn tool_policy(&self) -> &[Rule] {
-        &self.tool_policy
-    }
-
-    pub fn approval_mode(&self) -> ApprovalMode {
-        self.approval_mode
-    }
-
-    /// How long an approval or a client's result is waited for (`None`: for ever).
-    pub fn approval_timeout(&self) -> Option<Duration> {
-        self.approval_timeout
-    }
-
-    pub fn shell(&self) -> ShellSettings {
-        self.shell
-    }
-
-    /// Sessions at this sub-agent depth are not offered `task`.
-    pub fn max_subagent_depth(&self) -> u32 {
-        self.max_subagent_depth
-    }
-
-    /// Sub-agent sessions one top-level run may start, at every depth.
-    pub fn max_subagents_per_run(&self) -> u32 {
-        self.max_subagents_per_run
-    }
-
-    /// Where webhooks go and their secret (`--webhook-url`, `--webhook-secret-env`); `None`
-    /// when no URL is given.
-    pub fn webhooks(&self) -> Option<&WebhookSettings> {
-        self.webhooks.as_ref()
-    }
-
-    /// Host names answered besides the loopback names and the listen address.
-    pub fn allowed_hosts(&self) -> &[String] {
-        &self.allowed_hosts
-    }
-
-    /// Connections open at once at most (`None`: from the process's open-file limit).
-    pub fn max_connections(&self) -> Option<usize> {
-        self.max_connections
-    }
-
-    /// For a request's headers, and for the next request on a keep-alive connection.
-    pub fn header_read_timeout(&self) -> Duration {
-        self.header_read_timeout
-    }
-
-    /// Bounds on every model reply.
-    pub fn reply_limits(&self) -> &ReplyLimits {
-        &self.reply_limits
-    }
-
-    pub fn max_output_tokens(&self) -> u32 {
-        self.max_output_tokens
-    }
-
-    /// Anthropic's thinking budget in tokens (`None`: no thinking asked for).
-    pub fn thinking_budget(&self) -> Option<u32> {
-        self.thinking_budget
-    }
-
-    /// How long one model call may take in all (`None` = no overall limit).
-    pub fn llm_deadline(&self) -> Option<Duration> {
-        self.llm_deadline
-    }
-
-    /// The address to listen on (port 0: one the system picks).
-    pub fn listen(&self) -> SocketAddr {
-        self.listen
-    }
-
-    /// Where `GET /metrics` is served apart from the API (`--metrics-listen`); `None`: beside
-    /// it.
-    pub fn metrics_listen(&self) -> Option<SocketAddr> {
-        self.metrics_listen
-    }
-
-    pub fn database_url(&self) -> &str {
-        &self.database_url
-    }
-
-    /// The directory the file tools are confined to.
-    pub fn workspace(&self) -> &Path {
-        &self.workspace
-    }
-
-    /// Bytes one artifact may have; a larger file is not kept.
-    pub fn max_artifact_bytes(&self) -> u64 {
-        self.max_artifact_bytes
-    }
-
-    pub fn model(&self) -> &ModelSettings {
-        &self.model
-    }
-
-    pub fn system_prompt(&self) -> &str {
-        &self.system_prompt
-    }
-
-    /// LLM calls per run at most (`None` = unlimited).
-    pub fn max_steps(&self) -> Option<u32> {
-        self.max_steps
-    }
-
-    /// The default token budget of a session (`--max-session-tokens`).
-    pub fn max_session_tokens(&self) -> Option<u64> {
-        self.max_session_tokens
-    }
-
-    /// The default token budget of a run (`--max-run-tokens`).
-    pub fn max_run_tokens(&self) -> Option<u64> {
-        self.max_run_tokens
-    }
-
-    /// Character budget of each model request (`None` = the full history).
-    pub fn context_chars(&self) -> Option<usize> {
-        self.context_chars
-    }
-
-    pub fn max_body_bytes(&self) -> usize {
-        self.max_body_bytes
-    }
-
-    /// The accepted API tokens, none empty; no tokens = no authentication.
-    pub fn api_tokens(&self) -> &[Secret] {
-        &self.api_tokens
-    }
-
-    /// Origins allowed by CORS: `*`, or `http(s)://host[:port]` as browsers send it (lower
-    /// case, no default port, no trailing slash); none = no cross-origin access.
-    pub fn cors_origins(&self) -> &[String] {
-        &self.cors_origins
-    }
-
-    pub fn max_concurrent_runs(&self) -> usize {
-        self.max_concurrent_runs
-    }
-
-    /// Time limit of ordinary requests (not SSE streams, not `?wait=true` runs).
-    pub fn request_timeout(&self) -> Duration {
-        self.request_timeout
-    }
-
-    /// Whether interrupted runs resume by themselves: `--auto-resume`, by default on with
-    /// PostgreSQL and off with SQLite.
-    pub fn auto_resume(&self) -> bool {
-        self.auto_resume
-    }
-
-    /// How long a replica's lease on a session lasts without renewal.
-    pub fn lease_ttl(&self) -> Duration {
-        self.lease_ttl
-    }
-
-    pub fn log_format(&self) -> LogFormat {
-        self.log_format
     }
 }
 
@@ -477,7 +382,6 @@ fn api_key(api_key_env: Option<&str>, provider: Provider) -> Option<Secret> {
         .map(Secret)
 }
 
-/// The rules of a `--tool-policy` file, checked (their globs compile).
 /// Checks the webhook URLs and reads the secret they need from the environment.
 fn webhook_settings(
     urls: &[String],
@@ -529,7 +433,8 @@ fn webhook_settings(
     }))
 }
 
-fn read_policy(path: &Path) -> Result<Vec<Rule>, ConfigError> {
+/// The rules of a `--tool-policy` file, compiled (which checks their globs).
+fn read_policy(path: &Path) -> Result<Rules, ConfigError> {
     let fail = |why: String| ConfigError::Policy {
         path: path.display().to_string(),
         why,
@@ -540,8 +445,7 @@ fn read_policy(path: &Path) -> Result<Vec<Rule>, ConfigError> {
             "not a JSON array of rules {{tool, match?, action}}: {e}"
         ))
     })?;
-    Rules::compile(rules.clone()).map_err(|e| fail(e.to_string()))?;
-    Ok(rules)
+    Rules::compile(rules).map_err(|e| fail(e.to_string()))
 }
 
 /// The servers of a `--mcp-config` file, `${VAR}` expanded from this process's environment.
@@ -646,7 +550,7 @@ mod tests {
         assert!(parse(&["--listen", "0.0.0.0:8080", "--allow-unauthenticated"]).is_ok());
         let token = "a-token-of-enough-length";
         let settings = parse(&["--listen", "0.0.0.0:8080", "--api-token", token]).expect("ok");
-        assert_eq!(settings.api_tokens()[0].expose(), token);
+        assert_eq!(settings.http.api_tokens[0].expose(), token);
         assert!(
             !format!("{settings:?}").contains(token),
             "tokens are redacted"
@@ -671,7 +575,7 @@ mod tests {
         }
         let token = "a-token-of-enough-length";
         let settings = parse(&["--shell-network", "--api-token", token]).expect("ok");
-        assert!(settings.shell().network);
+        assert!(settings.tools.shell.network);
     }
 
     #[test]
@@ -692,7 +596,8 @@ mod tests {
         // An empty token (e.g. TAH_API_TOKENS="") means no token.
         assert!(parse(&["--api-token", ""])
             .expect("ok")
-            .api_tokens()
+            .http
+            .api_tokens
             .is_empty());
     }
 
@@ -700,7 +605,7 @@ mod tests {
     fn cors_origins_are_kept_as_browsers_send_them() {
         let origins = |list: &[&str]| {
             let args: Vec<&str> = list.iter().flat_map(|o| ["--cors-origin", o]).collect();
-            parse(&args).map(|settings| settings.cors_origins().to_vec())
+            parse(&args).map(|settings| settings.http.cors_origins)
         };
         let ok = |list: &[&str]| origins(list).expect("accepted");
         assert_eq!(
@@ -770,7 +675,8 @@ mod tests {
         let resume = |value: &str| {
             parse(&[&format!("--auto-resume={value}")])
                 .expect("accepted")
-                .auto_resume()
+                .run
+                .auto_resume
         };
         for yes in ["true", "TRUE", "True", "1", "yes", "YES", "Yes", "on", "y"] {
             assert!(resume(yes), "{yes}");
@@ -778,7 +684,7 @@ mod tests {
         for no in ["false", "FALSE", "False", "0", "no", "NO", "No", "off", "n"] {
             assert!(!resume(no), "{no}");
         }
-        assert!(parse(&["--auto-resume"]).expect("ok").auto_resume());
+        assert!(parse(&["--auto-resume"]).expect("ok").run.auto_resume);
         let refused = ServeArgs::try_parse_from(["serve", "--auto-resume=maybe"]);
         assert!(refused.is_err(), "an unknown spelling is an error");
         let exposed = ["--listen", "0.0.0.0:8080", "--allow-unauthenticated"];
@@ -787,15 +693,16 @@ mod tests {
 
     #[test]
     fn a_thinking_budget_is_off_or_at_least_what_anthropic_takes() {
-        assert_eq!(parse(&[]).expect("ok").thinking_budget(), None);
+        assert_eq!(parse(&[]).expect("ok").model.thinking_budget, None);
         assert_eq!(
             parse(&["--thinking-budget", "0"])
                 .expect("ok")
-                .thinking_budget(),
+                .model
+                .thinking_budget,
             None
         );
         let on = parse(&["--thinking-budget", "2048"]).expect("ok");
-        assert_eq!(on.thinking_budget(), Some(2048));
+        assert_eq!(on.model.thinking_budget, Some(2048));
         let small = parse(&["--thinking-budget", "1023"]).expect_err("too small");
         assert!(matches!(small, ConfigError::ThinkingBudget(1023)));
         assert!(small.to_string().contains("1024"), "{small}");
@@ -804,17 +711,17 @@ mod tests {
     #[test]
     fn derived_values_are_decided_once() {
         let sqlite = parse(&["--max-steps", "0", "--context-chars", "700"]).expect("ok");
-        assert_eq!(sqlite.max_steps(), None);
-        assert_eq!(sqlite.context_chars(), Some(700));
-        assert!(!sqlite.auto_resume());
+        assert_eq!(sqlite.run.max_steps, None);
+        assert_eq!(sqlite.run.context_chars, Some(700));
+        assert!(!sqlite.run.auto_resume);
         let postgres = parse(&["--database-url", "postgres://h/db", "--provider", "mock"]);
         let postgres = postgres.expect("ok");
-        assert!(postgres.auto_resume());
-        assert_eq!(postgres.max_steps(), Some(20));
-        assert_eq!(postgres.model().provider, Provider::Mock);
-        assert!(postgres.model().api_key.is_none());
+        assert!(postgres.run.auto_resume);
+        assert_eq!(postgres.run.max_steps, Some(20));
+        assert_eq!(postgres.model.provider, Provider::Mock);
+        assert!(postgres.model.api_key.is_none());
         let off = parse(&["--database-url", "postgres://h/db", "--auto-resume=false"]);
-        assert!(!off.expect("ok").auto_resume());
+        assert!(!off.expect("ok").run.auto_resume);
     }
 
     #[test]
@@ -828,10 +735,13 @@ mod tests {
         )
         .expect("write");
         let settings = parse(&["--mcp-config", path, "--mcp-timeout-s", "7"]).expect("ok");
-        assert_eq!(settings.mcp().names(), ["files"]);
-        assert_eq!(settings.mcp_settings().call_timeout, Duration::from_secs(7));
+        assert_eq!(settings.tools.mcp.names(), ["files"]);
         assert_eq!(
-            settings.mcp_settings().handshake_timeout,
+            settings.tools.mcp_timeouts.call_timeout,
+            Duration::from_secs(7)
+        );
+        assert_eq!(
+            settings.tools.mcp_timeouts.handshake_timeout,
             Duration::from_secs(30)
         );
         std::fs::write(
@@ -846,7 +756,7 @@ mod tests {
             message.contains(path) && message.contains("${TAH_TEST_NEVER_SET_VARIABLE}"),
             "{message}"
         );
-        assert!(parse(&[]).expect("ok").mcp().servers.is_empty());
+        assert!(parse(&[]).expect("ok").tools.mcp.servers.is_empty());
         let missing = parse(&["--mcp-config", "/nonexistent/mcp.json"]).expect_err("no file");
         assert!(
             missing.to_string().starts_with("--mcp-config /nonexistent"),

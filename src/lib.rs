@@ -7,7 +7,8 @@
 //!   its typed kind), `session` (sessions, runs, steps, checkpoints as stored), `step` (the
 //!   LLM step descriptor and finish reasons), `artifact` (the files a session produced).
 //! - [`cli`]: the binary's command line (clap types only: `serve`, `bench`, `fake-model`).
-//! - [`config`]: `tah serve`'s flags parsed once into validated [`config::Settings`].
+//! - [`config`]: `tah serve`'s flags parsed once into validated [`config::Settings`], in groups
+//!   (HTTP, store, model, run, tools, policy, webhooks, telemetry).
 //! - [`store`]: the `Store` trait and its backends: `sqlite/{read, write, lock}` (the embedded
 //!   store), `postgres/{read, write, cluster}` (scale-out: leases, fencing, notifications),
 //!   `rows` (the column lists and row decoding both share) and `writer` (group commit).

@@ -11,15 +11,15 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
+use crate::agent::budget::TokenBudget;
 use crate::agent::{AgentDeps, AgentSettings};
-use crate::config::{Provider, Settings};
+use crate::config::{ModelSettings, Provider, Settings, ToolSettings};
 use crate::llm::wire::{HttpModelConfig, Timeouts};
 use crate::llm::{anthropic, mock::MockModel, openai, ModelClient};
 use crate::mcp::McpServers;
 use crate::session::{SessionDeps, Sessions, ToolPolicy};
-use crate::store::{self, writer::Writer, Cluster, Store};
-use crate::tools::policy::Rules;
-use crate::tools::{Sandbox, SandboxStatus, ToolContext, ToolRegistry, ToolSettings, Workspace};
+use crate::store::{self, writer::Writer, Cluster};
+use crate::tools::{Sandbox, SandboxStatus, ToolContext, ToolRegistry, Workspace};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
@@ -40,31 +40,6 @@ pub enum RuntimeError {
 /// without them (their tools follow when they are ready).
 const MCP_START_WAIT: Duration = Duration::from_secs(3);
 
-/// Everything a runtime is made of.
-pub struct RuntimeParts {
-    pub store: Arc<dyn Store>,
-    /// Lease coordination when replicas share the database.
-    pub cluster: Option<Arc<dyn Cluster>>,
-    pub model: Arc<dyn ModelClient>,
-    pub tools: ToolRegistry,
-    /// MCP servers, already started; the runtime ends them at shutdown.
-    pub mcp: McpServers,
-    /// The workspace tool calls run in (a session may choose a directory under it).
-    pub tool_context: ToolContext,
-    /// Bytes one artifact may have.
-    pub max_artifact_bytes: u64,
-    pub settings: AgentSettings,
-    pub max_concurrent_runs: usize,
-    pub auto_resume: bool,
-    pub lease_ttl: Duration,
-    /// This process's id among replicas.
-    pub replica: Uuid,
-    pub policy: ToolPolicy,
-    pub max_subagent_depth: u32,
-    /// Sub-agent sessions one top-level run may start, at every depth.
-    pub max_subagents_per_run: u32,
-}
-
 pub struct Runtime {
     sessions: Sessions,
     shutdown: CancellationToken,
@@ -77,65 +52,45 @@ pub struct Runtime {
 }
 
 impl Runtime {
-    pub async fn build(config: &Settings) -> Result<Runtime, RuntimeError> {
-        let model = model_client(config)?;
+    /// Opens the store, makes the model client and the tools, starts the MCP servers, then
+    /// starts the sessions (and the scale-out tasks when replicas share the database) and takes
+    /// over runs a dead process left behind.
+    pub async fn build(settings: &Settings) -> Result<Runtime, RuntimeError> {
+        let model = model_client(&settings.model)?;
         let replica = crate::model::new_id();
-        let opened = store::open(config.database_url(), replica).await?;
+        let opened = store::open(&settings.store.database_url, replica).await?;
         // Before anything is written: events of this run of the process are queued for the
         // URLs it was started with.
         crate::webhooks::prepare(
             opened.store.as_ref(),
-            config.webhooks(),
+            settings.webhooks.as_ref(),
             opened.cluster.is_none(),
         )
         .await?;
         let store = opened.store.clone();
-        let workspace =
-            Workspace::open(config.workspace()).map_err(|source| RuntimeError::Workspace {
-                path: config.workspace().display().to_string(),
-                source,
-            })?;
-        let tools = builtin_tools(config).await;
-        let mcp = McpServers::start(config.mcp(), config.mcp_settings());
-        mcp.settle(MCP_START_WAIT.min(config.mcp_settings().handshake_timeout))
-            .await;
-        let settings = AgentSettings {
-            system_prompt: config.system_prompt().to_string(),
-            max_steps: config.max_steps(),
-            context_chars: config.context_chars(),
-            tool_concurrency: config.tool_concurrency(),
-            budget: crate::agent::budget::TokenBudget {
-                run: config.max_run_tokens(),
-                session: config.max_session_tokens(),
-                session_used: 0,
-            },
-        };
-        // Checked when the settings were parsed.
-        let rules = Rules::compile(config.tool_policy().to_vec()).unwrap_or_default();
-        let policy = ToolPolicy {
-            rules,
-            mode: config.approval_mode(),
-            approval_timeout: config.approval_timeout(),
-        };
-        let runtime = Runtime::assemble(RuntimeParts {
-            store: opened.store,
-            cluster: opened.cluster,
+        let workspace = &settings.tools.workspace;
+        let workspace = Workspace::open(workspace).map_err(|source| RuntimeError::Workspace {
+            path: workspace.display().to_string(),
+            source,
+        })?;
+        let agent = AgentDeps {
             model,
-            tools,
-            mcp,
+            tools: builtin_tools(&settings.tools).await,
             tool_context: ToolContext::new(workspace),
-            max_artifact_bytes: config.max_artifact_bytes(),
-            settings,
-            max_concurrent_runs: config.max_concurrent_runs(),
-            auto_resume: config.auto_resume(),
-            lease_ttl: config.lease_ttl(),
-            replica,
-            policy,
-            max_subagent_depth: config.max_subagent_depth(),
-            max_subagents_per_run: config.max_subagents_per_run(),
-        })
-        .await?;
-        if let Some(webhooks) = config.webhooks() {
+        };
+        let mcp_timeouts = settings.tools.mcp_timeouts;
+        let mcp = McpServers::start(&settings.tools.mcp, mcp_timeouts);
+        mcp.settle(MCP_START_WAIT.min(mcp_timeouts.handshake_timeout))
+            .await;
+        let runtime = match Runtime::start(settings, opened, agent, mcp.clone(), replica).await {
+            Ok(runtime) => runtime,
+            // The servers are ended here, as a runtime's shutdown would have ended them.
+            Err(error) => {
+                mcp.shutdown().await;
+                return Err(error);
+            }
+        };
+        if let Some(webhooks) = &settings.webhooks {
             crate::webhooks::start(
                 store,
                 webhooks.clone(),
@@ -146,49 +101,58 @@ impl Runtime {
         Ok(runtime)
     }
 
-    /// Puts a runtime together from its parts, starts the scale-out tasks when replicas share
-    /// the database, and takes over runs a dead process left behind.
-    pub async fn assemble(parts: RuntimeParts) -> Result<Runtime, RuntimeError> {
-        let mcp = parts.mcp.clone();
-        let assembled = Runtime::assemble_with(parts).await;
-        if assembled.is_err() {
-            mcp.shutdown().await;
-        }
-        assembled
-    }
-
-    async fn assemble_with(parts: RuntimeParts) -> Result<Runtime, RuntimeError> {
-        let (writer, writer_task) = Writer::spawn(parts.store.clone());
+    /// Starts the writer and the sessions over an open store, and recovers interrupted runs.
+    async fn start(
+        settings: &Settings,
+        opened: store::Opened,
+        agent: AgentDeps,
+        mcp: McpServers,
+        replica: Uuid,
+    ) -> Result<Runtime, RuntimeError> {
+        let (writer, writer_task) = Writer::spawn(opened.store.clone());
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();
+        let model = agent.model.clone();
+        let run = &settings.run;
+        let policy = &settings.policy;
         let sessions = Sessions::new(SessionDeps {
-            store: parts.store,
+            store: opened.store,
             writer,
-            agent: AgentDeps {
-                model: parts.model.clone(),
-                tools: parts.tools,
-                tool_context: parts.tool_context,
+            agent,
+            mcp: mcp.clone(),
+            settings: AgentSettings {
+                system_prompt: run.system_prompt.clone(),
+                max_steps: run.max_steps,
+                context_chars: run.context_chars,
+                tool_concurrency: run.tool_concurrency,
+                budget: TokenBudget {
+                    run: run.max_run_tokens,
+                    session: run.max_session_tokens,
+                    session_used: 0,
+                },
             },
-            mcp: parts.mcp.clone(),
-            settings: parts.settings,
-            max_artifact_bytes: parts.max_artifact_bytes,
+            max_artifact_bytes: settings.store.max_artifact_bytes,
             shutdown: shutdown.clone(),
             tasks: tasks.clone(),
-            run_permits: Arc::new(tokio::sync::Semaphore::new(parts.max_concurrent_runs)),
-            cluster: parts.cluster.clone(),
-            replica: parts.replica,
-            lease_ttl: parts.lease_ttl,
-            auto_resume: parts.auto_resume,
-            policy: parts.policy,
-            max_subagent_depth: parts.max_subagent_depth,
-            max_subagents_per_run: parts.max_subagents_per_run,
+            run_permits: Arc::new(tokio::sync::Semaphore::new(run.max_concurrent_runs)),
+            cluster: opened.cluster.clone(),
+            replica,
+            lease_ttl: settings.store.lease_ttl,
+            auto_resume: run.auto_resume,
+            policy: ToolPolicy {
+                rules: policy.rules.clone(),
+                mode: policy.mode,
+                approval_timeout: policy.approval_timeout,
+            },
+            max_subagent_depth: run.max_subagent_depth,
+            max_subagents_per_run: run.max_subagents_per_run,
         });
         sessions.start_coordination();
         let interrupted = sessions.recover_interrupted().await?;
         if !interrupted.is_empty() {
             tracing::info!(
                 count = interrupted.len(),
-                resume = parts.auto_resume,
+                resume = run.auto_resume,
                 "recorded runs interrupted by an earlier stop"
             );
         }
@@ -197,10 +161,10 @@ impl Runtime {
             shutdown,
             tasks,
             writer_task,
-            model: parts.model,
-            cluster: parts.cluster,
-            replica: parts.replica,
-            mcp: parts.mcp,
+            model,
+            cluster: opened.cluster,
+            replica,
+            mcp,
         })
     }
 
@@ -254,9 +218,10 @@ impl Runtime {
 /// The built-in tools `--tools` chose; `shell` is offered only where its sandbox works, and the
 /// log says why when it does not. Where it is offered, the server shields itself from the OOM
 /// killer ([`shield_server`](crate::tools::sandbox::shield_server)).
-async fn builtin_tools(config: &Settings) -> ToolRegistry {
-    let wants_shell = config
-        .tools()
+async fn builtin_tools(settings: &ToolSettings) -> ToolRegistry {
+    let wants_shell = settings
+        .builtin
+        .as_ref()
         .is_none_or(|tools| tools.iter().any(|t| t == "shell"));
     let sandbox = if wants_shell {
         Sandbox::probe().await
@@ -268,34 +233,33 @@ async fn builtin_tools(config: &Settings) -> ToolRegistry {
         (true, None) => crate::tools::sandbox::shield_server(),
         (false, _) => {}
     }
-    let settings = ToolSettings {
-        shell: config.shell(),
-        ..ToolSettings::default()
+    let registry = crate::tools::ToolSettings {
+        shell: settings.shell,
+        ..crate::tools::ToolSettings::default()
     };
-    let all = ToolRegistry::builtin(&settings, sandbox);
-    match config.tools() {
+    let all = ToolRegistry::builtin(&registry, sandbox);
+    match &settings.builtin {
         // The names were checked when the settings were parsed.
         Some(names) => all.keep(names),
         None => all,
     }
 }
 
-fn model_client(config: &Settings) -> Result<Arc<dyn ModelClient>, RuntimeError> {
-    let model = config.model();
+fn model_client(model: &ModelSettings) -> Result<Arc<dyn ModelClient>, RuntimeError> {
     let http = |base: &str, name: &str| HttpModelConfig {
         base_url: model.base_url.clone().unwrap_or_else(|| base.to_string()),
         api_key: model.api_key.as_ref().map(|key| key.expose().to_string()),
         model: model.model.clone().unwrap_or_else(|| name.to_string()),
-        max_tokens: config.max_output_tokens(),
-        thinking_budget: config.thinking_budget(),
+        max_tokens: model.max_output_tokens,
+        thinking_budget: model.thinking_budget,
         timeouts: Timeouts {
-            total: config.llm_deadline(),
+            total: model.llm_deadline,
             ..Timeouts::default()
         },
         retry: Default::default(),
-        limits: config.reply_limits().clone(),
+        limits: model.reply_limits.clone(),
     };
-    if config.thinking_budget().is_some() && model.provider != Provider::Anthropic {
+    if model.thinking_budget.is_some() && model.provider != Provider::Anthropic {
         tracing::warn!(
             provider = ?model.provider,
             "--thinking-budget applies to the anthropic provider only; ignored"
