@@ -324,27 +324,43 @@ pub trait Store: SessionHistory + Send + Sync + 'static {
     /// The bytes stored under a sha256 (lower-case hex).
     async fn blob(&self, sha256: &str) -> StoreResult<Option<Vec<u8>>>;
 
-    /// Whether the database can be used now (for readiness): it answers a read, and whatever
-    /// else the backend can check cheaply.
+    /// The tables that belong to no session; `None` for a store without them. A store that
+    /// keeps them answers `Some(self)`, and the three accessors below follow.
+    fn server_tables(&self) -> Option<&dyn ServerTables> {
+        None
+    }
+
     /// The idempotency keys of the HTTP layer; `None` for a store without them.
     fn idempotency(&self) -> Option<&dyn keys::IdempotencyKeys> {
-        None
+        self.server_tables()
+            .map(|tables| tables as &dyn keys::IdempotencyKeys)
     }
 
     /// The webhook delivery queue; `None` for a store without it.
     fn webhooks(&self) -> Option<&dyn webhooks::WebhookQueue> {
-        None
+        self.server_tables()
+            .map(|tables| tables as &dyn webhooks::WebhookQueue)
     }
 
     /// The sign-ins of the built-in page; `None` for a store without them.
     fn sign_ins(&self) -> Option<&dyn sign_ins::SignIns> {
-        None
+        self.server_tables()
+            .map(|tables| tables as &dyn sign_ins::SignIns)
     }
 
+    /// Whether the database can be used now (for readiness): it answers a read, and whatever
+    /// else the backend can check cheaply.
     async fn health(&self) -> StoreResult<()> {
         self.last_seq(Uuid::nil()).await.map(|_| ())
     }
 }
+
+/// The tables that belong to no session, written by their own statements rather than in a
+/// session's batches: the idempotency keys, the webhook queue and the sign-ins. Both backends
+/// keep all three; any type that implements the three is one.
+pub trait ServerTables: keys::IdempotencyKeys + webhooks::WebhookQueue + sign_ins::SignIns {}
+
+impl<T: keys::IdempotencyKeys + webhooks::WebhookQueue + sign_ins::SignIns> ServerTables for T {}
 
 /// Coordination of several replicas on one database (PostgreSQL). Times come from the
 /// database's clock, never a replica's.

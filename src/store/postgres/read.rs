@@ -137,15 +137,7 @@ impl SessionRows for PostgresStore {
 
 #[async_trait]
 impl Store for PostgresStore {
-    fn idempotency(&self) -> Option<&dyn crate::store::keys::IdempotencyKeys> {
-        Some(self)
-    }
-
-    fn webhooks(&self) -> Option<&dyn crate::store::webhooks::WebhookQueue> {
-        Some(self)
-    }
-
-    fn sign_ins(&self) -> Option<&dyn crate::store::sign_ins::SignIns> {
+    fn server_tables(&self) -> Option<&dyn crate::store::ServerTables> {
         Some(self)
     }
 

@@ -154,15 +154,7 @@ impl SqliteStore {
 
 #[async_trait]
 impl Store for SqliteStore {
-    fn idempotency(&self) -> Option<&dyn crate::store::keys::IdempotencyKeys> {
-        Some(self)
-    }
-
-    fn webhooks(&self) -> Option<&dyn crate::store::webhooks::WebhookQueue> {
-        Some(self)
-    }
-
-    fn sign_ins(&self) -> Option<&dyn crate::store::sign_ins::SignIns> {
+    fn server_tables(&self) -> Option<&dyn crate::store::ServerTables> {
         Some(self)
     }
 
