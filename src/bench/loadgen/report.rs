@@ -1,5 +1,7 @@
 //! The report: every figure of a run, rendered as text or serialised as one JSON object.
 
+use std::fmt::Write as _;
+
 use serde::Serialize;
 
 use crate::bench::stats::Summary;
@@ -95,16 +97,19 @@ pub struct Report {
     pub notes: Vec<String>,
 }
 
-fn latency_line(s: &Summary) -> String {
-    format!(
-        "p50 {:.2} ms  p90 {:.2} ms  p99 {:.2} ms  max {:.2} ms  (mean {:.2} ms, n={})",
-        s.p50_ms, s.p90_ms, s.p99_ms, s.max_ms, s.mean_ms, s.count
-    )
+/// A line of latency figures, `label` first, when they were measured.
+fn latency_line(out: &mut String, label: &str, summary: Option<&Summary>) {
+    if let Some(s) = summary {
+        let _ = writeln!(
+            out,
+            "{label}p50 {:.2} ms  p90 {:.2} ms  p99 {:.2} ms  max {:.2} ms  (mean {:.2} ms, n={})",
+            s.p50_ms, s.p90_ms, s.p99_ms, s.max_ms, s.mean_ms, s.count
+        );
+    }
 }
 
 impl Report {
     pub fn render(&self) -> String {
-        use std::fmt::Write as _;
         let mut out = String::new();
         let _ = writeln!(
             out,
@@ -180,13 +185,9 @@ impl Report {
                 self.turns_completed, self.wall_s, self.turns_per_s
             );
         }
-        if let Some(s) = &self.turn_latency {
-            let _ = writeln!(out, "turn latency:     {}", latency_line(s));
-        }
+        latency_line(&mut out, "turn latency:     ", self.turn_latency.as_ref());
         if let Some(floor) = &self.floor {
-            if let Some(s) = &floor.turn_latency {
-                let _ = writeln!(out, "floor (model):    {}", latency_line(s));
-            }
+            latency_line(&mut out, "floor (model):    ", floor.turn_latency.as_ref());
             let _ = writeln!(
                 out,
                 "floor throughput: {:.1} turns/s ({:.3} s)",
@@ -199,13 +200,17 @@ impl Report {
                 "overhead:         {overhead:+.2} ms per turn at p50 (server/floor = {ratio:.2}×)"
             );
         }
-        if let Some(s) = &self.delta_to_client {
-            let _ = writeln!(out, "delta → client:   {}", latency_line(s));
-        }
+        latency_line(
+            &mut out,
+            "delta → client:   ",
+            self.delta_to_client.as_ref(),
+        );
         if let Some(floor) = &self.fanout_floor {
-            if let Some(s) = &floor.delta_to_client {
-                let _ = writeln!(out, "floor (fan-out):  {}", latency_line(s));
-            }
+            latency_line(
+                &mut out,
+                "floor (fan-out):  ",
+                floor.delta_to_client.as_ref(),
+            );
             let _ = writeln!(
                 out,
                 "floor fan-out:    {} streams, {} events in {:.3} s, {} incomplete; CPU: its server {:.2} s, the subscribers {:.2} s",
