@@ -156,6 +156,35 @@ fn failed(span: &Span, error_type: &str, description: &str) {
     span.set_status(Status::error(description.to_string()));
 }
 
+/// The span of one operation of a run (an LLM call, a tool call), a child of the current span:
+/// the attributes every operation has, then the operation's own. Its `otel.name` and
+/// conversation are recorded by [`name_operation`], and only when the span is exported.
+macro_rules! operation_span {
+    ($operation:literal, $kind:literal, $($field:tt)*) => {
+        tracing::info_span!(
+            target: TARGET,
+            $operation,
+            otel.name = Empty,
+            otel.kind = $kind,
+            gen_ai.operation.name = $operation,
+            gen_ai.conversation.id = Empty,
+            $($field)*
+        )
+    };
+}
+
+/// Records an operation span's name (`{operation} {subject}`) and its conversation, when
+/// there is one; nothing for a disabled span (the name is not even formatted).
+fn name_operation(span: &Span, name: std::fmt::Arguments<'_>, conversation: Option<Uuid>) {
+    if span.is_disabled() {
+        return;
+    }
+    span.record("otel.name", name.to_string().as_str());
+    if let Some(id) = conversation {
+        span.record("gen_ai.conversation.id", tracing::field::display(id));
+    }
+}
+
 /// The span of one run (`invoke_agent`): a root, or the child of `parent` (the `execute_tool
 /// task` span of the parent run, for a sub-agent).
 pub fn run_span(parent: &Span, session: Uuid, run: Uuid, provider: &str, model: &str) -> Span {
@@ -210,13 +239,9 @@ pub fn chat_span(
     model: &str,
     messages: &[Cow<'_, Message>],
 ) -> Span {
-    let span = tracing::info_span!(
-        target: TARGET,
+    let span = operation_span!(
         "chat",
-        otel.name = Empty,
-        otel.kind = "client",
-        gen_ai.operation.name = "chat",
-        gen_ai.conversation.id = Empty,
+        "client",
         gen_ai.provider.name = provider,
         gen_ai.request.model = model,
         gen_ai.usage.input_tokens = Empty,
@@ -225,13 +250,7 @@ pub fn chat_span(
         gen_ai.input.messages = Empty,
         gen_ai.output.messages = Empty,
     );
-    if span.is_disabled() {
-        return span;
-    }
-    span.record("otel.name", format!("chat {model}").as_str());
-    if let Some(id) = conversation {
-        span.record("gen_ai.conversation.id", tracing::field::display(id));
-    }
+    name_operation(&span, format_args!("chat {model}"), conversation);
     if with_content(&span) {
         let input: Vec<Value> = messages.iter().map(|m| message_parts(m)).collect();
         span.record("gen_ai.input.messages", Value::from(input).to_string());
@@ -285,13 +304,9 @@ fn error_type(kind: LlmErrorKind) -> &'static str {
 
 /// The span of one tool call (`execute_tool {tool}`), a child of the current span (the run's).
 pub fn tool_span(conversation: Option<Uuid>, call: &ToolCall) -> Span {
-    let span = tracing::info_span!(
-        target: TARGET,
+    let span = operation_span!(
         "execute_tool",
-        otel.name = Empty,
-        otel.kind = "internal",
-        gen_ai.operation.name = "execute_tool",
-        gen_ai.conversation.id = Empty,
+        "internal",
         gen_ai.tool.name = call.name.as_str(),
         gen_ai.tool.call.id = call.id.as_str(),
         gen_ai.tool.type = "function",
@@ -299,13 +314,11 @@ pub fn tool_span(conversation: Option<Uuid>, call: &ToolCall) -> Span {
         gen_ai.tool.call.arguments = Empty,
         gen_ai.tool.call.result = Empty,
     );
-    if span.is_disabled() {
-        return span;
-    }
-    span.record("otel.name", format!("execute_tool {}", call.name).as_str());
-    if let Some(id) = conversation {
-        span.record("gen_ai.conversation.id", tracing::field::display(id));
-    }
+    name_operation(
+        &span,
+        format_args!("execute_tool {}", call.name),
+        conversation,
+    );
     if with_content(&span) {
         span.record(
             "gen_ai.tool.call.arguments",
