@@ -3,7 +3,7 @@
 # when TAH_TEST_PG_URL is not set (tests/support/postgres.rs); CI starts one for all of them.
 #
 #   eval "$(scripts/pg-test-cluster.sh start)"   # exports TAH_TEST_PG_URL and TAH_TEST_PG_DIR
-#   cargo test --test store
+#   cargo test --test all store::
 #   scripts/pg-test-cluster.sh stop              # stops it and removes TAH_TEST_PG_DIR
 #
 # The cluster is tuned for speed, not durability (fsync off): never point it at real data.

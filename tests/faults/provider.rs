@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::hostile::{Behaviour, Hostile};
+use crate::faults::hostile::{Behaviour, Hostile};
 use crate::support::{ServerOptions, TestServer};
 
 const KEY: &str = "sk-hostile-SECRET-7c2d9e41aa";

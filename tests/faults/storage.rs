@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use serde_json::json;
 
-use crate::hostile::{Behaviour, Hostile};
+use crate::faults::hostile::{Behaviour, Hostile};
 use crate::support::{
     has_terminal, is_postgres, Next, ServerOptions, SseFrom, Subscriber, TestServer,
 };

@@ -16,7 +16,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use sqlx::Connection;
 
-use crate::checks::{check_session, Problems};
+use crate::hardening::checks::{check_session, Problems};
 use crate::support::{is_terminal, Api, Next, ServerOptions, SseFrom, TestServer};
 
 const CLIENTS: usize = 20;
@@ -194,7 +194,7 @@ async fn watch(
 }
 
 pub async fn run() {
-    let seed = crate::seed("crash_safety");
+    let seed = crate::hardening::seed("crash_safety");
     let mut rng = StdRng::seed_from_u64(seed);
     let started = Instant::now();
     let mut server = TestServer::start(

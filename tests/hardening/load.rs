@@ -17,8 +17,8 @@ use reqwest::{Method, StatusCode};
 use serde_json::json;
 use tokio::sync::{watch, Semaphore};
 
-use crate::checks::{seq_breaks, Problems};
-use crate::sse::{compare, follow};
+use crate::hardening::checks::{seq_breaks, Problems};
+use crate::hardening::sse::{compare, follow};
 use crate::support::{Api, ServerOptions, TestServer};
 
 const SESSIONS: usize = 300;

@@ -11,8 +11,8 @@ use reqwest::{Method, StatusCode};
 use serde_json::json;
 use tokio::sync::watch;
 
-use crate::checks::{check_session, Problems};
-use crate::sse::{compare, follow};
+use crate::hardening::checks::{check_session, Problems};
+use crate::hardening::sse::{compare, follow};
 use crate::support::{Api, ServerOptions, TestServer};
 
 const SESSIONS: usize = 4;
@@ -40,7 +40,7 @@ async fn drive(api: Api, id: String) -> Result<i64, String> {
 }
 
 pub async fn run() {
-    let seed = crate::seed("reconnect_chaos");
+    let seed = crate::hardening::seed("reconnect_chaos");
     let mut rng = StdRng::seed_from_u64(seed);
     let started = Instant::now();
     let mut server = TestServer::start(

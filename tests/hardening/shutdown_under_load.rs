@@ -9,7 +9,7 @@ use futures::future::join_all;
 use reqwest::{Method, StatusCode};
 use serde_json::json;
 
-use crate::checks::{check_session, Problems};
+use crate::hardening::checks::{check_session, Problems};
 use crate::support::{ServerOptions, SseFrom, TestServer};
 
 const RUNS: usize = 50;
@@ -147,7 +147,7 @@ pub async fn run() {
     }
     let interrupted = interrupted.len();
     let (status2, _) = server.terminate(Duration::from_secs(15)).await;
-    let integrity = crate::crash_safety::integrity_check(&server).await;
+    let integrity = crate::hardening::crash_safety::integrity_check(&server).await;
     if integrity != ["ok"] {
         problems.push(format!("PRAGMA integrity_check: {integrity:?}"));
     }

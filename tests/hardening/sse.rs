@@ -10,7 +10,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::checks::Problems;
+use crate::hardening::checks::Problems;
 use crate::support::{first_difference, Api, Next, SseFrom};
 
 /// What a follower saw.

@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
+use crate::provider_e2e::*;
 use crate::support::fakes::{self, Flavor, Reply};
 use crate::support::{is_terminal, TestServer};
-use crate::*;
 
 async fn cancel_during_slow_stream(flavor: Flavor) {
     let provider = provider_name(flavor);

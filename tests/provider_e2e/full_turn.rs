@@ -3,9 +3,9 @@
 
 use serde_json::{json, Value};
 
+use crate::provider_e2e::*;
 use crate::support::fakes::{self, FakeToolCall, Flavor, Reply};
 use crate::support::{roles, run_events, README};
-use crate::*;
 
 /// The README as `read_file` shows it: lines numbered as `cat -n` does.
 fn readme_as_read() -> String {

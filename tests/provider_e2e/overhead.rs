@@ -5,9 +5,9 @@ use std::time::Instant;
 
 use serde_json::json;
 
+use crate::provider_e2e::*;
 use crate::support::fakes::{self, Flavor, Reply};
 use crate::support::percentile;
-use crate::*;
 
 async fn overhead(flavor: Flavor) {
     const TURNS: usize = 20;

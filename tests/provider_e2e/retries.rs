@@ -3,9 +3,9 @@
 
 use serde_json::Value;
 
+use crate::provider_e2e::*;
 use crate::support::fakes::{self, FakeServer, Flavor, Reply};
 use crate::support::TestServer;
-use crate::*;
 
 /// A turn on a fresh session whose first model request is answered with `first` and whose
 /// next one streams `pieces`: the fake, the server, the session's id and the run's result.

@@ -7,10 +7,10 @@
 
 use serde_json::{json, Value};
 
+use crate::provider_e2e::*;
 use crate::support::fakes::anthropic::{blocks_reply, Block};
 use crate::support::fakes::{self, FakeToolCall, Flavor, Reply};
 use crate::support::{id_of, roles, run_events};
-use crate::*;
 
 const BUDGET: u64 = 2048;
 

@@ -1,9 +1,9 @@
 //! A 401 fails the run cleanly: not retried, the provider and the cause named, no half
 //! assistant message, and the key (which the provider echoes) shown nowhere.
 
+use crate::provider_e2e::*;
 use crate::support::fakes::{self, Flavor, Reply};
 use crate::support::roles;
-use crate::*;
 
 async fn unauthorized_fails_cleanly(flavor: Flavor) {
     let provider = provider_name(flavor);

@@ -2,8 +2,8 @@
 //! is an auth error that never shows the key, 404 and 400 are not retried, an invalid request
 //! error event is not retried, and an invalid configuration is refused.
 
+use crate::providers::*;
 use crate::support::fakes::{self, Flavor, Reply};
-use crate::*;
 
 for_each_provider!(
     malformed_json_is_a_protocol_error,

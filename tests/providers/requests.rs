@@ -9,8 +9,8 @@ use tah::model::{ToolCall, ToolSchema};
 use tah::llm::wire::HttpModelConfig;
 use tah::llm::ModelRequest;
 
+use crate::providers::*;
 use crate::support::fakes::Flavor;
-use crate::*;
 
 /// The history of the request-shape tests: system, user, assistant with two tool calls, two
 /// tool results, user.

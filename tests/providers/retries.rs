@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
+use crate::providers::*;
 use crate::support::fakes::{self, Flavor, Reply};
-use crate::*;
 
 for_each_provider!(
     rate_limit_with_retry_after_then_success,

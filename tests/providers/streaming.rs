@@ -8,8 +8,8 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 use tah::model::ToolCall;
 
+use crate::providers::*;
 use crate::support::fakes::{self, FakeToolCall, Flavor, Reply};
-use crate::*;
 
 for_each_provider!(
     text_reply_streams_in_pieces_with_usage,

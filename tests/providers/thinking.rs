@@ -7,9 +7,9 @@ use serde_json::{json, Value};
 use tah::llm::wire::HttpModelConfig;
 use tah::model::{ThinkingBlock, ToolCall};
 
+use crate::providers::*;
 use crate::support::fakes::anthropic::{blocks_reply, Block};
 use crate::support::fakes::{self, FakeToolCall, Flavor, Reply};
-use crate::*;
 
 /// The reasoning streamed, in order.
 fn thinking(items: &Items) -> Vec<String> {

@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
+use crate::providers::*;
 use crate::support::fakes::{self, Flavor, Reply};
-use crate::*;
 
 for_each_provider!(
     idle_timeout_is_retried_then_fails,

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use crate::replica::{self, RUN_LIMIT};
+use crate::replicas::replica::{self, RUN_LIMIT};
 use crate::support::{
     assert_conflict, assert_contiguous, assert_indexes_contiguous, assert_runs,
     assert_tool_calls_answered, describe, has_terminal, is_terminal, words, Subscriber,

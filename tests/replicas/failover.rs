@@ -7,7 +7,7 @@ use serde_json::Value;
 use sqlx::Row;
 use uuid::Uuid;
 
-use crate::replica::{self, Replica, RUN_LIMIT};
+use crate::replicas::replica::{self, Replica, RUN_LIMIT};
 use crate::support::{
     assert_contiguous, assert_indexes_contiguous, assert_runs, assert_tool_calls_answered,
     describe, words, LoggedRun, Seen, TestDatabase,

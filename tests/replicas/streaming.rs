@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use sqlx::Row;
 
-use crate::replica::{self, Replica, RUN_LIMIT};
+use crate::replicas::replica::{self, Replica, RUN_LIMIT};
 use crate::support::{
     assert_contiguous, assert_runs, deltas, describe, first_difference, has_terminal, percentile,
     words, Seen, Subscriber, TestDatabase,

@@ -7,7 +7,7 @@ use tah::model::SessionState;
 use tah::store::{self, WriteOp};
 use uuid::Uuid;
 
-use crate::builders::*;
+use crate::store::builders::*;
 use crate::support::postgres::{server_url, with_database};
 
 /// Not a trait case: `open` creates a missing database, and replicas starting together on a

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use tah::model::{Role, SessionState, StepKind};
 use tah::store::{SessionQuery, Store, WriteOp};
 
-use crate::builders::*;
+use crate::store::builders::*;
 
 conformance!(
     duplicate_seq_rolls_back_the_whole_commit,

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use tah::model::{new_id, Event, SessionRecord, SessionState};
 use tah::store::{Store, WriteOp};
 
-use crate::builders::*;
+use crate::store::builders::*;
 
 conformance!(events_page_and_last_seq, thousand_events_in_one_commit);
 

@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use tah::model::{Event, Message, SessionState, ToolCall};
 use tah::store::{Store, WriteOp};
 
-use crate::builders::*;
+use crate::store::builders::*;
 
 conformance!(
     event_data_json_round_trips,

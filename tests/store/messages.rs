@@ -8,7 +8,7 @@ use tah::model::{new_id, Message, Role, SessionState, ToolCall};
 use tah::store::{Store, WriteOp};
 use uuid::Uuid;
 
-use crate::builders::*;
+use crate::store::builders::*;
 
 conformance!(
     messages_round_trip_and_page_by_index,

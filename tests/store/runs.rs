@@ -12,7 +12,7 @@ use tah::model::{
 use tah::store::{Store, WriteOp};
 use uuid::Uuid;
 
-use crate::builders::*;
+use crate::store::builders::*;
 
 conformance!(
     runs_upsert,

@@ -10,7 +10,7 @@ use tah::model::{new_id, now, Checkpoint, Role, SessionRecord, SessionState, Ste
 use tah::store::{SessionProgress, SessionQuery, Store, WriteOp};
 use uuid::Uuid;
 
-use crate::builders::*;
+use crate::store::builders::*;
 
 conformance!(
     session_round_trip,

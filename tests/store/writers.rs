@@ -10,7 +10,7 @@ use tah::store::keys::{KeyClaim, StoredResponse};
 use tah::store::sign_ins::NewSignIn;
 use tah::store::Store;
 
-use crate::builders::*;
+use crate::store::builders::*;
 
 conformance!(other_writers_and_batches_commit_side_by_side);
 

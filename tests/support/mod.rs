@@ -1,5 +1,5 @@
-//! What every black-box test suite shares, included by each test crate
-//! (`#[path = "../support/mod.rs"] mod support;`, or `mod support;` from `tests/*.rs`):
+//! What every black-box test suite shares: `crate::support` of the `all` test binary
+//! (`tests/all.rs`), and of the MCP suite's own (`#[path = "../support/mod.rs"] mod support;`):
 //!
 //! - [`server`]: one launcher. `TestServer::start` runs the library's `Application` in the
 //!   test's own runtime on port 0 with a fresh database and workspace; with
@@ -19,12 +19,15 @@
 //!   the calls answered.
 //! - [`checks`]: what the suites assert about logs and histories (seq contiguity, terminal
 //!   events, tool-call pairing, percentiles), and [`fixtures`]: the workspace the mock reads.
+//! - [`alone`]: the one lock of the tests that must not run beside each other (the hardening
+//!   and replica tests, which measure timings).
 //!
-//! Tests of the support code itself live in `tests/support/main.rs` (the `support` test
-//! target), so that they run once rather than in every suite that includes this module.
+//! Tests of the support code itself are `support::tests` (`tests/support/tests.rs`) of the
+//! `all` binary; they are left out of the MCP suite's binary, which has its own harness.
 
 #![allow(dead_code, unused_imports)]
 
+pub mod alone;
 pub mod checks;
 pub mod client;
 pub mod database;
@@ -34,6 +37,8 @@ pub mod postgres;
 pub mod scripted;
 pub mod server;
 pub mod sse;
+#[cfg(test)]
+mod tests;
 
 pub use checks::*;
 pub use client::{assert_conflict, check_problem, Api, Reply};

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use crate::support::fakes::{start_openai, FakeServer, FakeToolCall};
 use crate::support::{is_postgres, TestServer};
-use crate::{
+use crate::tools::{
     asks, call, ended, finished, kill9_and_restart, model_calling, options, output_of, policy_file,
     says, start,
 };

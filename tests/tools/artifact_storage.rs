@@ -6,11 +6,11 @@
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
-use crate::artifacts::{
+use crate::support::*;
+use crate::tools::artifacts::{
     artifacts, blobs, content, edit_note, file_session, note_content, sha256_hex, turn, versions,
     write_note,
 };
-use crate::support::*;
 
 #[tokio::test]
 async fn the_same_bytes_are_stored_once_and_go_with_the_last_session_naming_them() {

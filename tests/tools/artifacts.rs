@@ -13,8 +13,8 @@ use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use crate::output_of;
 use crate::support::*;
+use crate::tools::output_of;
 
 /// The input that makes the mock write `text` to `path`.
 pub fn write_note(path: &str, text: &str) -> String {

@@ -13,7 +13,9 @@ use serde_json::{json, Value};
 
 use crate::support::fakes::start_openai;
 use crate::support::{is_postgres, TestServer};
-use crate::{asks, call, ended, model_calling, options, output_of, policy_file, says, start};
+use crate::tools::{
+    asks, call, ended, model_calling, options, output_of, policy_file, says, start,
+};
 
 /// Waits until session `id` has `n` pending approvals; returns them.
 async fn pending(server: &TestServer, id: &str, n: usize) -> Vec<Value> {
@@ -328,7 +330,7 @@ async fn grep_skips_a_file_whose_one_line_is_too_long_to_hold() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn odd_names_are_shown_escaped_and_addressed_by_what_was_shown() {
     let dir = tempfile::tempdir().unwrap();
-    let policy = crate::allow_all(dir.path());
+    let policy = crate::tools::allow_all(dir.path());
     let model = model_calling(vec![
         call("ls", "list_files", json!({})),
         call("read", "read_file", json!({"path": "caf\\xe9.txt"})),

@@ -5,7 +5,7 @@ use serde_json::json;
 
 use crate::support::fakes::start_openai;
 use crate::support::is_postgres;
-use crate::{allow_all, asks, call, finished, model_calling, output_of, says, start, write};
+use crate::tools::{allow_all, asks, call, finished, model_calling, output_of, says, start, write};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_file_tools_read_search_write_and_edit_in_the_workspace() {

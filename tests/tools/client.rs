@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use crate::support::fakes::start_openai;
 use crate::support::TestServer;
-use crate::{asks, call, finished, kill9_and_restart, model_calling, options, says, start};
+use crate::tools::{asks, call, finished, kill9_and_restart, model_calling, options, says, start};
 
 /// A session with the client tool `pick_color`, whose result is awaited `timeout_s` (by
 /// default the approval timeout); returns its id.

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use crate::support::is_postgres;
 use crate::support::TestServer;
-use crate::{allow_all, call, ended, model_calling, options, output_of};
+use crate::tools::{allow_all, call, ended, model_calling, options, output_of};
 
 /// A server process on a model that asks for `calls`, with every tool allowed.
 async fn server_calling(

@@ -6,9 +6,9 @@
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
-use crate::artifacts::{artifacts, file_session, note_content, turn, write_note};
 use crate::support::*;
-use crate::{output_of, write};
+use crate::tools::artifacts::{artifacts, file_session, note_content, turn, write_note};
+use crate::tools::{output_of, write};
 
 /// The call ids of the session's tool calls, in order.
 fn calls(events: &[Value]) -> Vec<String> {

@@ -12,9 +12,9 @@ use tah::app::ReadyLine;
 use tempfile::TempDir;
 use tokio::process::Child;
 
-use crate::readme::Transcript;
-use crate::shown::{frames, Frame, Json};
-use crate::tah;
+use crate::usage::readme::Transcript;
+use crate::usage::shown::{frames, Frame, Json};
+use crate::usage::tah;
 
 /// How long the server may take to be ready, and a stream to show what is asked for.
 const PATIENCE: Duration = Duration::from_secs(30);

@@ -4,10 +4,10 @@
 
 use reqwest::StatusCode;
 
-use crate::demo::{scratch, Curl, Demo, Walk};
-use crate::readme::Transcript;
-use crate::shown::{Json, Style};
-use crate::tah;
+use crate::usage::demo::{scratch, Curl, Demo, Walk};
+use crate::usage::readme::Transcript;
+use crate::usage::shown::{Json, Style};
+use crate::usage::tah;
 
 /// What `curl -w '%{http_code}\n'` shows: the status alone.
 const STATUS_ONLY: &str = "-s -o /dev/null -w '%{http_code}\\n'";

@@ -8,10 +8,10 @@ use clap::CommandFactory;
 use tah::app::ReadyLine;
 use tah::cli::{Cli, ServeArgs};
 
-use crate::demo::scratch;
-use crate::readme::{manual, page, read};
 use crate::support::{ServerOptions, TestServer};
-use crate::tah;
+use crate::usage::demo::scratch;
+use crate::usage::readme::{manual, page, read};
+use crate::usage::tah;
 
 /// The rows of the configuration page's table (`docs/src/configuration.md`): (first cell,
 /// whole row).

@@ -6,7 +6,7 @@ use std::process::Output;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::support::{ServerOptions, TestServer};
-use crate::tah;
+use crate::usage::tah;
 
 async fn healthcheck(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
     let Output { status, stdout, .. } = tah()

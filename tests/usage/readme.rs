@@ -4,13 +4,13 @@
 //! A fenced block right after a line `<!-- checked: NAME -->` is written by a test of this
 //! suite from what a real server answered: the test runs the page's requests, renders each
 //! block (commands and outputs) into a [`Transcript`], and [`Transcript::check`] compares it
-//! with the page's block, blind only to ids and times (see [`crate::shown::normalise`]) and,
-//! where the `shell` tool's sandbox does not work (see [`blind_to_shell`]), to `shell` in the
-//! lists of offered tools. A scenario's blocks are on one page. After a change to what the
-//! server answers, regenerate the blocks with
+//! with the page's block, blind only to ids and times (see
+//! [`crate::usage::shown::normalise`]) and, where the `shell` tool's sandbox does not work (see
+//! [`blind_to_shell`]), to `shell` in the lists of offered tools. A scenario's blocks are on
+//! one page. After a change to what the server answers, regenerate the blocks with
 //!
 //! ```text
-//! TAH_BLESS=1 cargo test --test usage
+//! TAH_BLESS=1 cargo test --test all usage::
 //! ```
 //!
 //! and read the diff. A marker without a test, or a test block without a marker, fails.
@@ -24,7 +24,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use crate::shown::normalise;
+use crate::usage::shown::normalise;
 
 /// The repository's root.
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
@@ -240,8 +240,8 @@ impl Transcript {
                     "{page}'s block {name} is not what the server answers (first difference \
                      on line {}; ids and times are numbered and hidden alike).\n\
                      --- {page} ---\n{shown}\n--- the server ---\n{real}\n\
-                     Regenerate the blocks with TAH_BLESS=1 cargo test --test usage, and \
-                     read the diff.",
+                     Regenerate the blocks with TAH_BLESS=1 cargo test --test all usage::, \
+                     and read the diff.",
                     line + 1
                 );
             }

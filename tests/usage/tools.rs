@@ -11,10 +11,10 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::Value;
 
-use crate::demo::{scratch, Curl, Demo, Walk};
-use crate::readme::Transcript;
-use crate::shown::{Frame, Json, Style};
-use crate::walkthrough::{elided, shown};
+use crate::usage::demo::{scratch, Curl, Demo, Walk};
+use crate::usage::readme::Transcript;
+use crate::usage::shown::{Frame, Json, Style};
+use crate::usage::walkthrough::{elided, shown};
 
 /// What `curl -w '%{http_code}\n'` shows: the status alone.
 const STATUS_ONLY: &str = "-s -o /dev/null -w '%{http_code}\\n'";
@@ -37,7 +37,7 @@ fn print_events(cond: &str) -> String {
 }
 
 /// The events of `reply` (a JSON page) that `keep` keeps, as [`print_events`] prints them.
-fn event_lines(reply: &crate::demo::Reply, keep: impl Fn(&str) -> bool) -> String {
+fn event_lines(reply: &crate::usage::demo::Reply, keep: impl Fn(&str) -> bool) -> String {
     let Some(Json::Array(events)) = reply.json().get("data").cloned() else {
         panic!("no events: {}", reply.body);
     };
@@ -382,8 +382,8 @@ const COMMANDS: [&str; 3] = [
 )]
 async fn the_policy_example_shows_what_the_server_answers() {
     let dir = scratch();
-    crate::demo::echo_into(dir.path(), "demo/README.md", "# Demo");
-    crate::demo::echo_into(dir.path(), "demo/src/main.rs", "fn main() {}");
+    crate::usage::demo::echo_into(dir.path(), "demo/README.md", "# Demo");
+    crate::usage::demo::echo_into(dir.path(), "demo/src/main.rs", "fn main() {}");
     let mut t = Transcript::new("policy");
     t.block("file", "json");
     let file = format!("[\n  {}\n]", POLICY.join(",\n  "));

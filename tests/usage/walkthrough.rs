@@ -1,5 +1,5 @@
 //! The manual's curl walkthrough and its conflict example, run against servers started as the
-//! manual starts them: every checked block (see [`crate::readme`]) is rendered here from the
+//! manual starts them: every checked block (see [`crate::usage::readme`]) is rendered here from the
 //! real answers, so the seqs, call ids, entry counts and texts the manual shows are the ones
 //! a reader gets. One function per stretch of the walkthrough, in the manual's order.
 
@@ -7,9 +7,9 @@ use std::path::Path;
 
 use reqwest::StatusCode;
 
-use crate::demo::{echo_into, scratch, Curl, Demo, Walk};
-use crate::readme::Transcript;
-use crate::shown::{frames, Frame};
+use crate::usage::demo::{echo_into, scratch, Curl, Demo, Walk};
+use crate::usage::readme::Transcript;
+use crate::usage::shown::{frames, Frame};
 
 /// The walkthrough's workspace: small, so that the mock's read of it stays short.
 const DEMO_FILES: [(&str, &str); 2] = [

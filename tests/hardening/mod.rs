@@ -12,10 +12,10 @@
 //! - `shutdown_under_load`: SIGTERM with 50 runs in flight exits promptly with status 0, and
 //!   every run is afterwards completed or interrupted and resumable.
 //!
-//! The tests run one at a time (a process-wide lock), so their timings do not disturb each
-//! other on a small machine. Each prints its figures with `eprintln!` (see `--nocapture`).
-//! The random choices of `crash_safety` and `reconnect_chaos` come from a seed that is printed;
-//! `HARDENING_SEED=<n>` replays it.
+//! The tests run one at a time (`support::alone`, a lock shared with the replica tests), so
+//! their timings do not disturb each other on a small machine. Each prints its figures with
+//! `eprintln!` (see `--nocapture`). The random choices of `crash_safety` and `reconnect_chaos`
+//! come from a seed that is printed; `HARDENING_SEED=<n>` replays it.
 
 mod checks;
 mod crash_safety;
@@ -23,27 +23,8 @@ mod load;
 mod reconnect_chaos;
 mod shutdown_under_load;
 mod sse;
-#[path = "../support/mod.rs"]
-mod support;
 
-use std::future::Future;
-use std::sync::{Mutex, MutexGuard};
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
-/// Runs one test body alone, on a two-worker runtime.
-fn run_alone<F: Future<Output = ()>>(name: &str, body: F) {
-    let _guard: MutexGuard<'_, ()> = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("build the test runtime");
-    let started = std::time::Instant::now();
-    runtime.block_on(body);
-    eprintln!("[{name}] done in {:.1} s", started.elapsed().as_secs_f64());
-    runtime.shutdown_timeout(std::time::Duration::from_secs(2));
-}
+use crate::support::alone::run as run_alone;
 
 /// The seed of a test's random choices: `HARDENING_SEED`, or the clock.
 pub fn seed(name: &str) -> u64 {

@@ -8,9 +8,6 @@
 //! `artifacts`, `artifact_storage` and `workspaces` drive the mock model, which writes and
 //! edits on request.
 
-#[path = "../support/mod.rs"]
-mod support;
-
 mod approvals;
 mod artifact_storage;
 mod artifacts;
@@ -22,11 +19,11 @@ mod sandbox_limits;
 mod workspaces;
 
 // The helpers of the tools suites, shared with the MCP suite.
-pub use support::scripted::*;
+pub use crate::support::scripted::*;
 
 use serde_json::{json, Value};
 
-use support::TestServer;
+use crate::support::TestServer;
 
 /// A `--tool-policy` file in `dir` with `rules`; returns its path.
 pub fn policy_file(dir: &std::path::Path, rules: Value) -> String {

@@ -21,46 +21,28 @@
 //! They need PostgreSQL (see `tests/support`): `TAH_TEST_PG_URL`, or a throwaway cluster this
 //! test binary starts itself where PostgreSQL's server binaries are installed; where they are
 //! not, the tests are reported as ignored. Each test uses its own database. The tests run one
-//! at a time (timings are measured). A failing test prints both replicas' logs;
-//! `TAH_TEST_LOGS=1` prints them always.
+//! at a time, and not beside a hardening test (`support::alone`: timings are measured). A
+//! failing test prints both replicas' logs; `TAH_TEST_LOGS=1` prints them always.
 
 mod control;
 mod failover;
 mod replica;
 mod streaming;
-#[path = "../support/mod.rs"]
-mod support;
 
 use std::future::Future;
-use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant};
 
-use support::TestDatabase;
+use crate::support::{alone, TestDatabase};
 
-static SERIAL: Mutex<()> = Mutex::new(());
-
-/// Runs one test body alone on its own runtime, with a database of its own (dropped after a
+/// Runs one test body alone (`support::alone`), with a database of its own (dropped after a
 /// test that passed).
 fn run_alone<F, Fut>(name: &str, body: F)
 where
     F: FnOnce(TestDatabase) -> Fut,
     Fut: Future<Output = ()>,
 {
-    let _guard: MutexGuard<'_, ()> = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let db = TestDatabase::new("tah_r");
-    let db_name = db.name.clone();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("build the test runtime");
-    let started = Instant::now();
-    runtime.block_on(body(db));
-    eprintln!(
-        "[{name}] done in {:.1} s (database {db_name})",
-        started.elapsed().as_secs_f64()
-    );
-    runtime.shutdown_timeout(Duration::from_secs(2));
+    eprintln!("[{name}] database {}", db.name);
+    alone::run(name, body(db));
 }
 
 /// One test per body, run alone; ignored where this build found no PostgreSQL.

@@ -8,7 +8,7 @@
 //! suite starts itself):
 //!
 //! ```text
-//! TAH_TEST_BACKEND=postgres cargo test --test api
+//! TAH_TEST_BACKEND=postgres cargo test --test all api::
 //! ```
 //!
 //! - `turns`: one turn and its messages, steps and events; run modes; session lists.
@@ -26,9 +26,6 @@
 //!   waits, bad requests.
 //! - `thinking`: the mock's reasoning when asked to think: streamed, kept in
 //!   `message.thinking`, shown as thinking steps, durable across a restart, copied by a fork.
-
-#[path = "../support/mod.rs"]
-mod support;
 
 mod ai_sdk;
 mod bad_input;

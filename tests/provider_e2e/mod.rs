@@ -17,12 +17,9 @@
 //!
 //! In every flow the API key is sent but never logged or leaked.
 
-#[path = "../support/mod.rs"]
-mod support;
-
+use crate::support::fakes::{self, FakeServer, FakeToolCall, Flavor};
+use crate::support::{ServerOptions, TestServer};
 use serde_json::{json, Value};
-use support::fakes::{self, FakeServer, FakeToolCall, Flavor};
-use support::{ServerOptions, TestServer};
 
 const OPENAI_KEY: &str = "sk-e2e-SECRET-openai-5b1f0c9e77a2";
 

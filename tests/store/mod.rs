@@ -16,13 +16,10 @@
 //! - `writers`: idempotency keys, sign-ins and the webhook queue written while batches commit.
 //! - `builders`: the records and ops the cases are made of.
 
-#[path = "../support/mod.rs"]
-mod support;
-
 use std::future::Future;
 use std::sync::Arc;
 
-use support::postgres::TestDatabase;
+use crate::support::postgres::TestDatabase;
 use tah::store::{self, Store};
 use uuid::Uuid;
 
@@ -34,7 +31,7 @@ macro_rules! conformance {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $case() {
-                    crate::on_sqlite(super::$case).await;
+                    crate::store::on_sqlite(super::$case).await;
                 }
             )*
         }
@@ -46,7 +43,7 @@ macro_rules! conformance {
                     ignore = "needs PostgreSQL: install its server binaries, or set TAH_TEST_PG=on and TAH_TEST_PG_URL"
                 )]
                 async fn $case() {
-                    crate::on_postgres(super::$case).await;
+                    crate::store::on_postgres(super::$case).await;
                 }
             )*
         }

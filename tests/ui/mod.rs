@@ -5,8 +5,5 @@
 //! - `signin`: `POST/GET/DELETE /v1/auth/cookie`, the cookie accepted like the bearer header
 //!   (SSE included), the Secure flag, and the origin check on cookie requests that change state.
 
-#[path = "../support/mod.rs"]
-mod support;
-
 mod assets;
 mod signin;

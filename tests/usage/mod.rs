@@ -6,7 +6,7 @@
 //!   walkthrough, a conflict, the context example, authentication and CORS, the healthcheck,
 //!   a `--tool-policy` file, an approval and the other answers, a client tool) rendered from
 //!   what a real server answers and compared with its page; `TAH_BLESS=1 cargo test --test
-//!   usage` rewrites them (see `readme`).
+//!   all usage::` rewrites them (see `readme`).
 //! - `flags`: every flag of `tah serve` is in the manual's table with its variable and
 //!   default; boolean variables take true/false, 1/0, yes/no, on/off in any case; a
 //!   `--cors-origin` with a trailing slash gets CORS headers for the origin browsers send.
@@ -16,9 +16,6 @@
 //! `readme`, `shown` and `demo` are this suite's own support: the manual's checked blocks, how
 //! answers are shown (key order kept, fields left out as `…`), and a server started in a
 //! directory of its own with requests written as curl commands.
-
-#[path = "../support/mod.rs"]
-mod support;
 
 mod demo;
 mod examples;

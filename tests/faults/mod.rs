@@ -11,9 +11,6 @@
 //!   with prior knowledge.
 //! - `sessions`: a row that cannot be read, a fork during a run, paging.
 
-#[path = "../support/mod.rs"]
-mod support;
-
 mod connections;
 mod hostile;
 mod provider;

@@ -1,16 +1,13 @@
-//! Tests of the shared test support itself (the `support` test target): the checks catch what
+//! Tests of the shared test support itself (`support::tests`, run once): the checks catch what
 //! they are there to catch, the fakes refuse unanswered tool calls, and both launchers start a
 //! server that answers. A check that passes everything would make every suite vacuous.
-
-#[path = "mod.rs"]
-mod support;
 
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use support::fakes::{tool_call_violation, Flavor};
-use support::postgres::with_database;
-use support::*;
+use crate::support::fakes::{tool_call_violation, Flavor};
+use crate::support::postgres::with_database;
+use crate::support::*;
 
 #[test]
 fn with_database_replaces_the_last_path_segment() {

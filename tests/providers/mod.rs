@@ -11,13 +11,10 @@
 //! - `thinking`: Anthropic's thinking blocks and the reasoning deltas of OpenAI-compatible
 //!   servers, streamed and kept, and what of them each request sends back.
 
-#[path = "../support/mod.rs"]
-mod support;
-
 use std::time::Duration;
 
+use crate::support::fakes::{self, FakeServer, FakeToolCall, Flavor, Reply};
 use futures::StreamExt;
-use support::fakes::{self, FakeServer, FakeToolCall, Flavor, Reply};
 use tah::llm::anthropic::AnthropicClient;
 use tah::llm::openai::OpenAiClient;
 use tah::llm::wire::{HttpModelConfig, RetryPolicy, Timeouts};
@@ -117,7 +114,7 @@ async fn request_sent(
     flavor: Flavor,
     configure: impl FnOnce(&mut HttpModelConfig),
     request: ModelRequest<'_>,
-) -> support::fakes::Recorded {
+) -> crate::support::fakes::Recorded {
     let server = fake(flavor, vec![Reply::sse(text_reply(flavor, &["ok"]))]).await;
     let mut cfg = config(&server.base_url, 0);
     configure(&mut cfg);

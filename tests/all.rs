@@ -1,0 +1,30 @@
+//! The black-box test suites of tah, one module each, in one test binary, so that the shared
+//! support (`support`) and the suites are built and linked once. A suite is chosen by its
+//! module path, e.g. `cargo test --test all api::` (the names of its tests start with it).
+//!
+//! - `api`: the HTTP and SSE API on the mock model (both backends, `TAH_TEST_BACKEND`).
+//! - `faults`: storage faults, hostile providers, hostile pages and slow clients.
+//! - `hardening`: crash safety under kill -9, reconnect chaos, load, shutdown under load.
+//! - `replicas`: several processes on one PostgreSQL database.
+//! - `store`: the store conformance suite, on SQLite and PostgreSQL.
+//! - `tools`: the built-in tools, the policy, approvals, client tools, artifacts, workspaces.
+//! - `providers` and `provider_e2e`: the OpenAI and Anthropic clients against fakes.
+//! - `usage`: the manual, checked against real servers.
+//! - `ui`: the web page's files and its sign-in.
+//! - `support`: what the suites share, and its own tests (`support::tests`).
+//!
+//! The MCP suite (`tests/mcp`) is a binary of its own: it runs its own harness and is also the
+//! MCP server it tests.
+
+mod support;
+
+mod api;
+mod faults;
+mod hardening;
+mod provider_e2e;
+mod providers;
+mod replicas;
+mod store;
+mod tools;
+mod ui;
+mod usage;
