@@ -3,6 +3,7 @@
 
 use axum::extract::{FromRequestParts, Path};
 use axum::http::request::Parts;
+use axum::response::{IntoResponse, Response};
 
 use super::problem::Problem;
 use crate::model::PathId;
@@ -42,12 +43,16 @@ where
     S: Send + Sync,
     T: FromSegments,
 {
-    type Rejection = Problem;
+    type Rejection = Response;
 
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Ids<T>, Problem> {
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Ids<T>, Response> {
+        // A path that is no text at all is refused as the framework refuses it (and made a
+        // problem like every error the framework answers).
         let Path(segments) = Path::<Vec<(String, String)>>::from_request_parts(parts, state)
             .await
-            .map_err(|_| Problem::not_found("not found: not a valid path"))?;
-        T::from_segments(&segments).map(Ids)
+            .map_err(IntoResponse::into_response)?;
+        T::from_segments(&segments)
+            .map(Ids)
+            .map_err(IntoResponse::into_response)
     }
 }

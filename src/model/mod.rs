@@ -21,7 +21,7 @@ mod step;
 mod tool;
 
 pub use artifact::ArtifactRecord;
-pub use event::{CharsBeforeAfter, Event, EventKind};
+pub use event::{CharsBeforeAfter, Event, EventKind, UncutEvent};
 pub use ids::{ArtifactId, CallId, PathId, RunId, SessionId, StepId, MAX_CALL_ID_CHARS};
 pub use message::{
     Message, Role, SizeCache, ThinkingBlock, ToolCall, ToolSchema, SUMMARY_PREFIX,
