@@ -11,7 +11,7 @@
 //! - `auth`: API tokens and the page's sign-in cookie; `guard`: requests a web page could make
 //!   without the user knowing.
 //! - `ui`: the built-in web page, embedded in the binary.
-//! - `extract`: typed path ids ([`extract::Ids`]; a malformed id is a 404).
+//! - `extract`: typed path ids (`Ids`; a malformed id is a 404).
 //! - `problem`: problem+json errors and the extractors that produce them; `params`: lenient
 //!   query values; `paging`: limits, cursors and the page envelope.
 //! - [`server`]: the listener loop, with the connection limits a public server needs.

@@ -3,7 +3,7 @@
 //!
 //! Only a session's actor mutates it; everything else talks to the actor through
 //! its mailbox. Reads that need no owner (lists, pages of events or messages) go straight to
-//! the store.
+//! the store, through [`Sessions`] (`reads`), so that the faces never touch the store.
 //!
 //! - [`Sessions`] (`sessions`): the API the HTTP layer uses; it sends commands to actors.
 //! - `errors`: what a session refuses ([`SessionError`], [`ConflictKind`]).
