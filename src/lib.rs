@@ -3,8 +3,8 @@
 //!
 //! # Layout
 //!
-//! - [`model`]: the domain vocabulary, no I/O: `message`, `event` (an [`model::Event`] keeps
-//!   its typed kind), `session` (sessions, runs, steps, checkpoints as stored), `step` (the
+//! - [`model`]: the domain vocabulary, no I/O: `ids` (typed ids), `message`, `event` (an
+//!   [`model::Event`] keeps its typed kind), `session` (sessions, runs, steps, checkpoints as stored), `step` (the
 //!   LLM step descriptor and finish reasons), `artifact` (the files a session produced).
 //! - [`cli`]: the binary's command line (clap types only: `serve`, `bench`, `fake-model`).
 //! - [`config`]: `tah serve`'s flags parsed once into validated [`config::Settings`], in groups
@@ -25,7 +25,8 @@
 //!   it reaches a session only through the small `Journal` interface it defines.
 //! - [`session`]: sessions as live objects: `actor/` (the per-session actor, one handler per
 //!   command family, its journal, how a run ends), `command`, `sessions` (the API the HTTP
-//!   layer uses), `live` (the live sessions of this process), `lease`, `stream`
+//!   layer uses), `start` (subscribe-run-follow for every face), `reads` (what the faces
+//!   read), `live` (the live sessions of this process), `lease`, `stream`
 //!   (replay-then-live), `steps` (rebuilding a step's request) and `coordination` (scale-out
 //!   background tasks).
 //! - [`metrics`]: the process's Prometheus metrics, counted where things happen.
@@ -36,7 +37,7 @@
 //!   wait for an answer).
 //! - [`runtime`]: ties store, model, tools and settings together; usable without HTTP.
 //! - [`http`]: the axum router, one module per resource (`sessions`, `runs`, `events`,
-//!   `artifacts`), with
+//!   `artifacts`), with `extract` (typed path ids),
 //!   `auth`, `guard` (requests a web page could forge), `problem` (problem+json), `paging`,
 //!   `params` and `server` (the listener loop and its connection limits).
 //! - [`app`]: the [`app::Application`] — runtime and router on a bound listener, served until
@@ -48,7 +49,8 @@
 //!
 //! Imports point one way: `http → session → agent → {llm, tools}`, `session → {store, mcp}`,
 //! `mcp → tools`, `http → protocols`, `{session, agent} → telemetry → {llm, tools}`, and every
-//! module may use `model`; `app → {runtime, http, config}`,
+//! module may use `model`; `http → runtime` only for the edge's own records
+//! (`runtime::EdgeRecords`: idempotency keys, sign-ins); `app → {runtime, http, config}`,
 //! `config → cli`, and nothing imports `app`.
 
 pub mod agent;

@@ -277,3 +277,33 @@ fn model_client(model: &ModelSettings) -> Result<Arc<dyn ModelClient>, RuntimeEr
         ))?),
     })
 }
+
+/// The HTTP edge's own records, kept in the sessions' database: idempotency keys and the web
+/// page's sign-ins. What the edge reads and writes of them goes through here, not the store.
+/// Cheap to clone.
+#[derive(Clone)]
+pub struct EdgeRecords {
+    store: Arc<dyn Store>,
+}
+
+pub use crate::store::keys::{IdempotencyKeys, KeyClaim, StoredResponse};
+pub use crate::store::sign_ins::{NewSignIn, SignIns};
+
+impl EdgeRecords {
+    /// The records kept beside `sessions`.
+    pub fn of(sessions: &Sessions) -> EdgeRecords {
+        EdgeRecords {
+            store: sessions.store().clone(),
+        }
+    }
+
+    /// The idempotency keys; `None` for a store without them.
+    pub fn idempotency(&self) -> Option<&dyn IdempotencyKeys> {
+        self.store.idempotency()
+    }
+
+    /// The page's sign-ins; `None` for a store without them.
+    pub fn sign_ins(&self) -> Option<&dyn SignIns> {
+        self.store.sign_ins()
+    }
+}

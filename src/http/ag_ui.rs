@@ -15,7 +15,7 @@
 
 use std::collections::HashSet;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::post;
@@ -23,17 +23,20 @@ use axum::Router;
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::fronts::{run_events, sse_response, Driven, NoQuery};
-use super::problem::{parse_id, ApiJson, ApiQuery, Problem};
+use super::extract::Ids;
+use super::fronts::{sse_response, Driven, NoQuery};
+use super::problem::{ApiJson, ApiQuery, Problem};
 use super::runs::input_text;
 use super::AppState;
-use crate::model::{ClientTool, Decision, RunRecord};
+use crate::model::SessionId;
+use crate::model::{ClientTool, Decision};
 use crate::protocols::ag_ui::{
     content_text, snapshot, snapshot_view, AgUiRun, InputMessage, ResumeStatus, RunAgentInput,
 };
 use crate::protocols::calls::{last_park, RunCalls, Wait};
 use crate::session::{
-    ApprovalAnswer, ClientResult, ConflictKind, Pending, RunRequest, RunStarted, SessionError,
+    one_input_one_purpose, ApprovalAnswer, ClientResult, EventStream, Follow, Pending, RunRequest,
+    SessionError,
 };
 
 pub fn routes() -> Router<AppState> {
@@ -45,11 +48,10 @@ const MAX_ID_CHARS: usize = 256;
 
 async fn run(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    Ids(SessionId(id)): Ids<SessionId>,
     ApiQuery(NoQuery {}): ApiQuery<NoQuery>,
     ApiJson(input): ApiJson<RunAgentInput>,
 ) -> Result<Response, Problem> {
-    let id = parse_id(&id, "session")?;
     for (name, value) in [("threadId", &input.thread_id), ("runId", &input.run_id)] {
         if value.is_empty() || value.chars().count() > MAX_ID_CHARS {
             return Err(Problem::bad_request(format!(
@@ -71,16 +73,15 @@ async fn run(
     };
     let live = state.sessions.subscribe(id)?;
     let session = state.sessions.get(id).await?;
-    let store = state.sessions.store().clone();
     // Read before the run's events: whatever the history holds then, the events read next
     // say where it came from (see `snapshot_view`).
-    let history = store.messages(id, -1, -1).await?;
+    let history = state.sessions.messages_page(id, -1, -1).await?;
     let active = match session.last_run_id {
-        Some(run_id) if session.state.is_active() => store.run(id, run_id).await?,
+        Some(run_id) if session.state.is_active() => state.sessions.run_record(id, run_id).await?,
         _ => None,
     };
     let so_far = match &active {
-        Some(run) => run_events(store.as_ref(), id, run).await?,
+        Some(run) => state.sessions.run_events(id, run).await?,
         None => Vec::new(),
     };
     let mut calls = RunCalls::default();
@@ -88,11 +89,7 @@ async fn run(
         calls.apply(event);
     }
     let answers = Answers::of(&input, &calls)?;
-    if new_input.is_some() && active.is_some() && !answers.is_empty() {
-        return Err(Problem::from(SessionError::Conflict(
-            ConflictKind::AnswersAndNewInput,
-        )));
-    }
+    one_input_one_purpose(active.as_ref(), !answers.is_empty(), new_input.is_some())?;
     let known_results = answers.give(&state, id).await?;
     // What the client sent that the history may not hold yet: its results, its new message.
     let mut pending: Vec<&InputMessage> = input
@@ -114,20 +111,15 @@ async fn run(
             snapshot(&history, &input.messages, &pending),
         ]
     };
-    let (run, skip_through): (RunRecord, i64) = match new_input {
+    let (events, skip_through): (EventStream, i64) = match new_input {
         Some(text) => {
             let request = RunRequest::run(text, Pending::Refuse).with_client_tools(tools);
-            match state.sessions.run(id, request).await? {
-                RunStarted::Started { run, .. } | RunStarted::Queued(run) => (run, 0),
-                RunStarted::AlreadyCompleted(_) => {
-                    return Err(Problem::from(SessionError::Conflict(
-                        ConflictKind::NoRunInProgress,
-                    )))
-                }
-            }
+            let started = state.sessions.start(id, request, Follow::Events).await?;
+            let (_run, events) = started.into_events()?;
+            (events, 0)
         }
         None => match active {
-            Some(run) => (run, skip),
+            Some(run) => (state.sessions.run_stream(id, &run, live), skip),
             None => {
                 // Nothing runs: the snapshot is all there is to tell.
                 let agui = AgUiRun::new(&input.thread_id, &input.run_id, 0, HashSet::new());
@@ -145,11 +137,9 @@ async fn run(
     let agui = AgUiRun::new(&input.thread_id, &input.run_id, skip_through, known_results);
     let driven = Driven {
         opening: opening(&agui),
-        events: state
-            .sessions
-            .stream_from(id, run.start_seq - 1, live, Some(run.id)),
+        events,
         adapter: agui,
-        store,
+        sessions: state.sessions.clone(),
         session_id: id,
         closing: None,
     };

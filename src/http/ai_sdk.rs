@@ -13,7 +13,7 @@
 
 use std::collections::HashSet;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -22,17 +22,18 @@ use serde::Deserialize;
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::fronts::{run_events, sse_response, Driven, NoQuery};
-use super::problem::{parse_id, ApiJson, ApiQuery, Problem};
+use super::extract::Ids;
+use super::fronts::{sse_response, Driven, NoQuery};
+use super::problem::{ApiJson, ApiQuery, Problem};
 use super::runs::{input_text, PendingParam};
 use super::AppState;
+use crate::model::SessionId;
 use crate::model::{Decision, RunRecord};
 use crate::protocols::ai_sdk::history::{self, UiHistory};
 use crate::protocols::ai_sdk::{UiMessageStream, DONE, STREAM_HEADER};
 use crate::protocols::calls::{last_park, RunCalls, Wait};
 use crate::session::{
-    ApprovalAnswer, ClientResult, ConflictKind, Pending, RunRequest, RunStarted, SessionError,
-    Subscription,
+    ApprovalAnswer, ClientResult, Follow, Pending, RunRequest, SessionError, Subscription,
 };
 
 pub fn routes() -> Router<AppState> {
@@ -85,11 +86,10 @@ struct ChatQuery {
 
 async fn chat(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    Ids(SessionId(id)): Ids<SessionId>,
     ApiQuery(query): ApiQuery<ChatQuery>,
     ApiJson(body): ApiJson<ChatBody>,
 ) -> Result<Response, Problem> {
-    let id = parse_id(&id, "session")?;
     match body.trigger.as_deref() {
         None | Some("submit-message") => {}
         Some("regenerate-message") => {
@@ -162,24 +162,14 @@ fn user_text(parts: &[Value]) -> Result<String, Problem> {
 }
 
 async fn start(state: AppState, id: Uuid, request: RunRequest) -> Result<Response, Problem> {
-    // Subscribe first so the stream misses nothing of the run.
-    let live = state.sessions.subscribe(id)?;
-    let run = match state.sessions.run(id, request).await? {
-        RunStarted::Started { run, .. } | RunStarted::Queued(run) => run,
-        RunStarted::AlreadyCompleted(_) => {
-            return Err(Problem::from(SessionError::Conflict(
-                ConflictKind::NoRunInProgress,
-            )))
-        }
-    };
-    Ok(whole_run(&state, id, &run, live))
+    let started = state.sessions.start(id, request, Follow::Events).await?;
+    let (run, events) = started.into_events()?;
+    Ok(stream(&state, id, &run, events, UiMessageStream::new(0)))
 }
 
 /// A run's stream from its first event, then live (`live` was subscribed before it is read).
 fn whole_run(state: &AppState, id: Uuid, run: &RunRecord, live: Subscription) -> Response {
-    let events = state
-        .sessions
-        .stream_from(id, run.start_seq - 1, live, Some(run.id));
+    let events = state.sessions.run_stream(id, run, live);
     stream(
         state,
         id,
@@ -200,7 +190,7 @@ fn stream(
         opening: vec![UiMessageStream::start(run.id)],
         events,
         adapter,
-        store: state.sessions.store().clone(),
+        sessions: state.sessions.clone(),
         session_id: id,
         closing: Some(DONE),
     };
@@ -211,30 +201,13 @@ fn stream(
     )
 }
 
-/// The run an assistant message shows (its id is the run's), or the session's last run.
-async fn run_of(state: &AppState, id: Uuid, message_id: &str) -> Result<RunRecord, Problem> {
-    let session = state.sessions.get(id).await?;
-    let store = state.sessions.store();
-    if let Ok(run_id) = Uuid::parse_str(message_id) {
-        if let Some(run) = store.run(id, run_id).await? {
-            return Ok(run);
-        }
-    }
-    let last = match session.last_run_id {
-        Some(run_id) => store.run(id, run_id).await?,
-        None => None,
-    };
-    last.ok_or_else(|| Problem::from(SessionError::Conflict(ConflictKind::NothingToContinue)))
-}
-
 /// Takes the answers an assistant message carries (approval responses on tool parts, the
 /// client's tool outputs) for the calls of its run that wait, then streams the rest of the
 /// run from where it waited.
 async fn continue_run(state: AppState, id: Uuid, last: &UiMessage) -> Result<Response, Problem> {
-    let run = run_of(&state, id, &last.id).await?;
+    let run = state.sessions.run_to_continue(id, &last.id).await?;
     let live = state.sessions.subscribe(id)?;
-    let store = state.sessions.store();
-    let so_far = run_events(store.as_ref(), id, &run).await?;
+    let so_far = state.sessions.run_events(id, &run).await?;
     let mut calls = RunCalls::default();
     for event in &so_far {
         calls.apply(event);
@@ -249,9 +222,7 @@ async fn continue_run(state: AppState, id: Uuid, last: &UiMessage) -> Result<Res
             known_outputs.insert(output_of);
         }
     }
-    let events = state
-        .sessions
-        .stream_from(id, run.start_seq - 1, live, Some(run.id));
+    let events = state.sessions.run_stream(id, &run, live);
     let adapter = UiMessageStream::continuing(skip_through, known_outputs);
     Ok(stream(&state, id, &run, events, adapter))
 }
@@ -330,32 +301,26 @@ async fn answer(
 
 async fn resume(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    Ids(SessionId(id)): Ids<SessionId>,
     ApiQuery(_): ApiQuery<ChatQuery>,
 ) -> Result<Response, Problem> {
-    replay_active(state, &id).await
+    replay_active(state, id).await
 }
 
 async fn resume_chat(
     State(state): State<AppState>,
-    Path((id, _chat_id)): Path<(String, String)>,
+    Ids(SessionId(id)): Ids<SessionId>,
     // The transport keeps the chat URL's query (`?pending=`) on its resume URL: it is allowed
     // here and means nothing.
     ApiQuery(_): ApiQuery<ChatQuery>,
 ) -> Result<Response, Problem> {
-    replay_active(state, &id).await
+    replay_active(state, id).await
 }
 
 /// The active run from its start, then live; `204` when the session runs nothing.
-async fn replay_active(state: AppState, id: &str) -> Result<Response, Problem> {
-    let id = parse_id(id, "session")?;
+async fn replay_active(state: AppState, id: Uuid) -> Result<Response, Problem> {
     let live = state.sessions.subscribe(id)?;
-    let session = state.sessions.get(id).await?;
-    let run = match session.last_run_id {
-        Some(run_id) if session.state.is_active() => state.sessions.store().run(id, run_id).await?,
-        _ => None,
-    };
-    let Some(run) = run else {
+    let Some(run) = state.sessions.active_run(id).await? else {
         return Ok(StatusCode::NO_CONTENT.into_response());
     };
     Ok(whole_run(&state, id, &run, live))
@@ -364,10 +329,9 @@ async fn replay_active(state: AppState, id: &str) -> Result<Response, Problem> {
 /// The session's history as `UIMessage[]`: the run in progress as far as it got.
 async fn messages(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    Ids(SessionId(id)): Ids<SessionId>,
     ApiQuery(_): ApiQuery<NoQuery>,
 ) -> Result<Json<Vec<history::UiMessage>>, Problem> {
-    let id = parse_id(&id, "session")?;
     let mut history = UiHistory::default();
     let session = state
         .sessions

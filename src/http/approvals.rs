@@ -3,17 +3,19 @@
 //! tools that wait for their results, `POST …/tool-results/{call_id}` gives one. Answers are
 //! idempotent: the same one again is a `200`, another one a `409` with the stored answer.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::extract::Ids;
 use super::params::NoQuery;
-use super::problem::{parse_id, ApiJson, ApiQuery, Problem};
+use super::problem::{ApiJson, ApiQuery, Problem};
 use super::AppState;
 use crate::model::Decision;
+use crate::model::{CallId, SessionId};
 use crate::session::{ApprovalAnswer, ClientResult};
 
 pub fn routes() -> Router<AppState> {
@@ -30,7 +32,6 @@ pub fn routes() -> Router<AppState> {
 
 /// The longest reason or client result accepted, in characters.
 const MAX_TEXT_CHARS: usize = 200_000;
-const MAX_CALL_ID_CHARS: usize = 256;
 
 async fn tools(State(state): State<AppState>, ApiQuery(_): ApiQuery<NoQuery>) -> Json<Value> {
     Json(json!({ "data": state.sessions.tools() }))
@@ -38,10 +39,9 @@ async fn tools(State(state): State<AppState>, ApiQuery(_): ApiQuery<NoQuery>) ->
 
 async fn pending(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    Ids(SessionId(id)): Ids<SessionId>,
     ApiQuery(_): ApiQuery<NoQuery>,
 ) -> Result<Response, Problem> {
-    let id = parse_id(&id, "session")?;
     let data = state.sessions.pending_approvals(id).await?;
     Ok(Json(json!({ "data": data })).into_response())
 }
@@ -50,10 +50,9 @@ async fn pending(
 /// reconnects and missed their `tool.client-requested` events).
 async fn pending_results(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    Ids(SessionId(id)): Ids<SessionId>,
     ApiQuery(_): ApiQuery<NoQuery>,
 ) -> Result<Response, Problem> {
-    let id = parse_id(&id, "session")?;
     let data = state.sessions.pending_client_calls(id).await?;
     Ok(Json(json!({ "data": data })).into_response())
 }
@@ -67,20 +66,11 @@ struct ApprovalBody {
     input: Option<Value>,
 }
 
-fn call_id(raw: String) -> Result<String, Problem> {
-    if raw.is_empty() || raw.chars().count() > MAX_CALL_ID_CHARS {
-        return Err(Problem::not_found("no call with this call_id"));
-    }
-    Ok(raw)
-}
-
 async fn approve(
     State(state): State<AppState>,
-    Path((id, call)): Path<(String, String)>,
+    Ids((SessionId(id), CallId(call))): Ids<(SessionId, CallId)>,
     ApiJson(body): ApiJson<ApprovalBody>,
 ) -> Result<Response, Problem> {
-    let id = parse_id(&id, "session")?;
-    let call = call_id(call)?;
     if body
         .reason
         .as_ref()
@@ -117,11 +107,9 @@ struct ToolResultBody {
 
 async fn tool_result(
     State(state): State<AppState>,
-    Path((id, call)): Path<(String, String)>,
+    Ids((SessionId(id), CallId(call))): Ids<(SessionId, CallId)>,
     ApiJson(body): ApiJson<ToolResultBody>,
 ) -> Result<Response, Problem> {
-    let id = parse_id(&id, "session")?;
-    let call = call_id(call)?;
     let output = match body.output {
         Value::String(text) => text,
         other => other.to_string(),

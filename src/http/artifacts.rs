@@ -5,20 +5,21 @@
 //! browser to render in this origin: a page the model wrote must not run next to the API
 //! (and its cookie), so the answer also forbids sniffing and sandboxes whatever is opened.
 
-use std::sync::Arc;
-
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde::Deserialize;
+use uuid::Uuid;
 
+use super::extract::Ids;
 use super::paging::{page_by_id, CursorQuery, Page};
-use super::problem::{parse_id, ApiQuery, Problem};
+use super::problem::{ApiQuery, Problem};
 use super::AppState;
 use crate::model::ArtifactRecord;
-use crate::store::{ArtifactQuery, ArtifactVersions, Store};
+use crate::model::{ArtifactId, SessionId};
+use crate::session::{ArtifactQuery, ArtifactVersions};
 
 pub fn routes() -> Router<AppState> {
     Router::new()
@@ -42,7 +43,7 @@ struct ListQuery {
 
 async fn list(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    Ids(SessionId(id)): Ids<SessionId>,
     ApiQuery(q): ApiQuery<ListQuery>,
 ) -> Result<Json<Page<ArtifactRecord>>, Problem> {
     let versions = match q.all {
@@ -53,25 +54,22 @@ async fn list(
         cursor: q.cursor,
         limit: q.limit,
     };
-    let read = |store: Arc<dyn Store>, id, after, limit| async move {
+    let read = |id, after, limit| {
         let query = ArtifactQuery {
             versions,
             after,
             limit,
         };
-        store.artifacts(id, query).await
+        state.sessions.artifacts_page(id, query)
     };
-    page_by_id(&state, &id, &paging, read, |a| a.id).await
+    page_by_id(&state, id, &paging, read, |a| a.id).await
 }
 
 /// The artifact `artifact_id` of session `id`: 404 for an unknown (or malformed) id of either.
-async fn find(state: &AppState, id: &str, artifact_id: &str) -> Result<ArtifactRecord, Problem> {
-    let id = parse_id(id, "session")?;
-    let artifact_id = parse_id(artifact_id, "artifact")?;
+async fn find(state: &AppState, id: Uuid, artifact_id: Uuid) -> Result<ArtifactRecord, Problem> {
     state.sessions.get(id).await?;
     state
         .sessions
-        .store()
         .artifact(id, artifact_id)
         .await?
         .ok_or_else(|| Problem::not_found("artifact not found"))
@@ -79,24 +77,23 @@ async fn find(state: &AppState, id: &str, artifact_id: &str) -> Result<ArtifactR
 
 async fn show(
     State(state): State<AppState>,
-    Path((id, artifact_id)): Path<(String, String)>,
+    Ids((SessionId(id), ArtifactId(artifact_id))): Ids<(SessionId, ArtifactId)>,
 ) -> Result<Json<ArtifactRecord>, Problem> {
-    Ok(Json(find(&state, &id, &artifact_id).await?))
+    Ok(Json(find(&state, id, artifact_id).await?))
 }
 
 async fn content(
     State(state): State<AppState>,
-    Path((id, artifact_id)): Path<(String, String)>,
+    Ids((SessionId(id), ArtifactId(artifact_id))): Ids<(SessionId, ArtifactId)>,
     headers: HeaderMap,
 ) -> Result<Response, Problem> {
-    let artifact = find(&state, &id, &artifact_id).await?;
+    let artifact = find(&state, id, artifact_id).await?;
     let etag = format!("\"{}\"", artifact.sha256);
     let mut response = if matches_etag(&headers, &etag) {
         StatusCode::NOT_MODIFIED.into_response()
     } else {
         let bytes = state
             .sessions
-            .store()
             .blob(&artifact.sha256)
             .await?
             .ok_or_else(|| {

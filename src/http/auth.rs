@@ -43,8 +43,7 @@ use subtle::ConstantTimeEq;
 
 use super::guard::{changes_state, is_loopback_host, request_host, sends_own_origin};
 use super::problem::{ApiJson, Problem};
-use crate::store::sign_ins::{NewSignIn, SignIns};
-use crate::store::Store;
+use crate::runtime::{EdgeRecords, NewSignIn, SignIns};
 
 /// The accepted tokens; empty = authentication is off.
 #[derive(Clone, Default)]
@@ -87,20 +86,20 @@ impl Tokens {
     }
 }
 
-/// The tokens, and the store that keeps the page's sign-ins.
+/// The tokens, and the records that keep the page's sign-ins.
 #[derive(Clone)]
 pub struct Auth {
     tokens: Tokens,
-    store: Arc<dyn Store>,
+    records: EdgeRecords,
 }
 
 impl Auth {
-    pub fn new(tokens: Tokens, store: Arc<dyn Store>) -> Auth {
-        Auth { tokens, store }
+    pub fn new(tokens: Tokens, records: EdgeRecords) -> Auth {
+        Auth { tokens, records }
     }
 
     fn sign_ins(&self) -> Result<&dyn SignIns, Problem> {
-        self.store.sign_ins().ok_or_else(|| {
+        self.records.sign_ins().ok_or_else(|| {
             Problem::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "unavailable",

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -11,9 +11,11 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
+use super::extract::Ids;
 use super::paging::{one_more, page_limit, Page};
-use super::problem::{parse_id, ApiQuery, Problem};
+use super::problem::{ApiQuery, Problem};
 use super::AppState;
+use crate::model::SessionId;
 use crate::session::EventStream;
 
 /// Heartbeat comments keep proxies from closing an idle stream (the contract: ≤ 15 s); the
@@ -44,11 +46,10 @@ pub fn wants_event_stream(headers: &HeaderMap) -> bool {
 
 async fn events(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    Ids(SessionId(id)): Ids<SessionId>,
     ApiQuery(q): ApiQuery<EventsQuery>,
     headers: HeaderMap,
 ) -> Result<Response, Problem> {
-    let id = parse_id(&id, "session")?;
     if q.after.is_some_and(|a| a < 0) {
         return Err(Problem::bad_request(
             "after must be a non-negative event seq",
@@ -78,8 +79,7 @@ async fn events(
     state.sessions.get(id).await?;
     let data = state
         .sessions
-        .store()
-        .events(id, q.after.unwrap_or(0), one_more(limit))
+        .events_page(id, q.after.unwrap_or(0), one_more(limit))
         .await?;
     Ok(Json(Page::new(data, limit, |e| e.seq.to_string())).into_response())
 }

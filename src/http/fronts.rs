@@ -1,9 +1,7 @@
-//! What the two front-end protocols (`ai_sdk`, `ag_ui`) share at the HTTP edge: reading a
-//! run's log, and streaming a run's events through a protocol adapter as SSE `data:` lines
+//! What the two front-end protocols (`ai_sdk`, `ag_ui`) share at the HTTP edge: streaming a run's events through a protocol adapter as SSE `data:` lines
 //! until the run ends or waits for answers only.
 
 use std::convert::Infallible;
-use std::sync::Arc;
 
 use axum::http::{header, HeaderValue};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
@@ -14,11 +12,10 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::events::HEARTBEAT;
-use crate::model::{Event, RunRecord};
+use crate::model::Event;
 use crate::protocols::calls::RunCalls;
 use crate::protocols::{ag_ui, ai_sdk};
-use crate::session::EventStream;
-use crate::store::{Store, StoreError};
+use crate::session::{EventStream, SessionError, Sessions};
 
 /// Events read per query.
 const PAGE: i64 = 500;
@@ -27,31 +24,6 @@ const PAGE: i64 = 500;
 #[derive(Debug, Default, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NoQuery {}
-
-/// The events of `run` committed so far, from its `agent.started` on.
-pub async fn run_events(
-    store: &dyn Store,
-    session_id: Uuid,
-    run: &RunRecord,
-) -> Result<Vec<Event>, StoreError> {
-    let mut events: Vec<Event> = Vec::new();
-    let mut after = run.start_seq - 1;
-    loop {
-        let page = store.events(session_id, after, PAGE).await?;
-        let full = page.len() as i64 == PAGE;
-        for event in page {
-            after = event.seq;
-            let ends = event.is_terminal() && event.run_id() == Some(run.id);
-            events.push(event);
-            if ends {
-                return Ok(events);
-            }
-        }
-        if !full {
-            return Ok(events);
-        }
-    }
-}
 
 /// One protocol's adapter, as the stream driver sees it.
 pub trait Frames: Send + 'static {
@@ -95,7 +67,7 @@ pub struct Driven<A> {
     pub opening: Vec<Value>,
     pub events: EventStream,
     pub adapter: A,
-    pub store: Arc<dyn Store>,
+    pub sessions: Sessions,
     pub session_id: Uuid,
     pub closing: Option<&'static str>,
 }
@@ -141,7 +113,7 @@ impl<A: Frames> Driven<A> {
         }
         if parked {
             let probe = self.adapter.calls().clone();
-            match still_parked(self.store.clone(), self.session_id, event.seq, probe).await {
+            match still_parked(&self.sessions, self.session_id, event.seq, probe).await {
                 Ok(true) => {
                     frames.extend(self.adapter.finish_parked());
                     return (frames, true);
@@ -160,12 +132,12 @@ impl<A: Frames> Driven<A> {
 /// Whether the run still waits after `seq`: nothing committed since has moved it on (a replay
 /// of a run that waited and went on does not stop there).
 async fn still_parked(
-    store: Arc<dyn Store>,
+    sessions: &Sessions,
     session_id: Uuid,
     seq: i64,
     mut probe: RunCalls,
-) -> Result<bool, StoreError> {
-    let later = store.events(session_id, seq, PAGE).await?;
+) -> Result<bool, SessionError> {
+    let later = sessions.events_page(session_id, seq, PAGE).await?;
     for event in &later {
         probe.apply(event);
     }

@@ -20,8 +20,7 @@ use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
 
 use super::problem::Problem;
-use crate::store::keys::{IdempotencyKeys, KeyClaim, StoredResponse};
-use crate::store::Store;
+use crate::runtime::{EdgeRecords, IdempotencyKeys, KeyClaim, StoredResponse};
 
 /// The request header.
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
@@ -39,16 +38,16 @@ const MAX_KEY_CHARS: usize = 255;
 /// What the middleware needs.
 #[derive(Clone)]
 pub struct Keys {
-    pub store: Arc<dyn Store>,
+    pub records: EdgeRecords,
     pub max_body_bytes: usize,
     /// When expired keys were last purged (Unix ms).
     last_purge: Arc<AtomicI64>,
 }
 
 impl Keys {
-    pub fn new(store: Arc<dyn Store>, max_body_bytes: usize) -> Keys {
+    pub fn new(records: EdgeRecords, max_body_bytes: usize) -> Keys {
         Keys {
-            store,
+            records,
             max_body_bytes,
             last_purge: Arc::new(AtomicI64::new(0)),
         }
@@ -143,7 +142,7 @@ pub async fn check(State(keys): State<Keys>, request: Request, next: Next) -> Re
         Ok(None) => return next.run(request).await,
         Err(why) => return bad_key(why),
     };
-    let Some(table) = keys.store.idempotency() else {
+    let Some(table) = keys.records.idempotency() else {
         return next.run(request).await;
     };
     if wants_stream(request.headers()) {
@@ -200,7 +199,7 @@ pub async fn check(State(keys): State<Keys>, request: Request, next: Next) -> Re
             },
             Ok(None) => {
                 let request = Request::from_parts(parts, Body::from(body));
-                return run_claimed(keys.store.clone(), key, claim, request, next).await;
+                return run_claimed(keys.records.clone(), key, claim, request, next).await;
             }
         }
     }
@@ -209,14 +208,14 @@ pub async fn check(State(keys): State<Keys>, request: Request, next: Next) -> Re
 /// Runs the request that holds the key, in a task of its own so that a client that goes away
 /// does not leave the key without an answer, and keeps its response when it is a success.
 async fn run_claimed(
-    store: Arc<dyn Store>,
+    records: EdgeRecords,
     key: String,
     claim: String,
     request: Request,
     next: Next,
 ) -> Response {
     let task = tokio::spawn(async move {
-        let Some(table) = store.idempotency() else {
+        let Some(table) = records.idempotency() else {
             return next.run(request).await;
         };
         let run = next.run(request);

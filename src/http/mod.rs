@@ -11,6 +11,7 @@
 //! - `auth`: API tokens and the page's sign-in cookie; `guard`: requests a web page could make
 //!   without the user knowing.
 //! - `ui`: the built-in web page, embedded in the binary.
+//! - `extract`: typed path ids (`Ids`; a malformed id is a 404).
 //! - `problem`: problem+json errors and the extractors that produce them; `params`: lenient
 //!   query values; `paging`: limits, cursors and the page envelope.
 //! - [`server`]: the listener loop, with the connection limits a public server needs.
@@ -21,6 +22,7 @@ mod approvals;
 mod artifacts;
 mod auth;
 mod events;
+mod extract;
 mod fronts;
 mod guard;
 pub mod idempotency;
@@ -53,6 +55,7 @@ use tracing::Instrument as _;
 pub use problem::{Problem, PROBLEM_JSON};
 pub use server::ConnectionLimits;
 
+use crate::runtime::EdgeRecords;
 use crate::session::Sessions;
 
 /// What every handler can reach.
@@ -111,7 +114,7 @@ pub fn router(state: AppState, options: &HttpOptions) -> Router {
         &options.cors_origins,
         tokens.enabled(),
     );
-    let auth = auth::Auth::new(tokens, state.sessions.store().clone());
+    let auth = auth::Auth::new(tokens, EdgeRecords::of(&state.sessions));
     let mut open = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -130,7 +133,7 @@ pub fn router(state: AppState, options: &HttpOptions) -> Router {
         .fallback(not_found)
         // Inside authentication: a kept response is only answered to a client with a token.
         .layer(middleware::from_fn_with_state(
-            idempotency::Keys::new(state.sessions.store().clone(), options.max_body_bytes),
+            idempotency::Keys::new(EdgeRecords::of(&state.sessions), options.max_body_bytes),
             idempotency::check,
         ))
         .layer(middleware::from_fn_with_state(auth, auth::require_token))
@@ -230,7 +233,7 @@ async fn readyz(State(state): State<AppState>) -> axum::response::Response {
     if let Some(why) = state.sessions.write_failure() {
         return Problem::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", why).into_response();
     }
-    match state.sessions.store().health().await {
+    match state.sessions.store_health().await {
         Ok(()) => Json(json!({ "status": "ready" })).into_response(),
         Err(error) => {
             tracing::warn!(%error, "readiness probe failed");

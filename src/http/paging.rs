@@ -2,15 +2,14 @@
 //! every list route, and the page of a session's records that are paged by id.
 
 use std::future::Future;
-use std::sync::Arc;
 
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::problem::{parse_id, Problem};
+use super::problem::Problem;
 use super::AppState;
-use crate::store::{Store, StoreResult};
+use crate::session::SessionError;
 
 pub const MAX_PAGE: i64 = 500;
 const DEFAULT_PAGE: i64 = 100;
@@ -84,19 +83,17 @@ pub fn parse_cursor(cursor: Option<&str>) -> Result<Option<Uuid>, Problem> {
 /// must exist, and the cursor is the last id of the page before.
 pub async fn page_by_id<T, Read>(
     state: &AppState,
-    id: &str,
+    id: Uuid,
     q: &CursorQuery,
-    read: impl FnOnce(Arc<dyn Store>, Uuid, Option<Uuid>, i64) -> Read,
+    read: impl FnOnce(Uuid, Option<Uuid>, i64) -> Read,
     id_of: fn(&T) -> Uuid,
 ) -> Result<Json<Page<T>>, Problem>
 where
     T: Serialize,
-    Read: Future<Output = StoreResult<Vec<T>>>,
+    Read: Future<Output = Result<Vec<T>, SessionError>>,
 {
-    let id = parse_id(id, "session")?;
     let (limit, after) = (q.limit()?, q.cursor()?);
     state.sessions.get(id).await?;
-    let store = Arc::clone(state.sessions.store());
-    let data = read(store, id, after, one_more(limit)).await?;
+    let data = read(id, after, one_more(limit)).await?;
     Ok(Json(Page::new(data, limit, |r| id_of(r).to_string())))
 }

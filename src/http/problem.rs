@@ -8,10 +8,8 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use uuid::Uuid;
 
-use crate::session::SessionError;
-use crate::store::StoreError;
+use crate::session::{SessionError, StoreError};
 
 pub const PROBLEM_JSON: &str = "application/problem+json";
 
@@ -279,12 +277,6 @@ where
 
 fn query_problem(rejection: QueryRejection) -> Problem {
     Problem::new(StatusCode::BAD_REQUEST, "bad-query", rejection.body_text())
-}
-
-/// Parses an id from the path: a malformed one is a 404 (no such resource can exist).
-pub fn parse_id(raw: &str, what: &str) -> Result<Uuid, Problem> {
-    Uuid::parse_str(raw)
-        .map_err(|_| Problem::not_found(format!("{what} not found: not a valid id")))
 }
 
 /// Turns every error response the framework makes on its own (unknown route, wrong method,

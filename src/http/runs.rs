@@ -1,9 +1,7 @@
 //! Runs: start a turn, resume, cancel, and read runs and their results, in the three run modes
 //! (202 + events, `?wait=true`, `Accept: text/event-stream`).
 
-use std::sync::Arc;
-
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -13,12 +11,13 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::events::{sse_response, wants_event_stream};
+use super::extract::Ids;
 use super::paging::{page_by_id, CursorQuery, Page};
-use super::problem::{parse_id, ApiJson, ApiQuery, OptionalJson, Problem};
+use super::problem::{ApiJson, ApiQuery, OptionalJson, Problem};
 use super::AppState;
-use crate::model::{RunRecord, RunResult, RunStatus};
-use crate::session::{IfBusy, Pending, RunRequest, RunStarted, RunStopped};
-use crate::store::Store;
+use crate::model::RunRecord;
+use crate::model::{RunId, SessionId};
+use crate::session::{Follow, IfBusy, Pending, RunEnd, RunRequest, Started, StartedRun};
 
 pub fn routes() -> Router<AppState> {
     Router::new()
@@ -137,12 +136,11 @@ pub(super) fn input_text(text: String) -> Result<String, Problem> {
 
 async fn start(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    Ids(SessionId(id)): Ids<SessionId>,
     ApiQuery(query): ApiQuery<RunQuery>,
     headers: HeaderMap,
     ApiJson(body): ApiJson<RunBody>,
 ) -> Result<Response, Problem> {
-    let id = parse_id(&id, "session")?;
     let input = parse_input(body.input)?;
     begin(
         state,
@@ -163,12 +161,11 @@ async fn start(
 
 async fn resume(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    Ids(SessionId(id)): Ids<SessionId>,
     ApiQuery(query): ApiQuery<ResumeQuery>,
     headers: HeaderMap,
     OptionalJson(_): OptionalJson<EmptyBody>,
 ) -> Result<Response, Problem> {
-    let id = parse_id(&id, "session")?;
     let wait = query.wait == Some(true);
     begin(state, id, RunRequest::resume(), wait, &headers).await
 }
@@ -180,103 +177,55 @@ async fn begin(
     wait: bool,
     headers: &HeaderMap,
 ) -> Result<Response, Problem> {
-    if wants_event_stream(headers) {
-        // Subscribe first so the stream misses nothing of the run.
-        let live = state.sessions.subscribe(id)?;
-        return match state.sessions.run(id, request).await? {
-            RunStarted::Started { run, .. } => {
-                let stream = state
-                    .sessions
-                    .stream_from(id, run.start_seq - 1, live, Some(run.id));
-                Ok(sse_response(stream, state.shutdown.clone()))
-            }
-            RunStarted::AlreadyCompleted(result) => Ok(Json(result).into_response()),
-            // The input joins the active run: its events, from its start.
-            RunStarted::Queued(run) => {
-                let stream = state
-                    .sessions
-                    .stream_from(id, run.start_seq - 1, live, Some(run.id));
-                Ok(sse_response(stream, state.shutdown.clone()))
-            }
-        };
-    }
-    // A queued input's client that waits is answered with the active run's result.
-    let live = match (request.if_busy, wait) {
-        (IfBusy::Queue, true) => Some(state.sessions.subscribe(id)?),
-        _ => None,
+    let follow = if wants_event_stream(headers) {
+        Follow::Events
+    } else if wait {
+        Follow::End
+    } else {
+        Follow::Record
     };
-    match state.sessions.run(id, request).await? {
-        RunStarted::AlreadyCompleted(result) => Ok(Json(result).into_response()),
-        RunStarted::Queued(run) => match live {
-            Some(live) => {
-                let mut stream =
-                    state
-                        .sessions
-                        .stream_from(id, run.start_seq - 1, live, Some(run.id));
-                while let Some(event) = stream.next().await {
-                    event.map_err(crate::session::SessionError::Store)?;
-                }
-                match state.sessions.store().run(id, run.id).await? {
-                    Some(stored) if stored.status != RunStatus::Running => {
-                        Ok(Json(RunResult::from(&stored)).into_response())
-                    }
-                    _ => Err(Problem::new(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "unavailable",
-                        format!(
-                            "run {} did not end on this server; follow the session's events \
-                             (GET /v1/sessions/{id}/events)",
-                            run.id
-                        ),
-                    )),
-                }
-            }
-            None => Ok(accepted(id, &run)),
-        },
-        RunStarted::Started { run, result } => {
-            if wait {
-                let result = match result.await {
-                    Ok(Ok(result)) => result,
-                    Ok(Err(RunStopped::Storage { error })) => {
-                        return Err(Problem::new(
-                            StatusCode::SERVICE_UNAVAILABLE,
-                            "storage-failed",
-                            format!(
-                                "run {} stopped because the database refused a write ({error}); \
-                                 it is recorded as failed (\"storage\") once writes succeed \
-                                 again, and can then be resumed",
-                                run.id
-                            ),
-                        ))
-                    }
-                    // The actor stopped (shutdown, takeover): report what is stored.
-                    Ok(Err(RunStopped::Elsewhere)) | Err(_) => {
-                        match state.sessions.store().run(id, run.id).await? {
-                            Some(stored) if stored.status != RunStatus::Running => {
-                                RunResult::from(&stored)
-                            }
-                            // Left to be taken over by another replica: it has no result yet.
-                            _ => {
-                                return Err(Problem::new(
-                                    StatusCode::SERVICE_UNAVAILABLE,
-                                    "unavailable",
-                                    format!(
-                                        "this server stopped before run {} ended; another \
-                                         replica continues it as a resume run: follow the \
-                                         session's events (GET /v1/sessions/{id}/events) or its \
-                                         last_run_id",
-                                        run.id
-                                    ),
-                                ))
-                            }
-                        }
-                    }
-                };
-                Ok(Json(result).into_response())
-            } else {
-                Ok(accepted(id, &run))
-            }
-        }
+    let started = match state.sessions.start(id, request, follow).await? {
+        Started::Completed(result) => return Ok(Json(result).into_response()),
+        Started::Run(started) => *started,
+    };
+    let StartedRun {
+        run, events, end, ..
+    } = started;
+    if let Some(events) = events {
+        return Ok(sse_response(events, state.shutdown.clone()));
+    }
+    match end {
+        None => Ok(accepted(id, &run)),
+        Some(RunEnd::Ended(result)) => Ok(Json(result).into_response()),
+        Some(RunEnd::Storage { error }) => Err(Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "storage-failed",
+            format!(
+                "run {} stopped because the database refused a write ({error}); it is recorded \
+                 as failed (\"storage\") once writes succeed again, and can then be resumed",
+                run.id
+            ),
+        )),
+        // Left to be taken over by another replica: it has no result yet.
+        Some(RunEnd::Elsewhere) => Err(Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            format!(
+                "this server stopped before run {} ended; another replica continues it as a \
+                 resume run: follow the session's events (GET /v1/sessions/{id}/events) or its \
+                 last_run_id",
+                run.id
+            ),
+        )),
+        Some(RunEnd::NotSeen) => Err(Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            format!(
+                "run {} did not end on this server; follow the session's events \
+                 (GET /v1/sessions/{id}/events)",
+                run.id
+            ),
+        )),
     }
 }
 
@@ -293,10 +242,9 @@ fn accepted(id: Uuid, run: &RunRecord) -> Response {
 
 async fn cancel(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    Ids(SessionId(id)): Ids<SessionId>,
     OptionalJson(_): OptionalJson<EmptyBody>,
 ) -> Result<Response, Problem> {
-    let id = parse_id(&id, "session")?;
     let outcome = state.sessions.cancel(id).await?;
     Ok(Json(outcome).into_response())
 }
@@ -304,10 +252,9 @@ async fn cancel(
 /// Manual compaction: `200 {turns, chars}`, or `204` when there is nothing to compact.
 async fn compact(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    Ids(SessionId(id)): Ids<SessionId>,
     OptionalJson(_): OptionalJson<EmptyBody>,
 ) -> Result<Response, Problem> {
-    let id = parse_id(&id, "session")?;
     match state.sessions.compact(id).await? {
         Some(compacted) => Ok(Json(compacted).into_response()),
         None => Ok(StatusCode::NO_CONTENT.into_response()),
@@ -316,25 +263,21 @@ async fn compact(
 
 async fn list(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    Ids(SessionId(id)): Ids<SessionId>,
     ApiQuery(q): ApiQuery<CursorQuery>,
 ) -> Result<Json<Page<RunRecord>>, Problem> {
-    let read =
-        |store: Arc<dyn Store>, id, after, limit| async move { store.runs(id, after, limit).await };
-    page_by_id(&state, &id, &q, read, |r| r.id).await
+    let read = |id, after, limit| state.sessions.runs_page(id, after, limit);
+    page_by_id(&state, id, &q, read, |r| r.id).await
 }
 
 async fn show(
     State(state): State<AppState>,
-    Path((id, run_id)): Path<(String, String)>,
+    Ids((SessionId(id), RunId(run_id))): Ids<(SessionId, RunId)>,
 ) -> Result<Json<RunRecord>, Problem> {
-    let id = parse_id(&id, "session")?;
-    let run_id = parse_id(&run_id, "run")?;
     state.sessions.get(id).await?;
     state
         .sessions
-        .store()
-        .run(id, run_id)
+        .run_record(id, run_id)
         .await?
         .map(Json)
         .ok_or_else(|| Problem::not_found("run not found"))

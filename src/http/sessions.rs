@@ -1,9 +1,7 @@
 //! `/v1/sessions`: create, list, get, delete, fork, and the read-only views of a session's
 //! messages and steps.
 
-use std::sync::Arc;
-
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -12,14 +10,15 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
+use super::extract::Ids;
 use super::paging::{one_more, page_by_id, page_limit, parse_cursor, CursorQuery, Page};
-use super::problem::{parse_id, ApiQuery, OptionalJson, Problem};
+use super::problem::{ApiQuery, OptionalJson, Problem};
 use super::AppState;
 use crate::model::{
     AgentStep, ClientTool, Message, Rule, RunRecord, SessionOptions, SessionRecord, SessionState,
 };
-use crate::session::NewSession;
-use crate::store::{SessionQuery, Store};
+use crate::model::{SessionId, StepId};
+use crate::session::{NewSession, SessionQuery};
 
 pub fn routes() -> Router<AppState> {
     Router::new()
@@ -179,8 +178,7 @@ async fn list(
     };
     let data = state
         .sessions
-        .store()
-        .sessions(&SessionQuery {
+        .list(&SessionQuery {
             limit: one_more(limit),
             before,
             state: state_filter,
@@ -192,12 +190,11 @@ async fn list(
 
 async fn show(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    Ids(SessionId(id)): Ids<SessionId>,
 ) -> Result<Json<SessionView>, Problem> {
-    let id = parse_id(&id, "session")?;
     let record = state.sessions.get(id).await?;
     let last_run = match record.last_run_id {
-        Some(run_id) => state.sessions.store().run(id, run_id).await?,
+        Some(run_id) => state.sessions.run_record(id, run_id).await?,
         None => None,
     };
     Ok(Json(SessionView { record, last_run }))
@@ -205,9 +202,8 @@ async fn show(
 
 async fn delete(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    Ids(SessionId(id)): Ids<SessionId>,
 ) -> Result<StatusCode, Problem> {
-    let id = parse_id(&id, "session")?;
     state.sessions.delete(id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -222,10 +218,9 @@ struct ForkBody {
 
 async fn fork(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    Ids(SessionId(id)): Ids<SessionId>,
     OptionalJson(body): OptionalJson<ForkBody>,
 ) -> Result<Response, Problem> {
-    let id = parse_id(&id, "session")?;
     let turns = match body.turns {
         None | Some(Value::Null) => None,
         // 3.0 is an integer to JSON Schema; 3.5 and -1 are not turn counts.
@@ -254,39 +249,36 @@ struct IndexQuery {
 
 async fn messages(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    Ids(SessionId(id)): Ids<SessionId>,
     ApiQuery(q): ApiQuery<IndexQuery>,
 ) -> Result<Json<Page<Message>>, Problem> {
-    let id = parse_id(&id, "session")?;
     let limit = page_limit(q.limit)?;
     state.sessions.get(id).await?;
     let after = q.after.unwrap_or(-1).max(-1);
     let data = state
         .sessions
-        .store()
-        .messages(id, after, one_more(limit))
+        .messages_page(id, after, one_more(limit))
         .await?;
     Ok(Json(Page::new(data, limit, |m| m.index.to_string())))
 }
 
 async fn steps(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    Ids(SessionId(id)): Ids<SessionId>,
     ApiQuery(q): ApiQuery<CursorQuery>,
 ) -> Result<Json<Page<AgentStep>>, Problem> {
-    let read = |store: Arc<dyn Store>, id, after, limit| async move {
-        let steps = store.steps(id, after, limit).await?;
+    let sessions = &state.sessions;
+    let read = |id, after, limit| async move {
+        let steps = sessions.steps_page(id, after, limit).await?;
         Ok(steps.into_iter().map(AgentStep::from).collect())
     };
-    page_by_id(&state, &id, &q, read, AgentStep::id).await
+    page_by_id(&state, id, &q, read, AgentStep::id).await
 }
 
 async fn step(
     State(state): State<AppState>,
-    Path((id, step_id)): Path<(String, String)>,
+    Ids((SessionId(id), StepId(step_id))): Ids<(SessionId, StepId)>,
 ) -> Result<Json<Value>, Problem> {
-    let id = parse_id(&id, "session")?;
-    let step_id = parse_id(&step_id, "step")?;
     state.sessions.get(id).await?;
     let view = state
         .sessions

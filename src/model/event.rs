@@ -32,12 +32,25 @@ pub struct Event {
     frame: Rendered<Frame>,
 }
 
-/// An SSE frame, where the event's JSON lies in it, and where that JSON's `data` lies.
+/// An SSE frame, where the event's JSON lies in it, and where that JSON's `data` lies
+/// (`None`: it could not be cut out).
 #[derive(Debug, Clone)]
 struct Frame {
     bytes: Bytes,
     json: std::ops::Range<usize>,
-    data: std::ops::Range<usize>,
+    data: Option<std::ops::Range<usize>>,
+}
+
+/// An event whose `data` could not be cut from its rendered JSON: it cannot be stored (a
+/// write that carries it fails rather than store something else).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "event {seq} ({type_name}) of session {session_id}: its data could not be cut from its JSON"
+)]
+pub struct UncutEvent {
+    pub session_id: Uuid,
+    pub seq: i64,
+    pub type_name: &'static str,
 }
 
 /// A lazily rendered form of an event; not part of its identity.
@@ -94,12 +107,18 @@ impl Event {
     }
 
     /// The `data` object's JSON text, as the store keeps it: the part of [`Event::json`]
-    /// between `"data":` and `,"created_at"`, found when the frame is rendered.
-    pub fn stored_data(&self) -> &str {
+    /// between `"data":` and `,"created_at"`, found when the frame is rendered. An event
+    /// whose data cannot be found there is an error, which fails the write that carries it.
+    pub fn stored_data(&self) -> Result<&str, UncutEvent> {
         let frame = self.frame();
-        match std::str::from_utf8(&frame.bytes[frame.data.clone()]) {
-            Ok(data) if !data.is_empty() => data,
-            _ => "{}",
+        let data = frame.data.clone().unwrap_or(0..0);
+        match std::str::from_utf8(&frame.bytes[data]) {
+            Ok(data) if !data.is_empty() => Ok(data),
+            _ => Err(UncutEvent {
+                session_id: self.session_id,
+                seq: self.seq,
+                type_name: self.type_name(),
+            }),
         }
     }
 
@@ -129,8 +148,8 @@ impl Event {
             let start = frame.len();
             let _ = serde_json::to_writer(&mut frame, self);
             let json = start..frame.len();
-            let data = data_range(&frame[json.clone()]);
-            let data = start + data.start..start + data.end;
+            let data =
+                data_range(&frame[json.clone()]).map(|data| start + data.start..start + data.end);
             frame.extend_from_slice(b"\n\n");
             Frame {
                 bytes: Bytes::from(frame),
@@ -154,15 +173,15 @@ impl Event {
 /// Where the `data` object lies in an event's JSON: between `"data":` and `,"created_at"`.
 /// The fields before `data` (an id, a number, a type name) cannot hold the key, and
 /// `created_at` is the last field, after everything `data` holds.
-fn data_range(json: &[u8]) -> std::ops::Range<usize> {
+fn data_range(json: &[u8]) -> Option<std::ops::Range<usize>> {
     const DATA: &[u8] = br#","data":"#;
     const CREATED_AT: &[u8] = br#","created_at":""#;
     let start = memchr::memmem::find(json, DATA).map(|at| at + DATA.len());
     let end = memchr::memmem::rfind(json, CREATED_AT);
     match (start, end) {
-        (Some(start), Some(end)) if start <= end => start..end,
-        // Not an event's JSON: an empty object.
-        _ => 0..0,
+        (Some(start), Some(end)) if start < end => Some(start..end),
+        // Not an event's JSON.
+        _ => None,
     }
 }
 
@@ -462,11 +481,20 @@ mod tests {
             let event = Event::new(Uuid::now_v7(), 12, kind.clone(), Utc::now());
             assert_eq!(
                 event.stored_data(),
-                kind.data_json(),
+                Ok(kind.data_json().as_str()),
                 "{}",
                 kind.type_name()
             );
         }
+    }
+
+    #[test]
+    fn json_without_a_data_field_has_nothing_to_cut() {
+        assert_eq!(data_range(br#"{"type":"x"}"#), None);
+        assert_eq!(data_range(br#"{"created_at":"t","data":{}}"#), None);
+        let json = br#"{"seq":1,"type":"x","data":{"a":1},"created_at":"t"}"#;
+        let data = data_range(json).expect("cut");
+        assert_eq!(&json[data], br#"{"a":1}"#);
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //!
 //! - `artifact`: the files a session produced, as versions of a path.
 //! - `message`: messages, tool calls and thinking blocks, the model-visible history.
+//! - `ids`: typed ids ([`SessionId`], [`RunId`], [`CallId`] …), serde-transparent.
 //! - `event`: [`Event`] and its typed [`EventKind`], rendered to the wire form once.
 //! - `session`: sessions, runs, steps and checkpoints as stored and served, and their states.
 //! - `step`: the typed LLM step descriptor and [`FinishReason`].
@@ -13,13 +14,15 @@
 
 mod artifact;
 mod event;
+mod ids;
 mod message;
 mod session;
 mod step;
 mod tool;
 
 pub use artifact::ArtifactRecord;
-pub use event::{CharsBeforeAfter, Event, EventKind};
+pub use event::{CharsBeforeAfter, Event, EventKind, UncutEvent};
+pub use ids::{ArtifactId, CallId, PathId, RunId, SessionId, StepId, MAX_CALL_ID_CHARS};
 pub use message::{
     Message, Role, SizeCache, ThinkingBlock, ToolCall, ToolSchema, SUMMARY_PREFIX,
     TRANSCRIPT_USER_MARKER,

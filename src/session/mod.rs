@@ -3,7 +3,7 @@
 //!
 //! Only a session's actor mutates it; everything else talks to the actor through
 //! its mailbox. Reads that need no owner (lists, pages of events or messages) go straight to
-//! the store.
+//! the store, through [`Sessions`] (`reads`), so that the faces never touch the store.
 //!
 //! - [`Sessions`] (`sessions`): the API the HTTP layer uses; it sends commands to actors.
 //! - `errors`: what a session refuses ([`SessionError`], [`ConflictKind`]).
@@ -12,10 +12,12 @@
 //! - `live`: the map of live sessions (mailboxes, live channels, leases).
 //! - `log`: a session's whole log as of one moment, read page by page.
 //! - `options`: what a new session may choose (workspace, tools, rules, client tools), checked.
+//! - `reads`: what the faces read through [`Sessions`] (pages, runs, artifacts).
 //! - `run_permit`: a run's place among `--max-concurrent-runs`, lent while it waits for its
 //!   sub-agents.
 //! - `lease`: the one copy of a session's lease (scale-out).
 //! - `coordination`: heartbeat, takeover sweep and notifications (scale-out).
+//! - `start`: [`Sessions::start`], subscribe-run-follow for every face.
 //! - `steps`: rebuilding an LLM step's exact request.
 //! - `stream`: replay-then-live event streams.
 //! - `subagents`: the `task` tool, which runs a child session for a call.
@@ -29,18 +31,23 @@ mod lease;
 mod live;
 mod log;
 mod options;
+mod reads;
 mod run_permit;
 mod sessions;
+mod start;
 mod steps;
 mod stream;
 mod subagents;
 mod waiting;
 
+/// The store's read queries and its error, as the faces name them through the session layer.
+pub use crate::store::{ArtifactQuery, ArtifactVersions, SessionQuery, StoreError};
 pub use command::{
     ApprovalAnswer, CancelOutcome, Compacted, IfBusy, Pending, RunRequest, RunStarted, RunStopped,
 };
 pub use errors::{ConflictKind, SessionError, Unanswered};
 pub use sessions::{NewSession, Sessions, Subscription};
+pub use start::{one_input_one_purpose, Follow, RunEnd, Started, StartedRun};
 pub use stream::{EventStream, OnWake};
 pub use waiting::{ClientResult, PendingApproval, PendingClientCall, Resolution};
 

@@ -18,6 +18,7 @@ use uuid::Uuid;
 use super::{cluster, PostgresStore};
 use crate::model::{
     Checkpoint, Event, FinishReason, Message, RunRecord, SessionRecord, ThinkingBlock, ToolCall,
+    UncutEvent,
 };
 use crate::store::rows::{tokens, CopiedRows, COPIED_ARTIFACTS, COPIED_MESSAGES, SESSION_TABLES};
 use crate::store::{NewArtifact, SessionProgress, StepRow, StoreResult, WriteOp};
@@ -388,11 +389,16 @@ async fn insert_event(conn: &mut PgConnection, e: &Event) -> Result<(), sqlx::Er
     .bind(e.session_id)
     .bind(e.seq)
     .bind(e.type_name())
-    .bind(json_text(e.stored_data()))
+    .bind(json_text(e.stored_data().map_err(uncut)?))
     .bind(e.created_at)
     .execute(conn)
     .await?;
     Ok(())
+}
+
+/// An event that cannot be stored fails the statement that carries it.
+fn uncut(error: UncutEvent) -> sqlx::Error {
+    sqlx::Error::Encode(Box::new(error))
 }
 
 /// Inserts the events of several `InsertEvent` ops with one statement (one round trip): the
@@ -409,7 +415,7 @@ async fn insert_events(conn: &mut PgConnection, ops: &[&WriteOp]) -> Result<(), 
             session_ids.push(e.session_id);
             seqs.push(e.seq);
             kinds.push(e.type_name());
-            data.push(json_text(e.stored_data()));
+            data.push(json_text(e.stored_data().map_err(uncut)?));
             created.push(e.created_at);
         }
     }

@@ -403,6 +403,9 @@ fn upsert_step(tx: &Transaction<'_>, s: &StepRow) -> rusqlite::Result<()> {
 }
 
 fn insert_event(tx: &Transaction<'_>, e: &Event) -> rusqlite::Result<()> {
+    let data = e
+        .stored_data()
+        .map_err(|uncut| rusqlite::Error::ToSqlConversionFailure(Box::new(uncut)))?;
     tx.prepare_cached(
         "INSERT INTO events (session_id, seq, type, data, created_at) VALUES (?, ?, ?, ?, ?)",
     )?
@@ -410,7 +413,7 @@ fn insert_event(tx: &Transaction<'_>, e: &Event) -> rusqlite::Result<()> {
         e.session_id.to_string(),
         e.seq,
         e.type_name(),
-        e.stored_data(),
+        data,
         e.created_at.to_rfc3339(),
     ])?;
     Ok(())
