@@ -18,7 +18,7 @@ use crate::llm::wire::{HttpModelConfig, Timeouts};
 use crate::llm::{anthropic, mock::MockModel, openai, ModelClient};
 use crate::mcp::McpServers;
 use crate::session::{SessionDeps, Sessions, ToolPolicy};
-use crate::store::{self, writer::Writer, Cluster};
+use crate::store::{self, writer::Writer, Cluster, Store};
 use crate::tools::{Sandbox, SandboxStatus, ToolContext, ToolRegistry, Workspace};
 
 #[derive(Debug, thiserror::Error)]
