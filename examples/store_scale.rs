@@ -21,7 +21,6 @@
 //! `--keep` keeps the database (its path is printed) instead of deleting it at the end.
 
 use std::process::Stdio;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -178,12 +177,12 @@ fn session_ops(id: Uuid, events: usize, at: &mut DateTime<Utc>, ops: &mut Vec<Wr
     kinds.truncate(events);
     for (i, kind) in kinds.into_iter().enumerate() {
         *at += chrono::Duration::milliseconds(3);
-        ops.push(WriteOp::InsertEvent(Arc::new(Event::new(
+        ops.push(WriteOp::insert_event(Event::new(
             id,
             i as i64 + 1,
             kind,
             *at,
-        ))));
+        )));
     }
 }
 

@@ -286,7 +286,7 @@ impl Dispatcher {
             r#"{{"type":{},"timestamp":{},"data":{}}}"#,
             serde_json::Value::from(event.type_name()),
             serde_json::to_string(&event.created_at).unwrap_or_default(),
-            event.json()
+            serde_json::to_string(&event).unwrap_or_default()
         );
         let id = webhook_id(delivery);
         let timestamp = now_ms() / 1000;

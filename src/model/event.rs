@@ -1,11 +1,9 @@
 //! Events: the append-only, per-session log that clients replay and watch live.
 //!
 //! An [`Event`] keeps its typed [`EventKind`] from the moment it is made until it is written
-//! out; the wire JSON is made when it is serialised, once however many subscribers are sent it.
+//! out; its wire JSON and SSE frame are made once, by the
+//! [`Published`](super::published::Published) that carries it to the store and subscribers.
 
-use std::sync::OnceLock;
-
-use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -26,47 +24,6 @@ pub struct Event {
     #[serde(flatten)]
     pub kind: EventKind,
     pub created_at: DateTime<Utc>,
-    /// The event's SSE frame, encoded once and shared by every SSE subscriber; its JSON is
-    /// part of it.
-    #[serde(skip)]
-    frame: Rendered<Frame>,
-}
-
-/// An SSE frame, where the event's JSON lies in it, and where that JSON's `data` lies
-/// (`None`: it could not be cut out).
-#[derive(Debug, Clone)]
-struct Frame {
-    bytes: Bytes,
-    json: std::ops::Range<usize>,
-    data: Option<std::ops::Range<usize>>,
-}
-
-/// An event whose `data` could not be cut from its rendered JSON: it cannot be stored (a
-/// write that carries it fails rather than store something else).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "event {seq} ({type_name}) of session {session_id}: its data could not be cut from its JSON"
-)]
-pub struct UncutEvent {
-    pub session_id: Uuid,
-    pub seq: i64,
-    pub type_name: &'static str,
-}
-
-/// A lazily rendered form of an event; not part of its identity.
-#[derive(Debug, Clone)]
-struct Rendered<T>(OnceLock<T>);
-
-impl<T> Default for Rendered<T> {
-    fn default() -> Rendered<T> {
-        Rendered(OnceLock::new())
-    }
-}
-
-impl<T> PartialEq for Rendered<T> {
-    fn eq(&self, _: &Rendered<T>) -> bool {
-        true
-    }
 }
 
 impl Event {
@@ -76,7 +33,6 @@ impl Event {
             seq,
             kind,
             created_at,
-            frame: Rendered::default(),
         }
     }
 
@@ -97,68 +53,6 @@ impl Event {
         self.kind.type_name()
     }
 
-    /// The event as JSON (what SSE `data:` lines carry): the `data:` line of its
-    /// [`sse_frame`](Event::sse_frame), so it is rendered once for the store, every subscriber
-    /// and every webhook.
-    pub fn json(&self) -> &str {
-        let frame = self.frame();
-        // The range lies on the bounds of the JSON that was written there.
-        std::str::from_utf8(&frame.bytes[frame.json.clone()]).unwrap_or("{}")
-    }
-
-    /// The `data` object's JSON text, as the store keeps it: the part of [`Event::json`]
-    /// between `"data":` and `,"created_at"`, found when the frame is rendered. An event
-    /// whose data cannot be found there is an error, which fails the write that carries it.
-    pub fn stored_data(&self) -> Result<&str, UncutEvent> {
-        let frame = self.frame();
-        let data = frame.data.clone().unwrap_or(0..0);
-        match std::str::from_utf8(&frame.bytes[data]) {
-            Ok(data) if !data.is_empty() => Ok(data),
-            _ => Err(UncutEvent {
-                session_id: self.session_id,
-                seq: self.seq,
-                type_name: self.type_name(),
-            }),
-        }
-    }
-
-    /// The event as one Server-Sent Events frame, `id: <seq>`, `event: <type>`, `data: <json>`
-    /// and a blank line, encoded on first use: every subscriber writes the same bytes.
-    pub fn sse_frame(&self) -> Bytes {
-        self.frame().bytes.clone()
-    }
-
-    /// Renders the event's frame now, on the caller's thread, rather than where it is first
-    /// needed.
-    pub fn render(&self) {
-        self.frame();
-    }
-
-    fn frame(&self) -> &Frame {
-        self.frame.0.get_or_init(|| {
-            let type_name = self.type_name();
-            let mut frame = Vec::with_capacity(type_name.len() + 320);
-            frame.extend_from_slice(b"id: ");
-            frame.extend_from_slice(self.seq.to_string().as_bytes());
-            frame.extend_from_slice(b"\nevent: ");
-            frame.extend_from_slice(type_name.as_bytes());
-            frame.extend_from_slice(b"\ndata: ");
-            // Compact JSON has no raw line breaks (they are escaped inside strings), so the
-            // data is one line. Plain data with string keys: serialising it cannot fail.
-            let start = frame.len();
-            let _ = serde_json::to_writer(&mut frame, self);
-            let json = start..frame.len();
-            let data =
-                data_range(&frame[json.clone()]).map(|data| start + data.start..start + data.end);
-            frame.extend_from_slice(b"\n\n");
-            Frame {
-                bytes: Bytes::from(frame),
-                json,
-                data,
-            }
-        })
-    }
-
     /// True for the events that end a run: exactly one of them closes every run.
     pub fn is_terminal(&self) -> bool {
         self.kind.is_terminal()
@@ -167,21 +61,6 @@ impl Event {
     /// The run this event belongs to, for the events that name one.
     pub fn run_id(&self) -> Option<Uuid> {
         self.kind.run_id()
-    }
-}
-
-/// Where the `data` object lies in an event's JSON: between `"data":` and `,"created_at"`.
-/// The fields before `data` (an id, a number, a type name) cannot hold the key, and
-/// `created_at` is the last field, after everything `data` holds.
-fn data_range(json: &[u8]) -> Option<std::ops::Range<usize>> {
-    const DATA: &[u8] = br#","data":"#;
-    const CREATED_AT: &[u8] = br#","created_at":""#;
-    let start = memchr::memmem::find(json, DATA).map(|at| at + DATA.len());
-    let end = memchr::memmem::rfind(json, CREATED_AT);
-    match (start, end) {
-        (Some(start), Some(end)) if start < end => Some(start..end),
-        // Not an event's JSON.
-        _ => None,
     }
 }
 
@@ -428,6 +307,7 @@ impl EventKind {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::Published;
 
     #[test]
     fn kinds_serialise_to_wire_names() {
@@ -478,7 +358,7 @@ mod tests {
             assert_eq!(data, kind.data_value());
             let back = EventKind::from_parts(kind.type_name(), &kind.data_json()).unwrap();
             assert_eq!(back, kind);
-            let event = Event::new(Uuid::now_v7(), 12, kind.clone(), Utc::now());
+            let event = Published::new(Event::new(Uuid::now_v7(), 12, kind.clone(), Utc::now()));
             assert_eq!(
                 event.stored_data(),
                 Ok(kind.data_json().as_str()),
@@ -486,56 +366,6 @@ mod tests {
                 kind.type_name()
             );
         }
-    }
-
-    #[test]
-    fn json_without_a_data_field_has_nothing_to_cut() {
-        assert_eq!(data_range(br#"{"type":"x"}"#), None);
-        assert_eq!(data_range(br#"{"created_at":"t","data":{}}"#), None);
-        let json = br#"{"seq":1,"type":"x","data":{"a":1},"created_at":"t"}"#;
-        let data = data_range(json).expect("cut");
-        assert_eq!(&json[data], br#"{"a":1}"#);
-    }
-
-    #[test]
-    fn an_event_renders_in_wire_order() {
-        let event = Event::new(
-            Uuid::nil(),
-            3,
-            EventKind::AgentCancelled {
-                run_id: Uuid::nil(),
-            },
-            chrono::DateTime::from_timestamp(0, 0).unwrap(),
-        );
-        let nil = Uuid::nil();
-        assert_eq!(
-            event.json(),
-            format!(
-                r#"{{"session_id":"{nil}","seq":3,"type":"agent.cancelled","data":{{"run_id":"{nil}"}},"created_at":"1970-01-01T00:00:00Z"}}"#
-            )
-        );
-        assert!(event.is_terminal());
-        assert_eq!(event.run_id(), Some(nil));
-        let back: Event = serde_json::from_str(event.json()).unwrap();
-        assert_eq!(back, event);
-    }
-
-    #[test]
-    fn an_sse_frame_carries_the_id_type_and_json_on_one_data_line() {
-        let kind = EventKind::AssistantStream {
-            step_id: Uuid::nil(),
-            text: "two\nlines\r and \u{2028}".into(),
-        };
-        let at = chrono::DateTime::from_timestamp(0, 0).unwrap();
-        // Encoded from scratch, and after the JSON was rendered: the same bytes.
-        let fresh = Event::new(Uuid::nil(), 42, kind.clone(), at);
-        let rendered = Event::new(Uuid::nil(), 42, kind, at);
-        let json = rendered.json();
-        let expected = format!("id: 42\nevent: agent.assistant-stream\ndata: {json}\n\n");
-        assert_eq!(&fresh.sse_frame()[..], expected.as_bytes());
-        assert_eq!(&rendered.sse_frame()[..], expected.as_bytes());
-        assert_eq!(expected.matches('\n').count(), 4, "{expected:?}");
-        assert!(!expected.contains('\r'), "{expected:?}");
     }
 
     #[test]

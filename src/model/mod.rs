@@ -6,7 +6,9 @@
 //! - `artifact`: the files a session produced, as versions of a path.
 //! - `message`: messages, tool calls and thinking blocks, the model-visible history.
 //! - `ids`: typed ids ([`SessionId`], [`RunId`], [`CallId`] …), serde-transparent.
-//! - `event`: [`Event`] and its typed [`EventKind`], rendered to the wire form once.
+//! - `event`: [`Event`] and its typed [`EventKind`].
+//! - `published`: an event on its way out ([`Published`]): its wire JSON and SSE frame,
+//!   rendered once for the store, every subscriber and every webhook.
 //! - `session`: sessions, runs, steps and checkpoints as stored and served, and their states.
 //! - `step`: the typed LLM step descriptor and [`FinishReason`].
 //! - `tool`: policy rules, client tools, how a waiting call was resolved, and the built-in
@@ -16,17 +18,19 @@ mod artifact;
 mod event;
 mod ids;
 mod message;
+mod published;
 mod session;
 mod step;
 mod tool;
 
 pub use artifact::ArtifactRecord;
-pub use event::{CharsBeforeAfter, Event, EventKind, UncutEvent};
+pub use event::{CharsBeforeAfter, Event, EventKind};
 pub use ids::{ArtifactId, CallId, PathId, RunId, SessionId, StepId, MAX_CALL_ID_CHARS};
 pub use message::{
     Message, Role, SizeCache, ThinkingBlock, ToolCall, ToolSchema, SUMMARY_PREFIX,
     TRANSCRIPT_USER_MARKER,
 };
+pub use published::{Published, UncutEvent};
 pub use session::{
     client_tools_of, Checkpoint, RunKind, RunRecord, RunResult, RunStatus, SessionOptions,
     SessionRecord, SessionState, StepKind, StepRecord, StepStatus, Usage, INTERRUPTED,

@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use super::command::Command;
 use super::lease::Lease;
-use crate::model::Event;
+use crate::model::Published;
 use crate::store::WriteOp;
 
 /// Events kept in memory per session for live subscribers; one that falls further behind is
@@ -27,7 +27,7 @@ pub(super) type Inbox = mpsc::Receiver<Command>;
 
 pub(super) struct Slot {
     pub mailbox: mpsc::Sender<Command>,
-    pub events: broadcast::Sender<Arc<Event>>,
+    pub events: broadcast::Sender<Arc<Published>>,
     /// Bumped when another replica committed events of this session (or notifications may
     /// have been lost): subscribers then read what they miss from the store.
     pub wake: Arc<watch::Sender<u64>>,

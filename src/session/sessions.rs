@@ -20,13 +20,14 @@ use super::stream::EventStream;
 use super::waiting::{self, ClientResult, PendingApproval, PendingClientCall, Waiting};
 use super::{coordination, steps, ConflictKind, SessionDeps, SessionError};
 use crate::model::{
-    self, Event, EventKind, Message, Role, SessionOptions, SessionRecord, SessionState, Usage,
+    self, Event, EventKind, Message, Published, Role, SessionOptions, SessionRecord, SessionState,
+    Usage,
 };
 use crate::store::{Store, WriteOp};
 
 /// A session's live channels, taken before its backlog is read.
 pub struct Subscription {
-    pub(super) live: broadcast::Receiver<Arc<Event>>,
+    pub(super) live: broadcast::Receiver<Arc<Published>>,
     pub(super) wake: watch::Receiver<u64>,
 }
 
@@ -593,6 +594,11 @@ async fn recover_stalled(sessions: Sessions, mut stalled: mpsc::UnboundedReceive
     }
 }
 
-fn new_event(session_id: Uuid, seq: i64, kind: EventKind) -> Arc<Event> {
-    Arc::new(Event::new(session_id, seq, kind, model::now()))
+fn new_event(session_id: Uuid, seq: i64, kind: EventKind) -> Arc<Published> {
+    Arc::new(Published::new(Event::new(
+        session_id,
+        seq,
+        kind,
+        model::now(),
+    )))
 }

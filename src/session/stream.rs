@@ -19,7 +19,7 @@ use tokio_stream::StreamExt;
 use super::Subscription;
 use uuid::Uuid;
 
-use crate::model::Event;
+use crate::model::Published;
 use crate::store::{Store, StoreError};
 
 /// Events read from the store per query while catching up.
@@ -29,11 +29,11 @@ pub struct EventStream {
     store: Arc<dyn Store>,
     session_id: Uuid,
     last_sent: i64,
-    live: broadcast::Receiver<Arc<Event>>,
+    live: broadcast::Receiver<Arc<Published>>,
     /// Bumped when events committed elsewhere (another replica) are to be read from the store;
     /// a stream, so that its wait stays registered across events, polled only when it woke.
     wake: Option<OnWake<WatchStream<u64>>>,
-    backlog: VecDeque<Arc<Event>>,
+    backlog: VecDeque<Arc<Published>>,
     catching_up: bool,
     /// The live channel closed: what is left comes from the store, then the stream ends.
     closed: bool,
@@ -68,7 +68,7 @@ impl EventStream {
 
     /// The next event in `seq` order, or `None` when the stream is over (the run ended, or
     /// the session was deleted).
-    pub async fn next(&mut self) -> Option<Result<Arc<Event>, StoreError>> {
+    pub async fn next(&mut self) -> Option<Result<Arc<Published>, StoreError>> {
         if self.done {
             return None;
         }
@@ -93,7 +93,8 @@ impl EventStream {
                                 return None;
                             }
                         }
-                        self.backlog.extend(page.into_iter().map(Arc::new));
+                        self.backlog
+                            .extend(page.into_iter().map(|e| Arc::new(Published::new(e))));
                         continue;
                     }
                     Err(error) => {
@@ -132,7 +133,7 @@ impl EventStream {
         }
     }
 
-    fn sent(&mut self, event: Arc<Event>) -> Arc<Event> {
+    fn sent(&mut self, event: Arc<Published>) -> Arc<Published> {
         self.last_sent = event.seq;
         if let Some(run) = self.run {
             if event.is_terminal() && event.run_id() == Some(run) {
@@ -143,7 +144,7 @@ impl EventStream {
     }
 
     /// Adapts the stream to a `futures::Stream`.
-    pub fn into_stream(self) -> impl Stream<Item = Result<Arc<Event>, StoreError>> {
+    pub fn into_stream(self) -> impl Stream<Item = Result<Arc<Published>, StoreError>> {
         futures::stream::unfold(
             self,
             |mut s| async move { s.next().await.map(|item| (item, s)) },

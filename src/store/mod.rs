@@ -37,8 +37,8 @@ use uuid::Uuid;
 use bytes::Bytes;
 
 use crate::model::{
-    ArtifactRecord, Checkpoint, Event, Message, RunRecord, SessionRecord, SessionState, StepKind,
-    StepRecord, StepStatus, Usage,
+    ArtifactRecord, Checkpoint, Event, Message, Published, RunRecord, SessionRecord, SessionState,
+    StepKind, StepRecord, StepStatus, Usage,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -126,7 +126,7 @@ pub enum WriteOp {
     },
     UpsertRun(RunRecord),
     UpsertStep(StepRow),
-    InsertEvent(Arc<Event>),
+    InsertEvent(Arc<Published>),
     InsertCheckpoint(Checkpoint),
     /// Refuses the whole commit unless `owner` still holds the session's lease at `epoch`
     /// (scale-out fencing; a no-op on a single-node store).
@@ -142,6 +142,13 @@ pub enum WriteOp {
         error: String,
         at: chrono::DateTime<chrono::Utc>,
     },
+}
+
+impl WriteOp {
+    /// Inserts `event`, published to the session's subscribers once committed.
+    pub fn insert_event(event: Event) -> WriteOp {
+        WriteOp::InsertEvent(Arc::new(Published::new(event)))
+    }
 }
 
 /// The columns of a session that its runs change (state, error, usage, last run, update

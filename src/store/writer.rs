@@ -16,7 +16,7 @@ use tokio::task::JoinHandle;
 use uuid::Uuid;
 
 use super::{Store, StoreError, StoreResult, WriteOp};
-use crate::model::Event;
+use crate::model::Published;
 
 /// Who wrote a commit: a session and the incarnation of its actor.
 pub type Origin = (Uuid, u64);
@@ -25,7 +25,7 @@ pub struct Commit {
     pub origin: Origin,
     pub ops: Vec<WriteOp>,
     /// Where the committed events are published.
-    pub publish: Option<broadcast::Sender<Arc<Event>>>,
+    pub publish: Option<broadcast::Sender<Arc<Published>>>,
     pub ack: Option<oneshot::Sender<StoreResult<()>>>,
 }
 
@@ -94,7 +94,7 @@ impl Writer {
         &self,
         origin: Origin,
         ops: Vec<WriteOp>,
-        publish: Option<broadcast::Sender<Arc<Event>>>,
+        publish: Option<broadcast::Sender<Arc<Published>>>,
     ) -> StoreResult<()> {
         let (ack, done) = oneshot::channel();
         self.submit(Commit {
@@ -275,7 +275,7 @@ mod tests {
 
     use super::*;
     use crate::model::{
-        Checkpoint, EventKind, Message, RunRecord, SessionRecord, SessionState, StepRecord,
+        Checkpoint, Event, EventKind, Message, RunRecord, SessionRecord, SessionState, StepRecord,
     };
     use crate::store::{SessionHistory, SessionQuery};
 
@@ -376,7 +376,7 @@ mod tests {
             from: SessionState::Idle,
             to: SessionState::Running,
         };
-        WriteOp::InsertEvent(Arc::new(Event::new(session_id, 1, kind, Utc::now())))
+        WriteOp::insert_event(Event::new(session_id, 1, kind, Utc::now()))
     }
 
     /// Queues a commit without waiting for it; the returned receiver gets its ack.
@@ -384,7 +384,7 @@ mod tests {
         writer: &Writer,
         origin: Origin,
         ops: Vec<WriteOp>,
-        publish: Option<broadcast::Sender<Arc<Event>>>,
+        publish: Option<broadcast::Sender<Arc<Published>>>,
     ) -> oneshot::Receiver<StoreResult<()>> {
         let (ack, done) = oneshot::channel();
         let commit = Commit {

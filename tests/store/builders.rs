@@ -75,7 +75,7 @@ pub fn call_arguments(event: &Event) -> Value {
 }
 
 pub fn events_op(session_id: Uuid, seqs: std::ops::RangeInclusive<i64>) -> Vec<WriteOp> {
-    seqs.map(|seq| WriteOp::InsertEvent(Arc::new(event(session_id, seq))))
+    seqs.map(|seq| WriteOp::insert_event(event(session_id, seq)))
         .collect()
 }
 

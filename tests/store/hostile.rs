@@ -27,8 +27,8 @@ async fn event_data_json_round_trips(store: Arc<dyn Store>) {
     commit(
         &store,
         vec![
-            WriteOp::InsertEvent(Arc::new(e.clone())),
-            WriteOp::InsertEvent(Arc::new(scalar.clone())),
+            WriteOp::insert_event(e.clone()),
+            WriteOp::insert_event(scalar.clone()),
         ],
     )
     .await;
@@ -62,8 +62,8 @@ async fn nul_characters_do_not_fail_a_commit(store: Arc<dyn Store>) {
                 session_id: s.id,
                 message: m.clone(),
             },
-            WriteOp::InsertEvent(Arc::new(e.clone())),
-            WriteOp::InsertEvent(Arc::new(Event::new(s.id, 2, e.kind.clone(), e.created_at))),
+            WriteOp::insert_event(e.clone()),
+            WriteOp::insert_event(Event::new(s.id, 2, e.kind.clone(), e.created_at)),
         ],
     )
     .await;

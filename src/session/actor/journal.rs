@@ -15,8 +15,8 @@ use crate::agent::compaction::Summary;
 use crate::agent::context::TrimStats;
 use crate::agent::{Admission, Answer, Completion, Journal};
 use crate::model::{
-    self, CharsBeforeAfter, Checkpoint, Event, EventKind, LlmRequestDescriptor, Message, Role,
-    SessionState, StepKind, StepStatus, ToolCall,
+    self, CharsBeforeAfter, Checkpoint, Event, EventKind, LlmRequestDescriptor, Message, Published,
+    Role, SessionState, StepKind, StepStatus, ToolCall,
 };
 use crate::session::live::Slot;
 use crate::session::SessionDeps;
@@ -68,7 +68,12 @@ impl Batch {
             EventKind::ToolApprovalResolved { .. } => crate::metrics::approvals_pending(-1),
             _ => {}
         }
-        let event = Event::new(self.session_id, core.next_seq, kind, model::now());
+        let event = Published::new(Event::new(
+            self.session_id,
+            core.next_seq,
+            kind,
+            model::now(),
+        ));
         // Rendered here, beside the other actors, rather than on the writer's thread, which
         // every commit waits for: the store and every subscriber use this JSON.
         event.render();

@@ -300,7 +300,6 @@ impl ClusterListener for PgNotices {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
 
     use chrono::Utc;
 
@@ -312,7 +311,7 @@ mod tests {
             from: SessionState::Idle,
             to: SessionState::Running,
         };
-        WriteOp::InsertEvent(Arc::new(Event::new(session_id, seq, kind, Utc::now())))
+        WriteOp::insert_event(Event::new(session_id, seq, kind, Utc::now()))
     }
 
     #[test]

@@ -17,8 +17,8 @@ use uuid::Uuid;
 
 use super::{cluster, PostgresStore};
 use crate::model::{
-    Checkpoint, Event, FinishReason, Message, RunRecord, SessionRecord, ThinkingBlock, ToolCall,
-    UncutEvent,
+    Checkpoint, FinishReason, Message, Published, RunRecord, SessionRecord, ThinkingBlock,
+    ToolCall, UncutEvent,
 };
 use crate::store::rows::{tokens, CopiedRows, COPIED_ARTIFACTS, COPIED_MESSAGES, SESSION_TABLES};
 use crate::store::{NewArtifact, SessionProgress, StepRow, StoreResult, WriteOp};
@@ -381,7 +381,7 @@ async fn upsert_step(conn: &mut PgConnection, s: &StepRow) -> Result<(), sqlx::E
     Ok(())
 }
 
-async fn insert_event(conn: &mut PgConnection, e: &Event) -> Result<(), sqlx::Error> {
+async fn insert_event(conn: &mut PgConnection, e: &Published) -> Result<(), sqlx::Error> {
     sqlx::query(
         "INSERT INTO events (session_id, seq, type, data, created_at) \
          VALUES ($1, $2, $3, $4::jsonb, $5)",

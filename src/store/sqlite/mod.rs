@@ -187,7 +187,6 @@ crate::store::webhooks::webhook_queue_over_pool!(SqliteStore, |s: &str| {
 #[cfg(test)]
 mod tests {
     use std::ops::RangeInclusive;
-    use std::sync::Arc;
 
     use serde_json::json;
     use uuid::Uuid;
@@ -222,7 +221,7 @@ mod tests {
                 step_id: Uuid::nil(),
                 text: format!("piece {seq}"),
             };
-            WriteOp::InsertEvent(Arc::new(Event::new(session_id, seq, kind, now())))
+            WriteOp::insert_event(Event::new(session_id, seq, kind, now()))
         })
         .collect()
     }

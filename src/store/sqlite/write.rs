@@ -13,7 +13,7 @@ use rusqlite::{params, params_from_iter, Connection, Transaction, TransactionBeh
 use uuid::Uuid;
 
 use crate::model::{
-    Checkpoint, Event, FinishReason, Message, RunRecord, SessionRecord, ThinkingBlock, ToolCall,
+    Checkpoint, FinishReason, Message, Published, RunRecord, SessionRecord, ThinkingBlock, ToolCall,
 };
 use crate::store::rows::{tokens, CopiedRows, COPIED_ARTIFACTS, COPIED_MESSAGES, SESSION_TABLES};
 use crate::store::{NewArtifact, SessionProgress, StepRow, StoreError, StoreResult, WriteOp};
@@ -402,7 +402,7 @@ fn upsert_step(tx: &Transaction<'_>, s: &StepRow) -> rusqlite::Result<()> {
     Ok(())
 }
 
-fn insert_event(tx: &Transaction<'_>, e: &Event) -> rusqlite::Result<()> {
+fn insert_event(tx: &Transaction<'_>, e: &Published) -> rusqlite::Result<()> {
     let data = e
         .stored_data()
         .map_err(|uncut| rusqlite::Error::ToSqlConversionFailure(Box::new(uncut)))?;
