@@ -13,7 +13,7 @@ use super::calls::{AnswerMsg, CallDesk, RunCalls};
 use super::end::{self, Conclusion, RunOutcome, Stopping};
 use super::journal::{Batch, RunJournal};
 use super::{Active, Activity, Phase, SessionActor, Stop};
-use crate::agent::{context, AgentDeps, AgentError, AgentLoop, DefaultLoop};
+use crate::agent::{context, run_turn, AgentDeps, AgentError};
 use crate::model::{
     self, EventKind, Message, ResolvedBy, Role, RunKind, RunRecord, RunResult, RunStatus,
     SessionRecord, SessionState, Usage,
@@ -479,15 +479,14 @@ impl SessionActor {
         let result = if let Some(error) = unusable {
             Err(AgentError::NotStarted { error })
         } else {
-            let turn = DefaultLoop
-                .run(
-                    &mut journal,
-                    &agent,
-                    &settings,
-                    begin.input,
-                    &activity.cancel,
-                )
-                .instrument(span.clone());
+            let turn = run_turn(
+                &mut journal,
+                &agent,
+                &settings,
+                begin.input,
+                &activity.cancel,
+            )
+            .instrument(span.clone());
             tokio::pin!(turn);
             loop {
                 tokio::select! {
