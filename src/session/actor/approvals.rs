@@ -78,6 +78,7 @@ fn checked_approval(
                 &check_input,
             )
             .map(|a| calls::map(a, Given::Approval))
+            .map_err(SessionError::from)
     })
 }
 
@@ -87,6 +88,7 @@ fn client_check(call_id: &str, output: &str, is_error: bool) -> Check {
         waiting
             .answer_client(&call_id, output.clone(), is_error)
             .map(|a| calls::map(a, Given::Client))
+            .map_err(SessionError::from)
     })
 }
 

@@ -91,6 +91,7 @@ impl RunCalls {
                 },
             )
             .map(|a| map(a, Given::Approval))
+            .map_err(SessionError::from)
     }
 
     /// Checks a client's result against the run's calls, as [`RunCalls::check_approval`] does.
@@ -103,6 +104,7 @@ impl RunCalls {
         self.waiting()
             .answer_client(call_id, output, is_error)
             .map(|a| map(a, Given::Client))
+            .map_err(SessionError::from)
     }
 
     /// Hands a first answer to the run (which replies once it is recorded); a repeat or a
