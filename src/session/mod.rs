@@ -9,6 +9,8 @@
 //! - `errors`: what a session refuses ([`SessionError`], [`ConflictKind`]).
 //! - `command`: the commands an actor takes, and their answers.
 //! - `actor/`: the actor, one handler per command family.
+//! - `core`: a session's state as its actor holds it.
+//! - `run/`: a run being driven: the agent loop's journal, its call board, admission, its end.
 //! - `live`: the map of live sessions (mailboxes, live channels, leases).
 //! - `log`: a session's whole log as of one moment, read page by page.
 //! - `options`: what a new session may choose (workspace, tools, rules, client tools), checked.
@@ -24,11 +26,13 @@
 mod actor;
 mod command;
 mod coordination;
+mod core;
 mod errors;
 mod lease;
 mod live;
 mod log;
 mod options;
+mod run;
 mod run_permit;
 mod sessions;
 mod steps;

@@ -12,12 +12,12 @@ use std::sync::Arc;
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::calls::{self, AnswerMsg, Given};
 use super::run::Begin;
 use super::{Phase, SessionActor, Stop};
 use crate::model::{Action, ToolCall};
 use crate::session::command::{ApprovalAnswer, Reply};
 use crate::session::live::Inbox;
+use crate::session::run::board::{self as calls, AnswerMsg, Given};
 use crate::session::waiting::{self, Answered, ClientResult, Kind, Waiting};
 use crate::session::{SessionError, ToolPolicy};
 use crate::store::Store;
@@ -331,6 +331,6 @@ async fn check_edited_input(
     Err(SessionError::EditedInputDenied(format!(
         "the edited input{what} is denied: {}; the call still waits for an answer (answer it \
          with another input, or deny it)",
-        calls::denial_reason(&decision, tool)
+        crate::session::run::denial_reason(&decision, tool)
     )))
 }

@@ -1,12 +1,12 @@
 //! Manual compaction: summarises every turn since the last summary and appends the summary at
 //! the end of the history. Cancel aborts it and nothing is written.
 
-use super::journal::Batch;
 use super::{Active, Activity, Phase, SessionActor, Stop};
 use crate::agent::compaction::{self, CompactError};
 use crate::model::EventKind;
 use crate::session::command::{Compacted, Reply};
 use crate::session::live::Inbox;
+use crate::session::run::Batch;
 use crate::session::{ConflictKind, SessionError};
 
 pub(super) async fn handle(phase: Phase<'_>, reply: Reply<Option<Compacted>>) -> Result<(), Stop> {
@@ -48,7 +48,7 @@ impl SessionActor {
                 before: i64::MAX,
             },
         };
-        let sink = super::journal::Sink {
+        let sink = crate::session::run::Sink {
             deps: &self.deps,
             slot: &self.slot,
         };

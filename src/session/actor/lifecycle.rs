@@ -1,11 +1,11 @@
 //! Commands about the session's existence and ownership: delete, take over a run a dead
 //! process left behind, and the loss of the lease.
 
-use super::journal::Batch;
 use super::run::Begin;
 use super::{Phase, Stop};
 use crate::session::actor::access::Refusal;
 use crate::session::command::Reply;
+use crate::session::run::Batch;
 use crate::session::SessionError;
 use crate::store::WriteOp;
 

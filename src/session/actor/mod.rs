@@ -13,13 +13,8 @@
 
 mod access;
 mod approvals;
-mod artifacts;
-mod calls;
 mod cancel;
-mod children;
 mod compact;
-mod end;
-mod journal;
 mod lifecycle;
 mod run;
 
@@ -30,11 +25,12 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::command::Command;
+use super::core::Core;
 use super::live::{Inbox, LiveSessions, Retire, Slot};
+use super::run::Sink;
 use super::{ConflictKind, SessionDeps, SessionError};
-use crate::model::{Message, RunRecord, RunResult, SessionRecord, SessionState};
+use crate::model::SessionState;
 use crate::store::StoreError;
-use journal::Sink;
 
 /// How long an actor with nothing to do and nobody watching stays in memory.
 const IDLE_EVICTION: Duration = Duration::from_secs(60);
@@ -46,24 +42,6 @@ pub(super) struct SessionActor {
     live: LiveSessions,
     /// The session as this actor knows it, once loaded.
     core: Option<Core>,
-}
-
-/// The session's state while its actor lives.
-pub(super) struct Core {
-    record: SessionRecord,
-    next_seq: i64,
-    /// The full history: read only for the commands that need it (runs, compactions), so
-    /// that a cancel or a delete of a long session does not read all of it.
-    history: Vec<Message>,
-    history_loaded: bool,
-    last_result: Option<RunResult>,
-    /// The newest run, for resume.
-    last_run: Option<RunRecord>,
-    /// The newest run waits only for answers to its calls, and nothing drives it (found so
-    /// after a restart or a takeover): what waits.
-    parked: Option<crate::session::waiting::Waiting>,
-    /// The newest artifact version of each path this actor has seen or recorded.
-    artifact_versions: std::collections::HashMap<String, i64>,
 }
 
 /// Why an actor stops. An actor that stops answers nothing more: the commands left in its
@@ -96,7 +74,7 @@ pub(super) struct Activity {
     pub cancel: CancellationToken,
     pub what: Active,
     /// For a run: its calls that wait for answers.
-    calls: Option<calls::RunCalls>,
+    calls: Option<super::run::board::RunCalls>,
     /// Where an answer to a call of an earlier run is looked up.
     earlier: approvals::EarlierCalls,
 }

@@ -9,9 +9,6 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::Instrument as _;
 use uuid::Uuid;
 
-use super::calls::{AnswerMsg, CallDesk, RunCalls};
-use super::end::{self, Conclusion, RunOutcome, Stopping};
-use super::journal::{Batch, RunJournal};
 use super::{Active, Activity, Phase, SessionActor, Stop};
 use crate::agent::{context, run_turn, AgentDeps, AgentError};
 use crate::model::{
@@ -20,6 +17,9 @@ use crate::model::{
 };
 use crate::session::command::{IfBusy, Pending, Reply, RunRequest, RunStarted, RunStopped};
 use crate::session::live::Inbox;
+use crate::session::run::board::{AnswerMsg, CallDesk, RunCalls};
+use crate::session::run::end::{self, Conclusion, RunOutcome, Stopping};
+use crate::session::run::{Batch, Run};
 use crate::session::run_permit::RunPermit;
 use crate::session::subagents::{Children, Lineage, TaskTool, Tree, TASK};
 use crate::session::waiting::{self, Resolution, Waiting};
@@ -47,12 +47,12 @@ pub(super) async fn handle(
             if let (Some(calls), Some(input)) = (calls, &request.input) {
                 match request.if_busy {
                     IfBusy::Queue => {
-                        super::calls::lock(&calls.queued).push(input.clone());
+                        crate::session::run::board::lock(&calls.queued).push(input.clone());
                         let _ = reply.send(Ok(RunStarted::Queued(calls.run.clone())));
                         return Ok(());
                     }
                     IfBusy::Interrupt => {
-                        let mut next = super::calls::lock_superseded(calls);
+                        let mut next = crate::session::run::board::lock_superseded(calls);
                         if next.is_some() {
                             drop(next);
                             let _ = reply.send(Err(activity.conflict("interrupt it again")));
@@ -71,7 +71,7 @@ pub(super) async fn handle(
             match (waits, request.pending, calls) {
                 (true, Pending::Deny, Some(calls)) => {
                     // Ends the active run once its waiting calls are denied; this one follows.
-                    *super::calls::lock_superseded(calls) = Some((request, reply));
+                    *crate::session::run::board::lock_superseded(calls) = Some((request, reply));
                     activity.cancel.cancel();
                 }
                 (true, Pending::Refuse, _) => drop(reply.send(Err(approvals_pending()))),
@@ -401,7 +401,7 @@ impl SessionActor {
             Rules::compile(core.record.options.tool_policy.clone()).unwrap_or_default(),
         ));
         let (answers, answers_rx) = mpsc::unbounded_channel();
-        let queued = super::calls::Queued::default();
+        let queued = crate::session::run::board::Queued::default();
         let waiting = Arc::new(Mutex::new(begin.waiting));
         if let Some(answer) = begin.answer {
             let _ = answers.send(answer);
@@ -446,7 +446,7 @@ impl SessionActor {
             queued,
             decided: begin.decided,
         };
-        let sink = super::journal::Sink {
+        let sink = crate::session::run::Sink {
             deps: &self.deps,
             slot: &self.slot,
         };
@@ -471,7 +471,7 @@ impl SessionActor {
             model.name(),
             model.model(),
         );
-        let mut journal = RunJournal::new(self.id, run.id, core, sink, desk);
+        let mut journal = Run::new(self.id, run.id, core, sink, desk);
         if let Some(opening) = begin.opening {
             journal.batch = opening;
         }
@@ -520,7 +520,7 @@ impl SessionActor {
         let next = activity
             .calls
             .as_ref()
-            .and_then(|calls| super::calls::lock_superseded(calls).take());
+            .and_then(|calls| crate::session::run::board::lock_superseded(calls).take());
         let shutting_down = self.deps.shutdown.is_cancelled();
         if let RunOutcome::Cancelled { .. } = outcome {
             if shutting_down && next.is_none() && journal.calls.is_parked() {

@@ -1,0 +1,24 @@
+//! A session's state as its actor holds it.
+
+use std::collections::HashMap;
+
+use crate::model::waiting::Waiting;
+use crate::model::{Message, RunRecord, RunResult, SessionRecord};
+
+/// The session's state while its actor lives.
+pub(super) struct Core {
+    pub(super) record: SessionRecord,
+    pub(super) next_seq: i64,
+    /// The full history: read only for the commands that need it (runs, compactions), so
+    /// that a cancel or a delete of a long session does not read all of it.
+    pub(super) history: Vec<Message>,
+    pub(super) history_loaded: bool,
+    pub(super) last_result: Option<RunResult>,
+    /// The newest run, for resume.
+    pub(super) last_run: Option<RunRecord>,
+    /// The newest run waits only for answers to its calls, and nothing drives it (found so
+    /// after a restart or a takeover): what waits.
+    pub(super) parked: Option<Waiting>,
+    /// The newest artifact version of each path this actor has seen or recorded.
+    pub(super) artifact_versions: HashMap<String, i64>,
+}
