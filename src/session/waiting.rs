@@ -4,9 +4,8 @@
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::{ConflictKind, SessionError, Unanswered};
 pub use crate::model::waiting::{
-    Answered, ClientResult, Item, Kind, PendingApproval, PendingClientCall, Resolution, Waiting,
+    Answered, ClientResult, Kind, PendingApproval, PendingClientCall, Resolution, Waiting,
 };
 use crate::model::ResolvedBy;
 use crate::tools::ToolOutput;
@@ -86,21 +85,6 @@ async fn of_events(
             Some(last) if page.len() as i64 == PAGE && last.seq < before - 1 => after = last.seq,
             _ => return Ok(waiting),
         }
-    }
-}
-
-/// What an answer to a call of an ended run gets, given what checking it against that run's
-/// calls said: the same answer again is a repeat and another one a conflict, as for any
-/// call; a call its run left unanswered cannot be answered any more (`409 run-ended`).
-pub fn answer_to_ended<T>(
-    call_id: &str,
-    checked: Result<Answered<T>, SessionError>,
-) -> Result<Answered<T>, SessionError> {
-    match checked {
-        Ok(Answered::Fresh(_)) => Err(SessionError::Conflict(ConflictKind::RunEnded(
-            Unanswered::Call(call_id.to_string()),
-        ))),
-        other => other,
     }
 }
 

@@ -1,7 +1,7 @@
 //! Cancel: stops the active run or compaction; with nothing active here, asks the replica
 //! that runs the session (scale-out), else answers that nothing was running.
 
-use super::run::Begin;
+use super::drive::Begin;
 use super::{Active, Phase, SessionActor, Stop};
 use crate::model::SessionState;
 use crate::session::command::{CancelOutcome, Reply};

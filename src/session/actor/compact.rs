@@ -41,7 +41,7 @@ impl SessionActor {
         let activity = Activity {
             cancel: self.deps.shutdown.child_token(),
             what: Active::Compaction(core.record.state),
-            calls: None,
+            driven: None,
             earlier: super::approvals::EarlierCalls {
                 store: self.deps.store.clone(),
                 session_id: id,

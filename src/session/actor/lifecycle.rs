@@ -1,7 +1,7 @@
 //! Commands about the session's existence and ownership: delete, take over a run a dead
 //! process left behind, and the loss of the lease.
 
-use super::run::Begin;
+use super::drive::Begin;
 use super::{Phase, Stop};
 use crate::session::actor::access::Refusal;
 use crate::session::command::Reply;

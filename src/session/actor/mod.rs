@@ -15,6 +15,7 @@ mod access;
 mod approvals;
 mod cancel;
 mod compact;
+mod drive;
 mod lifecycle;
 mod run;
 
@@ -73,8 +74,8 @@ pub(super) enum Phase<'a> {
 pub(super) struct Activity {
     pub cancel: CancellationToken,
     pub what: Active,
-    /// For a run: its calls that wait for answers.
-    calls: Option<super::run::board::RunCalls>,
+    /// For a run: its board, where its calls wait for answers.
+    driven: Option<approvals::Driven>,
     /// Where an answer to a call of an earlier run is looked up.
     earlier: approvals::EarlierCalls,
 }

@@ -9,7 +9,6 @@
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::board::lock;
 use super::Run;
 use crate::model::{
     self, Decision, EventKind, Message, ResolvedBy, SessionState, StepStatus, ToolCall,
@@ -33,7 +32,7 @@ impl Run<'_> {
             step_id,
             call: call.clone(),
         };
-        lock(&self.calls.waiting).apply(&kind);
+        self.board.apply(&kind);
         self.batch.event(self.core, kind);
         if call.name == TASK {
             self.child_started(&call.id).await?;
@@ -49,7 +48,7 @@ impl Run<'_> {
         call: &ToolCall,
         output: &ToolOutput,
     ) -> Result<(), StoreError> {
-        let started = lock(&self.calls.waiting).is_open(&call.id);
+        let started = self.board.is_open(&call.id);
         if started {
             self.calls.running = self.calls.running.saturating_sub(1);
         }
@@ -77,11 +76,11 @@ impl Run<'_> {
             output: text.clone(),
             is_error: output.is_error,
         };
-        lock(&self.calls.waiting).apply(&kind);
+        self.board.apply(&kind);
         self.batch.event(self.core, kind);
         self.child_finished(&call.id);
         self.record_artifacts(keeping);
-        let Some(reply) = self.calls.replies.remove(&call.id) else {
+        let Some(reply) = self.board.take_reply(&call.id) else {
             // Nobody waits on it: handed on when the loop next waits, durable before the run
             // ends.
             return Ok(());
@@ -123,15 +122,7 @@ impl Run<'_> {
     /// superseded the run): each gets its resolution and a result, so nothing is left
     /// dangling for the next run.
     pub(in crate::session) fn settle_waiting(&mut self, by: ResolvedBy, reason: Option<&str>) {
-        let pending: Vec<(String, crate::session::waiting::Item)> = {
-            let waiting = lock(&self.calls.waiting);
-            waiting
-                .pending_ids()
-                .into_iter()
-                .filter_map(|id| waiting.get(&id).cloned().map(|item| (id, item)))
-                .collect()
-        };
-        for (call_id, item) in pending {
+        for (call_id, item) in self.board.pending() {
             let output = match item.kind {
                 Kind::Approval => {
                     let resolution = Resolution {
@@ -164,11 +155,11 @@ impl Run<'_> {
                 output: output.output.clone(),
                 is_error: true,
             };
-            lock(&self.calls.waiting).apply(&kind);
+            self.board.apply(&kind);
             self.batch.event(self.core, kind);
             self.batch
                 .message(self.core, Message::tool_result(&call_id, &output.output));
-            if let Some(reply) = self.calls.replies.remove(&call_id) {
+            if let Some(reply) = self.board.take_reply(&call_id) {
                 let _ = reply.send(Err(SessionError::Conflict(ConflictKind::RunEnded(
                     Unanswered::Result,
                 ))));

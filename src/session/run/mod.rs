@@ -11,12 +11,16 @@
 //! - `end`: how a run ends, decided in one pure place.
 
 mod admission;
+mod answers;
 mod artifacts;
 pub(in crate::session) mod batch;
 pub(in crate::session) mod board;
 mod calls;
 mod children;
 pub(in crate::session) mod end;
+
+use std::collections::HashMap;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use uuid::Uuid;
@@ -29,11 +33,14 @@ use crate::model::{
     ToolCall,
 };
 use crate::session::core::Core;
+use crate::session::subagents::Children;
+use crate::session::waiting::Resolution;
 use crate::store::{StepRow, StoreError, WriteOp};
 use crate::tools::ToolOutput;
+use crate::tools::{ToolContext, ToolRegistry};
 pub(in crate::session) use admission::denial_reason;
 pub(in crate::session) use batch::{Batch, Sink};
-use board::CallDesk;
+use board::CallBoard;
 
 /// Streamed pieces gathered at most before they are handed to the writer, when a reply's
 /// pieces arrive faster than they are recorded.
@@ -54,8 +61,26 @@ pub(in crate::session) struct Run<'a> {
     pub sink: Sink<'a>,
     /// What is gathered and not yet handed to the writer.
     pub batch: Batch,
-    /// How the run's tool calls are admitted and answered.
-    pub calls: CallDesk,
+    /// The run's calls that wait, and what came for them (shared with the actor).
+    pub board: Arc<CallBoard>,
+    /// What the run's calls run with.
+    pub calls: RunTools,
+}
+
+/// What a run's tool calls run with, the run's own.
+pub(in crate::session) struct RunTools {
+    pub tools: ToolRegistry,
+    pub context: ToolContext,
+    /// Calls started and not finished.
+    pub running: usize,
+    /// The sub-agents of the run's `task` calls.
+    pub children: Arc<Children>,
+    /// What the result of a call says beyond the tool's output (artifacts not kept), by call
+    /// id: from its `tool.finished` until its result joins the history.
+    pub notes: HashMap<String, String>,
+    /// What people answered to the approvals of the run this one resumes, for its calls
+    /// that run again: admitted as answered, not asked about again.
+    pub decided: HashMap<String, Resolution>,
 }
 
 impl<'a> Run<'a> {
@@ -64,7 +89,8 @@ impl<'a> Run<'a> {
         run_id: Uuid,
         core: &'a mut Core,
         sink: Sink<'a>,
-        calls: CallDesk,
+        board: Arc<CallBoard>,
+        calls: RunTools,
     ) -> Run<'a> {
         Run {
             id,
@@ -72,8 +98,14 @@ impl<'a> Run<'a> {
             core,
             sink,
             batch: Batch::new(id),
+            board,
             calls,
         }
+    }
+
+    /// Whether the run waits only for answers (nothing runs): it may then be left as it is.
+    pub fn is_parked(&self) -> bool {
+        self.calls.running == 0 && self.board.is_parked()
     }
 
     /// What is gathered and not yet written, taken out of the journal.
@@ -282,7 +314,7 @@ impl Journal for Run<'_> {
     }
 
     fn take_queued(&mut self) -> Vec<String> {
-        std::mem::take(&mut *board::lock(&self.calls.queued))
+        self.board.take_queued()
     }
 
     async fn queued_message(&mut self, input: String) -> Result<(), StoreError> {
