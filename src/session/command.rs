@@ -8,7 +8,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
-use super::subagents::Lineage;
+use super::lineage::Lineage;
 use super::waiting::ClientResult;
 use super::SessionError;
 use crate::model::{ClientTool, Decision, RunKind, RunRecord, RunResult, SessionState};

@@ -22,3 +22,41 @@ pub(super) struct Core {
     /// The newest artifact version of each path this actor has seen or recorded.
     pub(super) artifact_versions: HashMap<String, i64>,
 }
+
+/// A session's state for tests: a new, idle session with its system message, history loaded.
+#[cfg(test)]
+pub(super) mod fixture {
+    use super::*;
+    use crate::model::{self, Role, SessionOptions, SessionState, Usage};
+    use serde_json::json;
+
+    pub fn core() -> Core {
+        let now = model::now();
+        let record = SessionRecord {
+            id: model::new_id(),
+            parent_id: None,
+            title: None,
+            metadata: json!({}),
+            system_prompt: None,
+            state: SessionState::Idle,
+            error: None,
+            message_count: 1,
+            last_seq: 1,
+            usage: Usage::default(),
+            last_run_id: None,
+            created_at: now,
+            updated_at: now,
+            options: SessionOptions::default(),
+        };
+        Core {
+            next_seq: 2,
+            record,
+            history: vec![Message::new(Role::System, "be brief")],
+            history_loaded: true,
+            last_result: None,
+            last_run: None,
+            parked: None,
+            artifact_versions: HashMap::new(),
+        }
+    }
+}

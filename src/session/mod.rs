@@ -20,6 +20,7 @@
 //! - `coordination`: heartbeat, takeover sweep and notifications (scale-out).
 //! - `steps`: rebuilding an LLM step's exact request.
 //! - `stream`: replay-then-live event streams.
+//! - `lineage`: a run's tree of sub-agents and the children of its `task` calls.
 //! - `subagents`: the `task` tool, which runs a child session for a call.
 //! - `waiting`: the calls of a run that wait for an answer (approvals, client tools).
 
@@ -29,6 +30,7 @@ mod coordination;
 mod core;
 mod errors;
 mod lease;
+mod lineage;
 mod live;
 mod log;
 mod options;

@@ -5,7 +5,7 @@
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::subagents;
+use super::lineage;
 use super::SessionDeps;
 use crate::agent::context;
 use crate::model::{client_tools_of, AgentStep, LlmRequestDescriptor, StepKind, ToolSchema};
@@ -58,7 +58,7 @@ async fn offered(
     run_id: Uuid,
 ) -> StoreResult<Vec<ToolSchema>> {
     let mut tools: Vec<ToolSchema> = deps.agent.tools.schemas().into_iter().cloned().collect();
-    tools.push(subagents::task_schema());
+    tools.push(lineage::task_schema());
     if let Some(record) = deps.store.session(session_id).await? {
         let run = deps.store.run(session_id, run_id).await?;
         let client: Vec<_> = match &run {

@@ -1,6 +1,7 @@
 //! Manual compaction: summarises every turn since the last summary and appends the summary at
 //! the end of the history. Cancel aborts it and nothing is written.
 
+use super::drive::serve_while;
 use super::{Active, Activity, Phase, SessionActor, Stop};
 use crate::agent::compaction::{self, CompactError};
 use crate::model::EventKind;
@@ -52,22 +53,8 @@ impl SessionActor {
             deps: &self.deps,
             slot: &self.slot,
         };
-        let mut lease_lost = false;
-        let outcome = {
-            let summary = compaction::summarize(&self.deps.agent, &core.history, &activity.cancel);
-            tokio::pin!(summary);
-            loop {
-                tokio::select! {
-                    outcome = &mut summary => break outcome,
-                    Some(command) = inbox.recv() => {
-                        // Boxed: a command's handler may start a compaction, which reads commands.
-                        if let Err(Stop::LeaseLost) = Box::pin(command.handle(Phase::Busy(&activity))).await {
-                            lease_lost = true;
-                        }
-                    }
-                }
-            }
-        };
+        let summary = compaction::summarize(&self.deps.agent, &core.history, &activity.cancel);
+        let (outcome, lease_lost) = serve_while(summary, &activity, inbox).await;
         if lease_lost {
             let _ = reply.send(Err(SessionError::Conflict(ConflictKind::LeaseLost)));
             return Err(Stop::LeaseLost);

@@ -13,12 +13,13 @@ use super::{Active, Activity, Phase, SessionActor, Stop};
 use crate::agent::{run_turn, AgentDeps, AgentError, AgentSettings, TurnOutcome};
 use crate::model::{self, ResolvedBy, RunRecord, RunResult, SessionRecord};
 use crate::session::command::{Reply, RunRequest, RunStarted, RunStopped};
+use crate::session::lineage::{Children, Lineage, Tree, TASK};
 use crate::session::live::Inbox;
 use crate::session::run::board::CallBoard;
 use crate::session::run::end::{self, Conclusion, RunOutcome, Stopping};
 use crate::session::run::{Batch, Run, RunTools, Sink};
 use crate::session::run_permit::RunPermit;
-use crate::session::subagents::{Children, Lineage, TaskTool, Tree, TASK};
+use crate::session::subagents::TaskTool;
 use crate::session::waiting::{Resolution, Waiting};
 use crate::session::{SessionDeps, SessionError, Sessions};
 use crate::store::{StoreError, WriteOp};
@@ -298,18 +299,19 @@ impl SessionActor {
     }
 }
 
-/// Runs the turn while the mailbox is served: each command that arrives meanwhile is handled
-/// in the busy phase. Says whether the session's lease was lost meanwhile.
-async fn serve_while<F: std::future::Future>(
-    turn: F,
+/// Runs `work` (a run's turn, a compaction) while the mailbox is served: each command that
+/// arrives meanwhile is handled in the busy phase. Says whether the session's lease was lost
+/// meanwhile.
+pub(super) async fn serve_while<F: std::future::Future>(
+    work: F,
     activity: &Activity,
     inbox: &mut Inbox,
 ) -> (F::Output, bool) {
     let mut lease_lost = false;
-    tokio::pin!(turn);
+    tokio::pin!(work);
     loop {
         tokio::select! {
-            result = &mut turn => return (result, lease_lost),
+            result = &mut work => return (result, lease_lost),
             Some(command) = inbox.recv() => {
                 // Boxed: a command's handler may start a run, which reads commands.
                 if let Err(Stop::LeaseLost) = Box::pin(command.handle(Phase::Busy(activity))).await {

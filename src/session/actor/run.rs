@@ -14,10 +14,10 @@ use crate::model::{
 };
 use crate::session::command::{IfBusy, Pending, Reply, RunRequest, RunStarted, RunStopped};
 use crate::session::core::Core;
+use crate::session::lineage::{Lineage, Tree};
 use crate::session::live::Inbox;
 use crate::session::run::Batch;
 use crate::session::run_permit::RunPermit;
-use crate::session::subagents::{Lineage, Tree};
 use crate::session::waiting::{self, Resolution};
 use crate::session::{ConflictKind, SessionError};
 use crate::store::{Store, StoreError, StoreResult, WriteOp};
@@ -308,4 +308,88 @@ async fn decisions_to_honour(
         .decisions();
     decisions.retain(|call_id, _| again.contains(call_id));
     Ok(decisions)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{FinishReason, ToolCall};
+    use crate::session::core::fixture;
+    use serde_json::json;
+
+    fn run(kind: RunKind, input: Option<&str>) -> RunRecord {
+        RunRecord {
+            id: model::new_id(),
+            session_id: model::new_id(),
+            kind,
+            status: RunStatus::Completed,
+            input: input.map(str::to_string),
+            text: Some("done".into()),
+            finish_reason: Some(FinishReason::Model("stop".into())),
+            usage: Usage::default(),
+            steps: 1,
+            error: None,
+            start_seq: 2,
+            created_at: model::now(),
+            finished_at: None,
+            client_tools: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_resume_of_a_completed_session_is_its_last_result_and_of_an_idle_one_a_conflict() {
+        let mut core = fixture::core();
+        assert!(matches!(
+            nothing_to_resume(&core),
+            Some(Err(SessionError::Conflict(ConflictKind::NothingToResume)))
+        ));
+        core.record.state = SessionState::Completed;
+        assert!(matches!(nothing_to_resume(&core), Some(Err(_))));
+        core.last_result = Some(RunResult::from(&run(RunKind::Run, Some("hi"))));
+        assert!(matches!(
+            nothing_to_resume(&core),
+            Some(Ok(RunStarted::AlreadyCompleted(_)))
+        ));
+        core.record.state = SessionState::Failed;
+        assert!(
+            nothing_to_resume(&core).is_none(),
+            "a failed run is resumed"
+        );
+    }
+
+    #[test]
+    fn a_new_input_gives_calls_left_without_a_result_one() {
+        let mut core = fixture::core();
+        let call = ToolCall {
+            id: "a".into(),
+            name: "shell".into(),
+            arguments: json!({}),
+        };
+        core.history.push(Message::assistant("", vec![call]));
+        let mut batch = Batch::new(core.record.id);
+        let input = opening_input(&mut core, &mut batch, Some("next".into()));
+        assert_eq!(input.as_deref(), Some("next"));
+        let last = core.history.last().expect("a result");
+        assert_eq!(
+            (last.role, last.tool_call_id.as_deref()),
+            (Role::Tool, Some("a"))
+        );
+        assert_eq!(last.content, context::NOT_RUN_RESULT);
+    }
+
+    #[test]
+    fn a_resume_appends_the_input_its_run_was_interrupted_before_appending() {
+        let mut core = fixture::core();
+        let mut batch = Batch::new(core.record.id);
+        assert_eq!(opening_input(&mut core, &mut batch, None), None);
+        core.last_run = Some(run(RunKind::Run, Some("hello")));
+        let input = opening_input(&mut core, &mut batch, None);
+        assert_eq!(input.as_deref(), Some("hello"));
+        core.history.push(Message::new(Role::User, "hello"));
+        assert_eq!(opening_input(&mut core, &mut batch, None), None);
+        core.last_run = Some(run(RunKind::Resume, None));
+        core.history.pop();
+        assert_eq!(opening_input(&mut core, &mut batch, None), None);
+        assert!(batch.ops.is_empty(), "nothing to write for a resume");
+    }
 }

@@ -131,21 +131,19 @@ impl Run<'_> {
             true => Some(self.calls.tools.subject(&self.calls.context, call).await),
             false => None,
         };
+        // Answered in the run this one resumes: the answer stands, unless the server now
+        // denies the call.
+        let answered = match (&client, known) {
+            (None, true) => self.calls.decided.remove(&call.id),
+            _ => None,
+        };
         let proposed = Proposed {
             tool: &call.name,
             client: client.as_ref(),
             known,
             subject: subject.as_ref(),
-            answered: None,
+            answered,
         };
-        let proposed = match (&client, known) {
-            (None, true) => Proposed {
-                answered: self.calls.decided.remove(&call.id),
-                ..proposed
-            },
-            _ => proposed,
-        };
-        let timeout = policy.approval_timeout;
         let admitted = self
             .board
             .with_rules(|rules| admit(policy, rules, proposed));
@@ -173,38 +171,55 @@ impl Run<'_> {
                 call,
                 decided: subject.map(|s| s.text),
             }),
-            Admit::Deny(reason) => {
-                let resolution = Resolution {
-                    call_id: call.id.clone(),
-                    decision: Decision::Deny,
-                    by: ResolvedBy::Policy,
-                    reason: Some(reason),
-                    input: None,
-                };
-                self.record_resolution(&resolution);
-                self.flush_now().await?;
-                Ok(Admission::Refused {
-                    step_id,
-                    output: refusal_output(&resolution),
-                })
-            }
-            Admit::Ask => {
-                let subject = match subject.take() {
-                    Some(subject) => subject,
-                    None => self.calls.tools.subject(&self.calls.context, &call).await,
-                };
-                let kind = EventKind::ToolApprovalRequested {
-                    step_id,
-                    call_id: call.id.clone(),
-                    tool: call.name.clone(),
-                    input: call.arguments.clone(),
-                    subject: subject.text,
-                    expires_at: expires(timeout),
-                };
-                self.wait_for(step_id, &call, kind).await?;
-                Ok(Admission::Waits { step_id })
-            }
+            Admit::Deny(reason) => self.deny(step_id, &call.id, reason).await,
+            Admit::Ask => self.ask(step_id, &call, subject.take()).await,
         }
+    }
+
+    /// Records that a human is asked about a call (about its subject, worked out now if the
+    /// rules did not look at it).
+    async fn ask(
+        &mut self,
+        step_id: Uuid,
+        call: &ToolCall,
+        subject: Option<Subject>,
+    ) -> Result<Admission, StoreError> {
+        let subject = match subject {
+            Some(subject) => subject,
+            None => self.calls.tools.subject(&self.calls.context, call).await,
+        };
+        let kind = EventKind::ToolApprovalRequested {
+            step_id,
+            call_id: call.id.clone(),
+            tool: call.name.clone(),
+            input: call.arguments.clone(),
+            subject: subject.text,
+            expires_at: expires(self.sink.deps.policy.approval_timeout),
+        };
+        self.wait_for(step_id, call, kind).await?;
+        Ok(Admission::Waits { step_id })
+    }
+
+    /// Records the policy's denial of a call, durable before the model is told.
+    async fn deny(
+        &mut self,
+        step_id: Uuid,
+        call_id: &str,
+        reason: String,
+    ) -> Result<Admission, StoreError> {
+        let resolution = Resolution {
+            call_id: call_id.to_string(),
+            decision: Decision::Deny,
+            by: ResolvedBy::Policy,
+            reason: Some(reason),
+            input: None,
+        };
+        self.record_resolution(&resolution);
+        self.flush_now().await?;
+        Ok(Admission::Refused {
+            step_id,
+            output: refusal_output(&resolution),
+        })
     }
 
     /// The client's tool of that name, if a client runs it: the run's own, or the session's.

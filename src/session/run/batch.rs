@@ -191,3 +191,98 @@ impl Sink<'_> {
         self.deps.writer.submit(commit).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::session::core::fixture;
+
+    fn events(batch: &Batch) -> Vec<(i64, &'static str)> {
+        batch
+            .ops
+            .iter()
+            .filter_map(|op| match op {
+                WriteOp::InsertEvent(event) => Some((event.seq, event.type_name())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn events_take_the_next_seqs_and_the_record_follows() {
+        let mut core = fixture::core();
+        let mut batch = Batch::new(core.record.id);
+        batch.event(
+            &mut core,
+            EventKind::StateChanged {
+                from: SessionState::Idle,
+                to: SessionState::Running,
+            },
+        );
+        batch.checkpoint(&mut core, model::new_id(), None);
+        assert_eq!(
+            events(&batch),
+            vec![(2, "session.state"), (3, "storage.checkpoint")]
+        );
+        assert_eq!((core.next_seq, core.record.last_seq), (4, 3));
+        let checkpoint = batch.ops.iter().find_map(|op| match op {
+            WriteOp::InsertCheckpoint(checkpoint) => Some(checkpoint),
+            _ => None,
+        });
+        let checkpoint = checkpoint.expect("the checkpoint's row");
+        assert_eq!((checkpoint.seq, checkpoint.message_count), (3, 1));
+    }
+
+    #[test]
+    fn a_message_takes_the_next_index_and_joins_a_loaded_history() {
+        let mut core = fixture::core();
+        let mut batch = Batch::new(core.record.id);
+        let message = batch.message(&mut core, Message::new(Role::User, "hi"));
+        assert_eq!(message.index, 1);
+        assert_eq!(core.record.message_count, 2);
+        assert_eq!(core.history.last().map(|m| m.content.as_str()), Some("hi"));
+        core.history_loaded = false;
+        let message = batch.message(&mut core, Message::new(Role::User, "again"));
+        assert_eq!(message.index, 2);
+        assert_eq!(core.history.len(), 2, "an unread history is not added to");
+        let inserted = batch
+            .ops
+            .iter()
+            .filter(|op| matches!(op, WriteOp::InsertMessage { .. }))
+            .count();
+        assert_eq!(inserted, 2);
+    }
+
+    #[test]
+    fn a_state_change_has_its_event_and_the_same_state_again_only_its_row() {
+        let mut core = fixture::core();
+        let mut batch = Batch::new(core.record.id);
+        batch.state(&mut core, SessionState::Running, None);
+        batch.state(&mut core, SessionState::Running, None);
+        batch.state(&mut core, SessionState::Failed, Some("boom".into()));
+        assert_eq!(events(&batch).len(), 2);
+        let rows = batch
+            .ops
+            .iter()
+            .filter(|op| matches!(op, WriteOp::UpdateProgress(_)))
+            .count();
+        assert_eq!(rows, 3);
+        assert_eq!(core.record.state, SessionState::Failed);
+        assert_eq!(core.record.error.as_deref(), Some("boom"));
+    }
+
+    #[test]
+    fn usage_adds_up_for_the_session() {
+        let mut core = fixture::core();
+        let mut batch = Batch::new(core.record.id).with(WriteOp::DeleteSession(core.record.id));
+        let usage = model::Usage {
+            input_tokens: 3,
+            output_tokens: 4,
+        };
+        batch.usage(&mut core, usage);
+        batch.usage(&mut core, usage);
+        assert_eq!(core.record.usage.input_tokens, 6);
+        assert_eq!(core.record.usage.output_tokens, 8);
+        assert_eq!(batch.ops.len(), 3);
+    }
+}

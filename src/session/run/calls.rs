@@ -13,7 +13,7 @@ use super::Run;
 use crate::model::{
     self, Decision, EventKind, Message, ResolvedBy, SessionState, StepStatus, ToolCall,
 };
-use crate::session::subagents::TASK;
+use crate::session::lineage::TASK;
 use crate::session::waiting::{denied_output, refusal_output, ClientResult, Kind, Resolution};
 use crate::session::{ConflictKind, SessionError, Unanswered};
 use crate::store::{StoreError, WriteOp};

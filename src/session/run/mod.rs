@@ -33,7 +33,7 @@ use crate::model::{
     ToolCall,
 };
 use crate::session::core::Core;
-use crate::session::subagents::Children;
+use crate::session::lineage::Children;
 use crate::session::waiting::Resolution;
 use crate::store::{StepRow, StoreError, WriteOp};
 use crate::tools::ToolOutput;
