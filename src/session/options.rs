@@ -1,9 +1,10 @@
 //! What a new session may choose: its workspace under the server's root, its tools, rules,
 //! MCP servers and client tools, checked before anything is written.
 
+use super::lineage;
 use super::sessions::Sessions;
-use super::{lineage, SessionError};
 use crate::model::{ClientTool, SessionOptions};
+use crate::session::errors::SessionError;
 use crate::tools::policy::Rules;
 use crate::tools::ToolInfo;
 

@@ -6,9 +6,9 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::lineage;
-use super::SessionDeps;
 use crate::agent::context;
 use crate::model::{client_tools_of, AgentStep, LlmRequestDescriptor, StepKind, ToolSchema};
+use crate::session::deps::SessionDeps;
 use crate::store::{StoreError, StoreResult};
 use crate::tools::{client::ClientSide, Tool};
 

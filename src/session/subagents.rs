@@ -20,8 +20,8 @@ use super::command::{RunRequest, RunStarted, RunStopped};
 use super::lineage::{input_schema, Child, Children, Lineage, DESCRIPTION, TASK};
 use super::run_permit::RunPermit;
 use super::sessions::Sessions;
-use super::SessionError;
 use crate::model::{RunResult, RunStatus, SessionRecord};
+use crate::session::errors::SessionError;
 use crate::tools::{Tool, ToolContext, ToolError, ToolResult};
 
 /// The `task` tool of one run of `parent`.

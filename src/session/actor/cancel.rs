@@ -5,7 +5,7 @@ use super::drive::Begin;
 use super::{Active, Phase, SessionActor, Stop};
 use crate::model::SessionState;
 use crate::session::command::{CancelOutcome, Reply};
-use crate::session::SessionError;
+use crate::session::errors::SessionError;
 
 pub(super) async fn handle(phase: Phase<'_>, reply: Reply<CancelOutcome>) -> Result<(), Stop> {
     match phase {

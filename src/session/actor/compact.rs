@@ -6,9 +6,9 @@ use super::{Active, Activity, Phase, SessionActor, Stop};
 use crate::agent::compaction::{self, CompactError};
 use crate::model::EventKind;
 use crate::session::command::{Compacted, Reply};
+use crate::session::errors::{ConflictKind, SessionError};
 use crate::session::live::Inbox;
 use crate::session::run::Batch;
-use crate::session::{ConflictKind, SessionError};
 
 pub(super) async fn handle(phase: Phase<'_>, reply: Reply<Option<Compacted>>) -> Result<(), Stop> {
     match phase {

@@ -5,8 +5,8 @@ use super::drive::Begin;
 use super::{Phase, Stop};
 use crate::session::actor::access::Refusal;
 use crate::session::command::Reply;
+use crate::session::errors::SessionError;
 use crate::session::run::Batch;
-use crate::session::SessionError;
 use crate::store::WriteOp;
 
 pub(super) async fn delete(phase: Phase<'_>, reply: Reply<()>) -> Result<(), Stop> {

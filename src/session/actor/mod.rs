@@ -6,10 +6,10 @@
 //! reading its mailbox and hands each command to its handler in the [`Phase::Busy`] phase, so
 //! cancel reaches the run and everything that would change the session is refused.
 //!
-//! `access` loads the session and, with replicas, takes its lease; `journal` is how the actor
-//! writes (batches, commits, the agent loop's journal); `calls` admits and records tool calls,
-//! `artifacts` keeps the files they produced, `children` records the sub-agents of `task`
-//! calls; `end` decides how a run ends.
+//! `access` loads the session and, with replicas, takes its lease; `run` starts a run or a
+//! resume, and `drive` drives it (prepare, the turn while the mailbox is served, finish) as a
+//! [`crate::session::run::Run`]; `approvals` takes every answer to a waiting call the same
+//! way: find the board that holds the call, then answer on it.
 
 mod access;
 mod approvals;
@@ -27,9 +27,10 @@ use uuid::Uuid;
 
 use super::command::Command;
 use super::core::Core;
+use super::deps::SessionDeps;
+use super::errors::{ConflictKind, SessionError};
 use super::live::{Inbox, LiveSessions, Retire, Slot};
 use super::run::Sink;
-use super::{ConflictKind, SessionDeps, SessionError};
 use crate::model::SessionState;
 use crate::store::StoreError;
 

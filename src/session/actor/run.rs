@@ -14,12 +14,12 @@ use crate::model::{
 };
 use crate::session::command::{IfBusy, Pending, Reply, RunRequest, RunStarted, RunStopped};
 use crate::session::core::Core;
+use crate::session::errors::{ConflictKind, SessionError};
 use crate::session::lineage::{Lineage, Tree};
 use crate::session::live::Inbox;
 use crate::session::run::Batch;
 use crate::session::run_permit::RunPermit;
 use crate::session::waiting::{self, Resolution};
-use crate::session::{ConflictKind, SessionError};
 use crate::store::{Store, StoreError, StoreResult, WriteOp};
 
 pub(super) async fn handle(

@@ -16,8 +16,8 @@ use crate::model::waiting::Item;
 use crate::model::{
     self, Action, ClientTool, Decision, EventKind, ResolvedBy, SessionState, StepStatus, ToolCall,
 };
+use crate::session::deps::ToolPolicy;
 use crate::session::waiting::{refusal_output, Kind, Resolution};
-use crate::session::ToolPolicy;
 use crate::store::{StoreError, WriteOp};
 use crate::tools::policy::{self, Rules};
 use crate::tools::{Subject, ToolOutput};

@@ -10,8 +10,8 @@ use uuid::Uuid;
 use crate::agent::compaction::Summary;
 use crate::model::{self, Checkpoint, Event, EventKind, Message, Role, SessionState};
 use crate::session::core::Core;
+use crate::session::deps::SessionDeps;
 use crate::session::live::Slot;
-use crate::session::SessionDeps;
 use crate::store::writer::Commit;
 use crate::store::{SessionProgress, StoreError, StoreResult, WriteOp};
 

@@ -16,9 +16,10 @@ use tokio::sync::Notify;
 
 use crate::model::waiting::Item;
 use crate::model::EventKind;
+use crate::session::command::ApprovalAnswer;
 use crate::session::command::{Reply, RunRequest, RunStarted};
+use crate::session::errors::{ConflictKind, SessionError, Unanswered};
 use crate::session::waiting::{Answered, ClientResult, Resolution, Waiting};
-use crate::session::{ApprovalAnswer, ConflictKind, SessionError, Unanswered};
 use crate::tools::policy::{Rule, Rules};
 
 /// An answer to a waiting call, as it was sent.
@@ -541,7 +542,7 @@ mod tests {
         board.owe_reply("c".into(), reply);
         assert!(board.take_reply("c").is_some());
         assert!(board.take_reply("c").is_none());
-        let request = || RunRequest::run("next".into(), crate::session::Pending::Refuse);
+        let request = || RunRequest::run("next".into(), crate::session::command::Pending::Refuse);
         let (first, _) = oneshot::channel();
         assert!(board.supersede((request(), first)).is_ok());
         let (second, _) = oneshot::channel();

@@ -1,11 +1,6 @@
 //! The records of a run's tool calls: each start, finish and result, and the end of the calls
 //! that still wait when the run stops.
 
-//! The session's side of tool calls during a run: it admits each call (the policy, approvals,
-//! the client's tools), records answers as they come (and timeouts), and records every
-//! start, finish and result. What the command handlers need to check answers is shared with
-//! them through [`RunCalls`].
-
 use serde_json::{json, Value};
 use uuid::Uuid;
 
@@ -13,9 +8,9 @@ use super::Run;
 use crate::model::{
     self, Decision, EventKind, Message, ResolvedBy, SessionState, StepStatus, ToolCall,
 };
+use crate::session::errors::{ConflictKind, SessionError, Unanswered};
 use crate::session::lineage::TASK;
 use crate::session::waiting::{denied_output, refusal_output, ClientResult, Kind, Resolution};
-use crate::session::{ConflictKind, SessionError, Unanswered};
 use crate::store::{StoreError, WriteOp};
 use crate::tools::ToolOutput;
 

@@ -4,7 +4,8 @@
 //!
 //! - `batch`: how a session writes ([`Batch`], [`Sink`]).
 //! - `board`: the calls of the run that wait for an answer, their answers and queued inputs.
-//! - `admission`: the policy's decision on a call, and its record.
+//! - `answers`: how the run takes the answers its board holds, and timeouts.
+//! - `admission`: the policy's decision on a call (a pure `admit`), and its record.
 //! - `calls`: the records of a call's start, finish and result.
 //! - `artifacts`: the files a call produced, kept as artifacts.
 //! - `children`: the sub-agents of the run's `task` calls.
