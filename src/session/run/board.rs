@@ -214,7 +214,7 @@ impl CallBoard {
 
     /// Takes one event the run records into account.
     pub fn apply(&self, kind: &EventKind) {
-        self.lock().waiting.apply(kind)
+        self.lock().waiting.apply(kind);
     }
 
     /// Records a resolution as written (the server's own, or a human's answer).
