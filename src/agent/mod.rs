@@ -3,11 +3,9 @@
 //! The loop calls the model with the projected context, streams its text, runs the tools it
 //! asks for and appends their results, until the model answers without tool calls, the step
 //! limit is reached, or the run is cancelled. It owns no state: it reads the history and
-//! records everything through a [`Journal`], which the session actor implements, so this module
-//! never depends on sessions or storage. The loop is an [`AgentLoop`]; the [`DefaultLoop`] is
-//! the one that ships.
+//! records everything through a [`Journal`], which a session's run implements, so this module
+//! never depends on sessions or storage. A turn is [`run_turn`].
 
-mod agent_loop;
 pub mod budget;
 mod calls;
 pub mod compaction;
@@ -16,6 +14,5 @@ pub mod context;
 mod fixtures;
 mod turn;
 
-pub use agent_loop::{AgentLoop, DefaultLoop};
 pub use calls::{Admission, Answer, Verdict};
 pub use turn::{run_turn, AgentDeps, AgentError, AgentSettings, Completion, Journal, TurnOutcome};

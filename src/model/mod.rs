@@ -13,6 +13,7 @@
 //! - `step`: the typed LLM step descriptor and [`FinishReason`].
 //! - `tool`: policy rules, client tools, how a waiting call was resolved, and the built-in
 //!   tools' names.
+//! - `waiting`: the calls of a run that wait for an answer, projected from its events.
 
 mod artifact;
 mod event;
@@ -22,6 +23,7 @@ mod published;
 mod session;
 mod step;
 mod tool;
+pub mod waiting;
 
 pub use artifact::ArtifactRecord;
 pub use event::{CharsBeforeAfter, Event, EventKind};

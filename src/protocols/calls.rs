@@ -3,167 +3,37 @@
 //! call either has its outcome or waits, and at least one waits. A front end's stream of such
 //! a run ends there, since nothing more happens until someone answers.
 //!
-//! Pure: fed the run's events in order, it keeps no other state.
+//! Pure: fed the run's events in order, it keeps no other state. A view over the one
+//! projection of waiting calls, [`crate::model::waiting`].
 
 use std::collections::HashSet;
 
-use chrono::{DateTime, Utc};
-use serde_json::Value;
 use uuid::Uuid;
 
-use crate::model::{Event, EventKind, Message};
-
-/// What a call waits for.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Wait {
-    /// A human's approval; `subject` is what the policy matched.
-    Approval { subject: String },
-    /// The result of a tool the client runs.
-    Client,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Progress {
-    /// Proposed by the model, not admitted yet.
-    Proposed,
-    /// Waits for an answer.
-    Waiting,
-    /// Answered, or allowed: it runs or gets its result next.
-    Going,
-    Running,
-    /// Its outcome is recorded.
-    Done,
-}
-
-/// A call of the latest model reply.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Call {
-    pub id: String,
-    pub tool: String,
-    pub input: Value,
-    /// What it waits (or waited) for, if it had to wait.
-    pub wait: Option<Wait>,
-    pub expires_at: Option<DateTime<Utc>>,
-    progress: Progress,
-}
-
-impl Call {
-    /// The call waits for an answer now.
-    pub fn is_waiting(&self) -> bool {
-        self.progress == Progress::Waiting
-    }
-}
+use crate::model::waiting::Waiting;
+pub use crate::model::waiting::{Call, Wait};
+use crate::model::{Event, Message};
 
 /// The calls of a run's latest model reply, as its events tell.
 #[derive(Debug, Clone, Default)]
 pub struct RunCalls {
-    calls: Vec<Call>,
-    parked: bool,
+    waiting: Waiting,
 }
 
 impl RunCalls {
     /// Takes the next event of the run; true when this event parked the run.
     pub fn apply(&mut self, event: &Event) -> bool {
-        match &event.kind {
-            EventKind::LlmCompleted { message, .. } => {
-                self.calls = message
-                    .tool_calls
-                    .iter()
-                    .map(|c| Call {
-                        id: c.id.clone(),
-                        tool: c.name.clone(),
-                        input: c.arguments.clone(),
-                        wait: None,
-                        expires_at: None,
-                        progress: Progress::Proposed,
-                    })
-                    .collect();
-            }
-            EventKind::ToolApprovalRequested {
-                call_id,
-                tool,
-                input,
-                subject,
-                expires_at,
-                ..
-            } => {
-                let call = self.call(call_id, tool, input);
-                call.wait = Some(Wait::Approval {
-                    subject: subject.clone(),
-                });
-                call.expires_at = *expires_at;
-                call.progress = Progress::Waiting;
-            }
-            EventKind::ToolClientRequested {
-                call_id,
-                tool,
-                input,
-                expires_at,
-                ..
-            } => {
-                let call = self.call(call_id, tool, input);
-                call.wait = Some(Wait::Client);
-                call.expires_at = *expires_at;
-                call.progress = Progress::Waiting;
-            }
-            EventKind::ToolApprovalResolved { call_id, input, .. } => {
-                if let Some(call) = self.calls.iter_mut().find(|c| &c.id == call_id) {
-                    call.progress = Progress::Going;
-                    if let Some(input) = input {
-                        call.input = input.clone();
-                    }
-                }
-            }
-            EventKind::ToolStarted { call, .. } => {
-                let known = self.call(&call.id, &call.name, &call.arguments);
-                known.input = call.arguments.clone();
-                known.progress = Progress::Running;
-            }
-            EventKind::ToolFinished { call_id, .. } => {
-                if let Some(call) = self.calls.iter_mut().find(|c| &c.id == call_id) {
-                    call.progress = Progress::Done;
-                }
-            }
-            kind if kind.is_terminal() => self.calls.clear(),
-            _ => {}
-        }
-        let was = self.parked;
-        self.parked = !self.calls.is_empty()
-            && self.calls.iter().any(Call::is_waiting)
-            && self
-                .calls
-                .iter()
-                .all(|c| matches!(c.progress, Progress::Waiting | Progress::Done));
-        self.parked && !was
+        self.waiting.apply(&event.kind)
     }
 
     /// The run waits for answers only.
     pub fn is_parked(&self) -> bool {
-        self.parked
+        self.waiting.reply().is_parked()
     }
 
     /// The calls that wait for an answer now, in the order of the model's reply.
     pub fn waiting(&self) -> impl Iterator<Item = &Call> {
-        self.calls.iter().filter(|c| c.is_waiting())
-    }
-
-    /// A call of the latest reply (a resumed run may name calls of an earlier one).
-    fn call(&mut self, id: &str, tool: &str, input: &Value) -> &mut Call {
-        let at = match self.calls.iter().position(|c| c.id == id) {
-            Some(at) => at,
-            None => {
-                self.calls.push(Call {
-                    id: id.to_string(),
-                    tool: tool.to_string(),
-                    input: input.clone(),
-                    wait: None,
-                    expires_at: None,
-                    progress: Progress::Proposed,
-                });
-                self.calls.len() - 1
-            }
-        };
-        &mut self.calls[at]
+        self.waiting.reply().waiting()
     }
 }
 
@@ -214,10 +84,12 @@ impl Streamed {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::model::{Decision, FinishReason, Message, ResolvedBy, RunKind, ToolCall, Usage};
+    use crate::model::{
+        Decision, EventKind, FinishReason, Message, ResolvedBy, RunKind, ToolCall, Usage,
+    };
     use crate::protocols::ag_ui::AgUiRun;
     use crate::protocols::ai_sdk::UiMessageStream;
-    use serde_json::json;
+    use serde_json::{json, Value};
     use uuid::Uuid;
 
     /// Builds a run's log: each call appends one event with the next `seq`.

@@ -8,10 +8,10 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
-use super::subagents::Lineage;
+use super::lineage::Lineage;
 use super::waiting::ClientResult;
-use super::SessionError;
 use crate::model::{ClientTool, Decision, RunKind, RunRecord, RunResult, SessionState};
+use crate::session::errors::SessionError;
 
 /// Where an actor sends a command's answer.
 pub(super) type Reply<T> = oneshot::Sender<Result<T, SessionError>>;

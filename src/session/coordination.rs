@@ -17,7 +17,8 @@ use uuid::Uuid;
 
 use super::command::Command;
 use super::live::LiveSessions;
-use super::{SessionDeps, SessionError};
+use crate::session::deps::SessionDeps;
+use crate::session::errors::SessionError;
 use crate::store::{Cluster, ClusterNotice};
 
 /// Sessions taken over per sweep at most.

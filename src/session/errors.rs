@@ -3,6 +3,7 @@
 
 use uuid::Uuid;
 
+use crate::model::waiting::Refusal;
 use crate::store::StoreError;
 
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +45,18 @@ pub enum SessionError {
     /// too: what needs that record (its event stream) waits until writes succeed.
     #[error("the session's last run is not recorded yet: {0}")]
     Unrecorded(StoreError),
+}
+
+impl From<Refusal> for SessionError {
+    fn from(refusal: Refusal) -> SessionError {
+        match refusal {
+            Refusal::NoSuchCall(detail) => SessionError::NoSuchCall(detail),
+            Refusal::AlreadyResolved { detail, resolution } => {
+                SessionError::AlreadyResolved { detail, resolution }
+            }
+            Refusal::Invalid(detail) => SessionError::Invalid(detail),
+        }
+    }
 }
 
 /// Why the session's state refuses a request (`409`, with [`ConflictKind::code`] as the

@@ -10,8 +10,9 @@
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::{SessionError, Sessions};
 use crate::model::{Event, EventKind, SessionRecord};
+use crate::session::errors::SessionError;
+use crate::session::sessions::Sessions;
 
 /// Events read per query.
 const PAGE: i64 = 500;

@@ -1,9 +1,10 @@
 //! What a new session may choose: its workspace under the server's root, its tools, rules,
 //! MCP servers and client tools, checked before anything is written.
 
+use super::lineage;
 use super::sessions::Sessions;
-use super::{subagents, SessionError};
 use crate::model::{ClientTool, SessionOptions};
+use crate::session::errors::SessionError;
 use crate::tools::policy::Rules;
 use crate::tools::ToolInfo;
 
@@ -33,7 +34,7 @@ impl Sessions {
     pub fn tools(&self) -> Vec<ToolInfo> {
         let mut tools = self.deps.agent.tools.list();
         if self.deps.max_subagent_depth > 0 {
-            tools.push(subagents::task_info());
+            tools.push(lineage::task_info());
         }
         let mcp = self.deps.mcp.tools(None);
         tools.extend(mcp.iter().map(|tool| ToolInfo::of(tool.as_ref())));
@@ -53,7 +54,7 @@ impl Sessions {
             let subagents = self.deps.max_subagent_depth > 0;
             let workspace_tools: Vec<&String> = tools
                 .iter()
-                .filter(|name| !(subagents && name.as_str() == subagents::TASK))
+                .filter(|name| !(subagents && name.as_str() == lineage::TASK))
                 .collect();
             if let Err(unknown) = server.select(&workspace_tools) {
                 let mcp = if unknown.0.iter().any(|t| t.starts_with(crate::mcp::PREFIX)) {
@@ -122,7 +123,7 @@ impl Sessions {
             // policy's defaults and a deployment's rules name tools by name.
             if server.get(&tool.name).is_some()
                 || crate::tools::builtin::NAMES.contains(&tool.name.as_str())
-                || tool.name == subagents::TASK
+                || tool.name == lineage::TASK
                 || tool.name.starts_with(crate::mcp::PREFIX)
             {
                 return Err(SessionError::BadInput(format!(

@@ -18,11 +18,13 @@ use super::command::{
 use super::live::{LiveSessions, Slot};
 use super::stream::EventStream;
 use super::waiting::{self, ClientResult, PendingApproval, PendingClientCall, Waiting};
-use super::{coordination, steps, ConflictKind, SessionDeps, SessionError};
+use super::{coordination, steps};
 use crate::model::{
     self, Event, EventKind, Message, Published, Role, SessionOptions, SessionRecord, SessionState,
     Usage,
 };
+use crate::session::deps::SessionDeps;
+use crate::session::errors::{ConflictKind, SessionError};
 use crate::store::{Store, WriteOp};
 
 /// A session's live channels, taken before its backlog is read.

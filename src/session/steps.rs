@@ -5,10 +5,10 @@
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::subagents;
-use super::SessionDeps;
+use super::lineage;
 use crate::agent::context;
 use crate::model::{client_tools_of, AgentStep, LlmRequestDescriptor, StepKind, ToolSchema};
+use crate::session::deps::SessionDeps;
 use crate::store::{StoreError, StoreResult};
 use crate::tools::{client::ClientSide, Tool};
 
@@ -58,7 +58,7 @@ async fn offered(
     run_id: Uuid,
 ) -> StoreResult<Vec<ToolSchema>> {
     let mut tools: Vec<ToolSchema> = deps.agent.tools.schemas().into_iter().cloned().collect();
-    tools.push(subagents::task_schema());
+    tools.push(lineage::task_schema());
     if let Some(record) = deps.store.session(session_id).await? {
         let run = deps.store.run(session_id, run_id).await?;
         let client: Vec<_> = match &run {

@@ -16,7 +16,7 @@ use tokio::sync::broadcast::{self, error::RecvError};
 use tokio_stream::wrappers::WatchStream;
 use tokio_stream::StreamExt;
 
-use super::Subscription;
+use crate::session::sessions::Subscription;
 use uuid::Uuid;
 
 use crate::model::Published;

@@ -6,15 +6,16 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
-use super::end;
-use super::journal::Batch;
-use super::{Core, SessionActor, Stop};
+use super::{SessionActor, Stop};
 use crate::model::{self, RunResult, RunStatus, SessionState, INTERRUPTED, STORAGE_FAILED};
 use crate::session::command::Reply;
+use crate::session::core::Core;
+use crate::session::errors::{ConflictKind, SessionError};
 use crate::session::lease::Taken;
+use crate::session::run::end;
+use crate::session::run::Batch;
 use crate::session::sessions::Sessions;
 use crate::session::waiting::{self, Waiting};
-use crate::session::{ConflictKind, SessionError};
 use crate::store::{Cluster, StoreError, WriteOp};
 
 /// Why a command cannot have the session.

@@ -1,11 +1,11 @@
 //! Cancel: stops the active run or compaction; with nothing active here, asks the replica
 //! that runs the session (scale-out), else answers that nothing was running.
 
-use super::run::Begin;
+use super::drive::Begin;
 use super::{Active, Phase, SessionActor, Stop};
 use crate::model::SessionState;
 use crate::session::command::{CancelOutcome, Reply};
-use crate::session::SessionError;
+use crate::session::errors::SessionError;
 
 pub(super) async fn handle(phase: Phase<'_>, reply: Reply<CancelOutcome>) -> Result<(), Stop> {
     match phase {

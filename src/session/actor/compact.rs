@@ -1,13 +1,14 @@
 //! Manual compaction: summarises every turn since the last summary and appends the summary at
 //! the end of the history. Cancel aborts it and nothing is written.
 
-use super::journal::Batch;
+use super::drive::serve_while;
 use super::{Active, Activity, Phase, SessionActor, Stop};
 use crate::agent::compaction::{self, CompactError};
 use crate::model::EventKind;
 use crate::session::command::{Compacted, Reply};
+use crate::session::errors::{ConflictKind, SessionError};
 use crate::session::live::Inbox;
-use crate::session::{ConflictKind, SessionError};
+use crate::session::run::Batch;
 
 pub(super) async fn handle(phase: Phase<'_>, reply: Reply<Option<Compacted>>) -> Result<(), Stop> {
     match phase {
@@ -41,33 +42,19 @@ impl SessionActor {
         let activity = Activity {
             cancel: self.deps.shutdown.child_token(),
             what: Active::Compaction(core.record.state),
-            calls: None,
+            driven: None,
             earlier: super::approvals::EarlierCalls {
                 store: self.deps.store.clone(),
                 session_id: id,
                 before: i64::MAX,
             },
         };
-        let sink = super::journal::Sink {
+        let sink = crate::session::run::Sink {
             deps: &self.deps,
             slot: &self.slot,
         };
-        let mut lease_lost = false;
-        let outcome = {
-            let summary = compaction::summarize(&self.deps.agent, &core.history, &activity.cancel);
-            tokio::pin!(summary);
-            loop {
-                tokio::select! {
-                    outcome = &mut summary => break outcome,
-                    Some(command) = inbox.recv() => {
-                        // Boxed: a command's handler may start a compaction, which reads commands.
-                        if let Err(Stop::LeaseLost) = Box::pin(command.handle(Phase::Busy(&activity))).await {
-                            lease_lost = true;
-                        }
-                    }
-                }
-            }
-        };
+        let summary = compaction::summarize(&self.deps.agent, &core.history, &activity.cancel);
+        let (outcome, lease_lost) = serve_while(summary, &activity, inbox).await;
         if lease_lost {
             let _ = reply.send(Err(SessionError::Conflict(ConflictKind::LeaseLost)));
             return Err(Stop::LeaseLost);

@@ -1,12 +1,12 @@
 //! Commands about the session's existence and ownership: delete, take over a run a dead
 //! process left behind, and the loss of the lease.
 
-use super::journal::Batch;
-use super::run::Begin;
+use super::drive::Begin;
 use super::{Phase, Stop};
 use crate::session::actor::access::Refusal;
 use crate::session::command::Reply;
-use crate::session::SessionError;
+use crate::session::errors::SessionError;
+use crate::session::run::Batch;
 use crate::store::WriteOp;
 
 pub(super) async fn delete(phase: Phase<'_>, reply: Reply<()>) -> Result<(), Stop> {

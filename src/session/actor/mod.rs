@@ -6,20 +6,16 @@
 //! reading its mailbox and hands each command to its handler in the [`Phase::Busy`] phase, so
 //! cancel reaches the run and everything that would change the session is refused.
 //!
-//! `access` loads the session and, with replicas, takes its lease; `journal` is how the actor
-//! writes (batches, commits, the agent loop's journal); `calls` admits and records tool calls,
-//! `artifacts` keeps the files they produced, `children` records the sub-agents of `task`
-//! calls; `end` decides how a run ends.
+//! `access` loads the session and, with replicas, takes its lease; `run` starts a run or a
+//! resume, and `drive` drives it (prepare, the turn while the mailbox is served, finish) as a
+//! [`crate::session::run::Run`]; `approvals` takes every answer to a waiting call the same
+//! way: find the board that holds the call, then answer on it.
 
 mod access;
 mod approvals;
-mod artifacts;
-mod calls;
 mod cancel;
-mod children;
 mod compact;
-mod end;
-mod journal;
+mod drive;
 mod lifecycle;
 mod run;
 
@@ -30,11 +26,13 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::command::Command;
+use super::core::Core;
+use super::deps::SessionDeps;
+use super::errors::{ConflictKind, SessionError};
 use super::live::{Inbox, LiveSessions, Retire, Slot};
-use super::{ConflictKind, SessionDeps, SessionError};
-use crate::model::{Message, RunRecord, RunResult, SessionRecord, SessionState};
+use super::run::Sink;
+use crate::model::SessionState;
 use crate::store::StoreError;
-use journal::Sink;
 
 /// How long an actor with nothing to do and nobody watching stays in memory.
 const IDLE_EVICTION: Duration = Duration::from_secs(60);
@@ -46,24 +44,6 @@ pub(super) struct SessionActor {
     live: LiveSessions,
     /// The session as this actor knows it, once loaded.
     core: Option<Core>,
-}
-
-/// The session's state while its actor lives.
-pub(super) struct Core {
-    record: SessionRecord,
-    next_seq: i64,
-    /// The full history: read only for the commands that need it (runs, compactions), so
-    /// that a cancel or a delete of a long session does not read all of it.
-    history: Vec<Message>,
-    history_loaded: bool,
-    last_result: Option<RunResult>,
-    /// The newest run, for resume.
-    last_run: Option<RunRecord>,
-    /// The newest run waits only for answers to its calls, and nothing drives it (found so
-    /// after a restart or a takeover): what waits.
-    parked: Option<crate::session::waiting::Waiting>,
-    /// The newest artifact version of each path this actor has seen or recorded.
-    artifact_versions: std::collections::HashMap<String, i64>,
 }
 
 /// Why an actor stops. An actor that stops answers nothing more: the commands left in its
@@ -95,8 +75,8 @@ pub(super) enum Phase<'a> {
 pub(super) struct Activity {
     pub cancel: CancellationToken,
     pub what: Active,
-    /// For a run: its calls that wait for answers.
-    calls: Option<calls::RunCalls>,
+    /// For a run: its board, where its calls wait for answers.
+    driven: Option<approvals::Driven>,
     /// Where an answer to a call of an earlier run is looked up.
     earlier: approvals::EarlierCalls,
 }

@@ -1,40 +1,26 @@
-//! The run command: starting a run or a resume, continuing a run that waited for answers
-//! without a driver (after a restart or a takeover), and driving the agent loop while the
-//! mailbox is still served.
+//! The run command: starting a run or a resume, and continuing a run that waited for answers
+//! without a driver (after a restart or a takeover); `drive` drives it.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
 
-use tokio::sync::{mpsc, oneshot};
-use tracing::Instrument as _;
+use tokio::sync::oneshot;
 use uuid::Uuid;
 
-use super::calls::{AnswerMsg, CallDesk, RunCalls};
-use super::end::{self, Conclusion, RunOutcome, Stopping};
-use super::journal::{Batch, RunJournal};
-use super::{Active, Activity, Phase, SessionActor, Stop};
-use crate::agent::{context, AgentDeps, AgentError, AgentLoop, DefaultLoop};
+use super::drive::{Begin, NextRun};
+use super::{Activity, Phase, SessionActor, Stop};
+use crate::agent::context;
 use crate::model::{
-    self, EventKind, Message, ResolvedBy, Role, RunKind, RunRecord, RunResult, RunStatus,
-    SessionRecord, SessionState, Usage,
+    self, EventKind, Message, Role, RunKind, RunRecord, RunResult, RunStatus, SessionState, Usage,
 };
 use crate::session::command::{IfBusy, Pending, Reply, RunRequest, RunStarted, RunStopped};
+use crate::session::core::Core;
+use crate::session::errors::{ConflictKind, SessionError};
+use crate::session::lineage::{Lineage, Tree};
 use crate::session::live::Inbox;
+use crate::session::run::Batch;
 use crate::session::run_permit::RunPermit;
-use crate::session::subagents::{Children, Lineage, TaskTool, Tree, TASK};
-use crate::session::waiting::{self, Resolution, Waiting};
-use crate::session::Sessions;
-use crate::session::{ConflictKind, SessionError};
-use crate::store::{Store, StoreError, WriteOp};
-use crate::telemetry;
-use crate::tools::client::ClientSide;
-use crate::tools::policy::Rules;
-use crate::tools::{Tool, ToolContext, ToolRegistry};
-
-/// A run asked for while another one ended: it starts next.
-pub(super) type NextRun = Option<(RunRequest, Reply<RunStarted>)>;
-
-const SUPERSEDED: &str = "superseded by a new message";
+use crate::session::waiting::{self, Resolution};
+use crate::store::{Store, StoreError, StoreResult, WriteOp};
 
 pub(super) async fn handle(
     phase: Phase<'_>,
@@ -43,40 +29,7 @@ pub(super) async fn handle(
 ) -> Result<(), Stop> {
     match phase {
         Phase::Busy(activity) => {
-            let calls = activity.calls.as_ref();
-            if let (Some(calls), Some(input)) = (calls, &request.input) {
-                match request.if_busy {
-                    IfBusy::Queue => {
-                        super::calls::lock(&calls.queued).push(input.clone());
-                        let _ = reply.send(Ok(RunStarted::Queued(calls.run.clone())));
-                        return Ok(());
-                    }
-                    IfBusy::Interrupt => {
-                        let mut next = super::calls::lock_superseded(calls);
-                        if next.is_some() {
-                            drop(next);
-                            let _ = reply.send(Err(activity.conflict("interrupt it again")));
-                        } else {
-                            // Starts once the active run has ended as cancelled.
-                            *next = Some((request, reply));
-                            drop(next);
-                            activity.cancel.cancel();
-                        }
-                        return Ok(());
-                    }
-                    IfBusy::Reject => {}
-                }
-            }
-            let waits = calls.is_some_and(|c| c.waiting().has_pending());
-            match (waits, request.pending, calls) {
-                (true, Pending::Deny, Some(calls)) => {
-                    // Ends the active run once its waiting calls are denied; this one follows.
-                    *super::calls::lock_superseded(calls) = Some((request, reply));
-                    activity.cancel.cancel();
-                }
-                (true, Pending::Refuse, _) => drop(reply.send(Err(approvals_pending()))),
-                _ => drop(reply.send(Err(activity.conflict("start another run")))),
-            }
+            busy(activity, request, reply);
             Ok(())
         }
         Phase::Idle(actor, inbox) => {
@@ -89,63 +42,103 @@ pub(super) async fn handle(
     }
 }
 
-fn nothing_to_resume() -> SessionError {
-    SessionError::Conflict(ConflictKind::NothingToResume)
+/// A run asked for while one is active: an input is queued for it, or interrupts it; a new
+/// run supersedes one that waits for answers (`?pending=deny`); anything else is refused.
+fn busy(activity: &Activity, request: RunRequest, reply: Reply<RunStarted>) {
+    let driven = activity.driven.as_ref();
+    if let (Some(driven), Some(input)) = (driven, request.input.clone()) {
+        match request.if_busy {
+            IfBusy::Queue => {
+                driven.board.queue(input);
+                let _ = reply.send(Ok(RunStarted::Queued(driven.run.clone())));
+                return;
+            }
+            IfBusy::Interrupt => {
+                match driven.board.supersede((request, reply)) {
+                    Err((_, reply)) => {
+                        let _ = reply.send(Err(activity.conflict("interrupt it again")));
+                    }
+                    // Starts once the active run has ended as cancelled.
+                    Ok(()) => activity.cancel.cancel(),
+                }
+                return;
+            }
+            IfBusy::Reject => {}
+        }
+    }
+    let waits = driven.is_some_and(|driven| driven.board.has_pending());
+    match (waits, request.pending, driven) {
+        (true, Pending::Deny, Some(driven)) => {
+            // Ends the active run once its waiting calls are denied; this one follows.
+            driven.board.replace_successor((request, reply));
+            activity.cancel.cancel();
+        }
+        (true, Pending::Refuse, _) => drop(reply.send(Err(approvals_pending()))),
+        _ => drop(reply.send(Err(activity.conflict("start another run")))),
+    }
+}
+
+/// What a resume is answered with when there is nothing to resume: the last result of a
+/// completed session, or a conflict.
+fn nothing_to_resume(core: &Core) -> Option<Result<RunStarted, SessionError>> {
+    let nothing = || SessionError::Conflict(ConflictKind::NothingToResume);
+    match core.record.state {
+        SessionState::Completed => Some(match core.last_result.clone() {
+            Some(result) => Ok(RunStarted::AlreadyCompleted(result)),
+            None => Err(nothing()),
+        }),
+        SessionState::Idle => Some(Err(nothing())),
+        _ => None,
+    }
+}
+
+/// The input the run's turn starts with. With an input, earlier calls left without a result
+/// get one, so providers accept the history; without (a resume), the input of a run
+/// interrupted before it was appended is appended now.
+fn opening_input(core: &mut Core, batch: &mut Batch, input: Option<String>) -> Option<String> {
+    if input.is_some() {
+        for call in context::dangling_tool_calls(&core.history) {
+            batch.message(core, Message::tool_result(call.id, context::NOT_RUN_RESULT));
+        }
+        return input;
+    }
+    let previous = core.last_run.as_ref()?;
+    let appended = core
+        .history
+        .iter()
+        .any(|m| m.role == Role::User && m.created_at >= previous.created_at);
+    if previous.kind == RunKind::Run && !appended {
+        return previous.input.clone();
+    }
+    None
+}
+
+/// Tells the run's client of its start once that is durable, or why it is not.
+fn tell_when_durable(
+    started: RunRecord,
+    durable: oneshot::Receiver<StoreResult<()>>,
+    result: oneshot::Receiver<Result<RunResult, RunStopped>>,
+    reply: Reply<RunStarted>,
+) {
+    tokio::spawn(async move {
+        let answer = match durable.await {
+            Ok(Ok(())) => Ok(RunStarted::Started {
+                run: started,
+                result,
+            }),
+            Ok(Err(error)) => Err(SessionError::Store(error)),
+            // Refused before it reached the writer (an earlier write of the session
+            // failed), or the writer stopped.
+            Err(_) => Err(SessionError::Store(StoreError::Write(
+                "the run's start was not written".to_string(),
+            ))),
+        };
+        let _ = reply.send(answer);
+    });
 }
 
 pub(super) fn approvals_pending() -> SessionError {
     SessionError::Conflict(ConflictKind::ApprovalsPending)
-}
-
-/// How a driven run begins.
-pub(super) struct Begin {
-    pub input: Option<String>,
-    /// What waits already (a continued run), and an answer that came for it.
-    pub waiting: Waiting,
-    pub answer: Option<AnswerMsg>,
-    /// Cancelled before it is driven (a cancel or a new message for a run that waited).
-    pub cancelled: bool,
-    pub superseded_by: NextRun,
-    pub result_tx: oneshot::Sender<Result<RunResult, RunStopped>>,
-    /// The trace span the run's span is a child of (none: a root).
-    pub trace_parent: tracing::Span,
-    /// What the run writes first, not yet handed to the writer (a new run's start).
-    pub opening: Option<Batch>,
-    /// A resume's: what people answered to the approvals of the run it continues.
-    pub decided: HashMap<String, Resolution>,
-    /// Its tree of sub-agents and its permit (none: a continued run, which takes no permit
-    /// and starts a tree of its own).
-    pub lineage: Option<Lineage>,
-}
-
-impl Begin {
-    fn new(
-        input: Option<String>,
-        result_tx: oneshot::Sender<Result<RunResult, RunStopped>>,
-    ) -> Begin {
-        Begin {
-            input,
-            waiting: Waiting::default(),
-            answer: None,
-            cancelled: false,
-            superseded_by: None,
-            result_tx,
-            trace_parent: tracing::Span::none(),
-            opening: None,
-            decided: HashMap::new(),
-            lineage: None,
-        }
-    }
-
-    /// A run that waited, continued without a client waiting for its result.
-    pub fn resumed(waiting: Waiting) -> Begin {
-        Begin::new(None, oneshot::channel().0).with_waiting(waiting)
-    }
-
-    fn with_waiting(mut self, waiting: Waiting) -> Begin {
-        self.waiting = waiting;
-        self
-    }
 }
 
 impl SessionActor {
@@ -174,19 +167,9 @@ impl SessionActor {
             return self.continue_run(begin, inbox).await;
         }
         if request.kind == RunKind::Resume {
-            match core.record.state {
-                SessionState::Completed => {
-                    let _ = reply.send(match core.last_result.clone() {
-                        Some(result) => Ok(RunStarted::AlreadyCompleted(result)),
-                        None => Err(nothing_to_resume()),
-                    });
-                    return Ok(None);
-                }
-                SessionState::Idle => {
-                    let _ = reply.send(Err(nothing_to_resume()));
-                    return Ok(None);
-                }
-                _ => {}
+            if let Some(answer) = nothing_to_resume(core) {
+                let _ = reply.send(answer);
+                return Ok(None);
             }
         }
         let decided = match (request.kind, &core.last_run) {
@@ -201,24 +184,40 @@ impl SessionActor {
             }
             _ => HashMap::new(),
         };
-        // A sub-agent's run has the permit its parent's call took for it; another run takes one
-        // now or is refused.
-        let lineage = match request.subagent.clone() {
-            Some(lineage) => lineage,
-            None => match self.deps.run_permits.clone().try_acquire_owned() {
-                Ok(permit) => Lineage {
-                    tree: Tree::new(self.deps.max_subagents_per_run),
-                    permit: RunPermit::held(self.deps.run_permits.clone(), permit),
-                },
-                Err(_) => {
-                    let _ = reply.send(Err(SessionError::TooBusy(
-                        "the server is running as many runs as it is allowed to; retry shortly"
-                            .to_string(),
-                    )));
-                    return Ok(None);
-                }
-            },
+        let Some(lineage) = self.lineage(&request) else {
+            let _ = reply.send(Err(SessionError::TooBusy(
+                "the server is running as many runs as it is allowed to; retry shortly".to_string(),
+            )));
+            return Ok(None);
         };
+        let (run, mut begin) = self.open_run(&request, reply)?;
+        begin.trace_parent = request.trace_parent;
+        begin.decided = decided;
+        begin.lineage = Some(lineage);
+        self.drive(run, begin, inbox).await
+    }
+
+    /// A sub-agent's run has the permit its parent's call took for it; another run takes one
+    /// now, or none is left.
+    fn lineage(&self, request: &RunRequest) -> Option<Lineage> {
+        if let Some(lineage) = request.subagent.clone() {
+            return Some(lineage);
+        }
+        let permit = self.deps.run_permits.clone().try_acquire_owned().ok()?;
+        Some(Lineage {
+            tree: Tree::new(self.deps.max_subagents_per_run),
+            permit: RunPermit::held(self.deps.run_permits.clone(), permit),
+        })
+    }
+
+    /// The run's record and its start, gathered for its first commit; the client is told of
+    /// the run once that is durable.
+    fn open_run(
+        &mut self,
+        request: &RunRequest,
+        reply: Reply<RunStarted>,
+    ) -> Result<(RunRecord, Begin), Stop> {
+        let id = self.id;
         let core = self.core.as_mut().ok_or(Stop::Gone)?;
         let run = RunRecord {
             id: model::new_id(),
@@ -250,49 +249,16 @@ impl SessionActor {
         );
         core.record.last_run_id = Some(run.id);
         batch.state(core, SessionState::Running, None);
-        let mut input = request.input.clone();
-        if input.is_some() {
-            // Earlier calls left without a result get one, so providers accept the history.
-            for call in context::dangling_tool_calls(&core.history) {
-                batch.message(core, Message::tool_result(call.id, context::NOT_RUN_RESULT));
-            }
-        } else if let Some(previous) = core.last_run.as_ref() {
-            // A run interrupted before its input was appended: the resume appends it.
-            let appended = core
-                .history
-                .iter()
-                .any(|m| m.role == Role::User && m.created_at >= previous.created_at);
-            if previous.kind == RunKind::Run && !appended {
-                input = previous.input.clone();
-            }
-        }
+        let input = opening_input(core, &mut batch, request.input.clone());
         batch.ops.push(WriteOp::UpsertRun(run.clone()));
         core.last_run = Some(run.clone());
         let (result_tx, result_rx) = oneshot::channel();
-        let started = run.clone();
-        tokio::spawn(async move {
-            let answer = match durable.await {
-                Ok(Ok(())) => Ok(RunStarted::Started {
-                    run: started,
-                    result: result_rx,
-                }),
-                Ok(Err(error)) => Err(SessionError::Store(error)),
-                // Refused before it reached the writer (an earlier write of the session
-                // failed), or the writer stopped.
-                Err(_) => Err(SessionError::Store(StoreError::Write(
-                    "the run's start was not written".to_string(),
-                ))),
-            };
-            let _ = reply.send(answer);
-        });
+        tell_when_durable(run.clone(), durable, result_rx, reply);
         let begin = Begin {
-            trace_parent: request.trace_parent,
             opening: Some(batch),
-            decided,
-            lineage: Some(lineage),
             ..Begin::new(input, result_tx)
         };
-        self.drive(run, begin, inbox).await
+        Ok((run, begin))
     }
 
     /// Drives the run that waited for answers with nobody driving it (the actor's `parked`
@@ -320,270 +286,6 @@ impl SessionActor {
         // meets a 429 (`Begin::lineage` is none).
         self.drive(run, begin, inbox).await
     }
-
-    /// The tools a run of this session is offered: the server's built-in tools and the tools
-    /// of its MCP servers as they are now (each narrowed to the session's choice), `task` above
-    /// the deepest sub-agent level, and the client tools (the session's and the run's own; a
-    /// run's tool replaces the session's of the same name).
-    fn run_tools(
-        &self,
-        record: &SessionRecord,
-        run: &RunRecord,
-        children: &Arc<Children>,
-        permit: &Arc<RunPermit>,
-    ) -> ToolRegistry {
-        let server = &self.deps.agent.tools;
-        let chosen = match &record.options.tools {
-            Some(names) => server.keep(names),
-            None => server.clone(),
-        };
-        let mut more = self.deps.mcp.tools(record.options.mcp_servers.as_deref());
-        let narrowed_out = record
-            .options
-            .tools
-            .as_ref()
-            .is_some_and(|names| !names.iter().any(|n| n == TASK));
-        if record.options.depth < self.deps.max_subagent_depth && !narrowed_out {
-            more.push(Arc::new(TaskTool {
-                sessions: Sessions::from_parts(self.deps.clone(), self.live.clone()),
-                parent: record.clone(),
-                children: children.clone(),
-                permit: permit.clone(),
-            }));
-        }
-        more.extend(
-            model::client_tools_of(record, run)
-                .map(|t| Arc::new(ClientSide(t.clone())) as Arc<dyn Tool>),
-        );
-        // Names were checked against the server's tools when the session was created, and MCP
-        // tools have a prefix that no other tool may use.
-        chosen.with(more).unwrap_or(chosen)
-    }
-
-    /// What the session's tool calls run in: its directory under the server's workspace
-    /// (made again if it was removed), or the root. A directory that now leads outside the
-    /// root (replaced by a symlink since) is refused: the run fails rather than run tools
-    /// anywhere else.
-    async fn tool_context(&self, record: &SessionRecord) -> Result<ToolContext, String> {
-        let root = &self.deps.agent.tool_context;
-        let Some(rel) = record.options.workspace.clone() else {
-            return Ok(root.clone());
-        };
-        let shown = rel.clone();
-        root.workspace
-            .run(move |root| root.subdir(&rel))
-            .await
-            .map(ToolContext::new)
-            .map_err(|e| format!("the session's workspace {shown:?} cannot be used: {e}"))
-    }
-
-    /// Runs the loop while still answering the mailbox, then records how the run ended.
-    async fn drive(
-        &mut self,
-        run: RunRecord,
-        begin: Begin,
-        inbox: &mut Inbox,
-    ) -> Result<NextRun, Stop> {
-        let core = self.core.as_ref().ok_or(Stop::Gone)?;
-        let lineage = begin.lineage.unwrap_or_else(|| Lineage {
-            tree: Tree::new(self.deps.max_subagents_per_run),
-            permit: RunPermit::unmetered(self.deps.run_permits.clone()),
-        });
-        let children = Arc::new(Children::new(lineage.tree));
-        let tools = self.run_tools(&core.record, &run, &children, &lineage.permit);
-        let (context, unusable) = match self.tool_context(&core.record).await {
-            Ok(context) => (context, None),
-            // Never used: the loop does not run.
-            Err(error) => (self.deps.agent.tool_context.clone(), Some(error)),
-        };
-        let core = self.core.as_ref().ok_or(Stop::Gone)?;
-        let session_rules = Arc::new(Mutex::new(
-            Rules::compile(core.record.options.tool_policy.clone()).unwrap_or_default(),
-        ));
-        let (answers, answers_rx) = mpsc::unbounded_channel();
-        let queued = super::calls::Queued::default();
-        let waiting = Arc::new(Mutex::new(begin.waiting));
-        if let Some(answer) = begin.answer {
-            let _ = answers.send(answer);
-        }
-        let activity = Activity {
-            cancel: self.deps.shutdown.child_token(),
-            what: Active::Run(run.id),
-            calls: Some(RunCalls {
-                waiting: waiting.clone(),
-                answers,
-                tools: tools.clone(),
-                session_rules: session_rules.clone(),
-                deps: self.deps.clone(),
-                superseded_by: Mutex::new(begin.superseded_by),
-                run: run.clone(),
-                queued: queued.clone(),
-            }),
-            earlier: super::approvals::EarlierCalls {
-                store: self.deps.store.clone(),
-                session_id: self.id,
-                before: run.start_seq,
-            },
-        };
-        if begin.cancelled {
-            activity.cancel.cancel();
-        }
-        let agent = AgentDeps {
-            tools: tools.clone(),
-            tool_context: context.clone(),
-            ..self.deps.agent.clone()
-        };
-        let desk = CallDesk {
-            waiting,
-            answers: answers_rx,
-            tools,
-            context,
-            session_rules,
-            replies: Default::default(),
-            running: 0,
-            children,
-            notes: Default::default(),
-            queued,
-            decided: begin.decided,
-        };
-        let sink = super::journal::Sink {
-            deps: &self.deps,
-            slot: &self.slot,
-        };
-        let core = self.core.as_mut().ok_or(Stop::Gone)?;
-        // The current configuration wins, except for a prompt the session was
-        // created with on purpose.
-        let mut settings = self.deps.settings.clone();
-        if let Some(prompt) = &core.record.system_prompt {
-            settings.system_prompt = prompt.clone();
-        }
-        let options = &core.record.options;
-        settings.budget = settings.budget.for_session(
-            options.max_tokens,
-            options.max_run_tokens,
-            core.record.usage,
-        );
-        let model = &self.deps.agent.model;
-        let span = telemetry::run_span(
-            &begin.trace_parent,
-            self.id,
-            run.id,
-            model.name(),
-            model.model(),
-        );
-        let mut journal = RunJournal::new(self.id, run.id, core, sink, desk);
-        if let Some(opening) = begin.opening {
-            journal.batch = opening;
-        }
-        let mut lease_lost = false;
-        let result = if let Some(error) = unusable {
-            Err(AgentError::NotStarted { error })
-        } else {
-            let turn = DefaultLoop
-                .run(
-                    &mut journal,
-                    &agent,
-                    &settings,
-                    begin.input,
-                    &activity.cancel,
-                )
-                .instrument(span.clone());
-            tokio::pin!(turn);
-            loop {
-                tokio::select! {
-                    result = &mut turn => break result,
-                    Some(command) = inbox.recv() => {
-                        // Boxed: a command's handler may start a run, which reads commands.
-                        if let Err(Stop::LeaseLost) = Box::pin(command.handle(Phase::Busy(&activity))).await {
-                            lease_lost = true;
-                        }
-                    }
-                }
-            }
-        };
-        let result_tx = begin.result_tx;
-        if lease_lost {
-            let _ = result_tx.send(Err(RunStopped::Elsewhere));
-            return Err(Stop::LeaseLost);
-        }
-        let outcome = match RunOutcome::of(result) {
-            Ok(outcome) => outcome,
-            // What was queued is void. This actor stops; a successor reloads the session and
-            // records the run as failed once writes succeed again.
-            Err(error) => {
-                let stop = Stop::write_failed(self.id, &error);
-                let _ = result_tx.send(Err(RunStopped::Storage {
-                    error: error.to_string(),
-                }));
-                return Err(stop);
-            }
-        };
-        let next = activity
-            .calls
-            .as_ref()
-            .and_then(|calls| super::calls::lock_superseded(calls).take());
-        let shutting_down = self.deps.shutdown.is_cancelled();
-        if let RunOutcome::Cancelled { .. } = outcome {
-            if shutting_down && next.is_none() && journal.calls.is_parked() {
-                // It waits only for answers, which a restart does not lose: leave it waiting.
-                let batch = journal.take_batch();
-                let _ = sink.commit(batch).await;
-                let _ = result_tx.send(Err(RunStopped::Elsewhere));
-                return Ok(None);
-            }
-            if !shutting_down {
-                match &next {
-                    Some(_) => journal.settle_waiting(ResolvedBy::User, Some(SUPERSEDED)),
-                    None => journal.settle_waiting(ResolvedBy::Cancel, None),
-                }
-                journal.settle_children();
-            }
-        }
-        let stopping = match (shutting_down, &self.deps.cluster) {
-            (false, _) => Stopping::No,
-            (true, None) => Stopping::Alone,
-            (true, Some(_)) => Stopping::Replicated,
-        };
-        let mut batch = journal.take_batch();
-        let ending = match end::conclude(run, outcome, stopping, model::now()) {
-            Conclusion::Record(ending) => *ending,
-            Conclusion::LeaveForTakeover => {
-                // Its lease is released at shutdown and another replica takes it over from the
-                // last checkpoint at once.
-                let _ = sink.commit(batch).await;
-                let _ = result_tx.send(Err(RunStopped::Elsewhere));
-                return Ok(None);
-            }
-        };
-        let core = journal.core;
-        batch.checkpoint(core, ending.run.id, None);
-        batch.state(core, ending.state, ending.session_error());
-        batch.event(core, ending.terminal);
-        batch.ops.push(WriteOp::UpsertRun(ending.run.clone()));
-        let result = RunResult::from(&ending.run);
-        let (status, took) = (ending.run.status, run_took(&ending.run));
-        telemetry::run_ended(&span, &ending.run);
-        core.last_result = Some(result.clone());
-        core.last_run = Some(ending.run);
-        match sink.commit(batch).await {
-            Ok(()) => {
-                crate::metrics::run_ended(status.as_str(), took);
-                let _ = result_tx.send(Ok(result));
-                Ok(next)
-            }
-            Err(error) => {
-                let text = error.to_string();
-                let stop = Stop::write_failed(self.id, &error);
-                let _ = result_tx.send(Err(RunStopped::Storage {
-                    error: text.clone(),
-                }));
-                if let Some((_, reply)) = next {
-                    let _ = reply.send(Err(SessionError::Store(StoreError::Poisoned(text))));
-                }
-                Err(stop)
-            }
-        }
-    }
 }
 
 /// What people answered to the approvals of `previous` (the run a resume continues), for the
@@ -608,8 +310,86 @@ async fn decisions_to_honour(
     Ok(decisions)
 }
 
-/// How long a run took, from its start to its end.
-fn run_took(run: &RunRecord) -> std::time::Duration {
-    let end = run.finished_at.unwrap_or_else(model::now);
-    (end - run.created_at).to_std().unwrap_or_default()
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{FinishReason, ToolCall};
+    use crate::session::core::fixture;
+    use serde_json::json;
+
+    fn run(kind: RunKind, input: Option<&str>) -> RunRecord {
+        RunRecord {
+            id: model::new_id(),
+            session_id: model::new_id(),
+            kind,
+            status: RunStatus::Completed,
+            input: input.map(str::to_string),
+            text: Some("done".into()),
+            finish_reason: Some(FinishReason::Model("stop".into())),
+            usage: Usage::default(),
+            steps: 1,
+            error: None,
+            start_seq: 2,
+            created_at: model::now(),
+            finished_at: None,
+            client_tools: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_resume_of_a_completed_session_is_its_last_result_and_of_an_idle_one_a_conflict() {
+        let mut core = fixture::core();
+        assert!(matches!(
+            nothing_to_resume(&core),
+            Some(Err(SessionError::Conflict(ConflictKind::NothingToResume)))
+        ));
+        core.record.state = SessionState::Completed;
+        assert!(matches!(nothing_to_resume(&core), Some(Err(_))));
+        core.last_result = Some(RunResult::from(&run(RunKind::Run, Some("hi"))));
+        assert!(matches!(
+            nothing_to_resume(&core),
+            Some(Ok(RunStarted::AlreadyCompleted(_)))
+        ));
+        core.record.state = SessionState::Failed;
+        assert!(
+            nothing_to_resume(&core).is_none(),
+            "a failed run is resumed"
+        );
+    }
+
+    #[test]
+    fn a_new_input_gives_calls_left_without_a_result_one() {
+        let mut core = fixture::core();
+        let call = ToolCall {
+            id: "a".into(),
+            name: "shell".into(),
+            arguments: json!({}),
+        };
+        core.history.push(Message::assistant("", vec![call]));
+        let mut batch = Batch::new(core.record.id);
+        let input = opening_input(&mut core, &mut batch, Some("next".into()));
+        assert_eq!(input.as_deref(), Some("next"));
+        let last = core.history.last().expect("a result");
+        assert_eq!(
+            (last.role, last.tool_call_id.as_deref()),
+            (Role::Tool, Some("a"))
+        );
+        assert_eq!(last.content, context::NOT_RUN_RESULT);
+    }
+
+    #[test]
+    fn a_resume_appends_the_input_its_run_was_interrupted_before_appending() {
+        let mut core = fixture::core();
+        let mut batch = Batch::new(core.record.id);
+        assert_eq!(opening_input(&mut core, &mut batch, None), None);
+        core.last_run = Some(run(RunKind::Run, Some("hello")));
+        let input = opening_input(&mut core, &mut batch, None);
+        assert_eq!(input.as_deref(), Some("hello"));
+        core.history.push(Message::new(Role::User, "hello"));
+        assert_eq!(opening_input(&mut core, &mut batch, None), None);
+        core.last_run = Some(run(RunKind::Resume, None));
+        core.history.pop();
+        assert_eq!(opening_input(&mut core, &mut batch, None), None);
+        assert!(batch.ops.is_empty(), "nothing to write for a resume");
+    }
 }

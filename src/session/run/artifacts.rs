@@ -5,13 +5,13 @@
 //!
 //! Any tool's files are kept this way (the built-in file tools', an MCP tool's images and
 //! resources): whatever a call returns in [`ToolOutput::artifacts`](crate::tools::ToolOutput)
-//! goes through [`RunJournal::keep_artifacts`] and [`RunJournal::record_artifacts`].
+//! goes through [`Run::keep_artifacts`] and [`Run::record_artifacts`].
 
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use super::journal::RunJournal;
+use super::Run;
 use crate::model::{self, ArtifactRecord, EventKind};
 use crate::store::{NewArtifact, StoreError, WriteOp};
 use crate::tools::Artifact;
@@ -21,17 +21,17 @@ const HASH_INLINE_BYTES: usize = 256 * 1024;
 
 /// A call's artifacts, ready to be recorded: the records of those kept, with their bytes, and
 /// the note for the call's result about those that were not.
-pub(super) struct Keeping {
+pub(in crate::session) struct Keeping {
     kept: Vec<(ArtifactRecord, Bytes)>,
     pub note: Option<String>,
 }
 
-impl RunJournal<'_> {
+impl Run<'_> {
     /// What becomes of `artifacts`, produced by the call of tool step `step_id`: each gets the
     /// next version of its path and its digest. One larger than `--max-artifact-bytes` is not
     /// kept; the note then says so, with its size and the limit, for the call's result (a file
     /// a tool wrote stays in the workspace; an MCP server's image is dropped).
-    pub(super) async fn keep_artifacts(
+    pub(in crate::session) async fn keep_artifacts(
         &mut self,
         step_id: Uuid,
         artifacts: &[Artifact],
@@ -78,7 +78,7 @@ impl RunJournal<'_> {
 
     /// Adds what `keeping` keeps to the batch being gathered (which holds the call's outcome):
     /// for each artifact its bytes, its record and its `artifact.created` event.
-    pub(super) fn record_artifacts(&mut self, keeping: Keeping) {
+    pub(in crate::session) fn record_artifacts(&mut self, keeping: Keeping) {
         for (artifact, content) in keeping.kept {
             self.batch.ops.push(WriteOp::InsertArtifact(NewArtifact {
                 session_id: self.id,

@@ -1,163 +1,51 @@
-//! How an actor writes: a [`Batch`] gathers the ops and events of one commit (keeping the
-//! actor's in-memory view of the session in step), [`commit`] hands it to the group-commit
-//! writer behind the session's lease, and [`RunJournal`] is the actor's side of the agent loop:
-//! it turns what the loop reports into rows and events.
+//! A run of a session: what the agent loop reports, turned into rows and events. A [`Run`]
+//! is prepared by the actor's run command, driven by the loop (it is the loop's
+//! [`Journal`]), and ended by the actor with what [`end`] concludes.
+//!
+//! - `batch`: how a session writes ([`Batch`], [`Sink`]).
+//! - `board`: the calls of the run that wait for an answer, their answers and queued inputs.
+//! - `answers`: how the run takes the answers its board holds, and timeouts.
+//! - `admission`: the policy's decision on a call (a pure `admit`), and its record.
+//! - `calls`: the records of a call's start, finish and result.
+//! - `artifacts`: the files a call produced, kept as artifacts.
+//! - `children`: the sub-agents of the run's `task` calls.
+//! - `end`: how a run ends, decided in one pure place.
 
+mod admission;
+mod answers;
+mod artifacts;
+pub(in crate::session) mod batch;
+pub(in crate::session) mod board;
+mod calls;
+mod children;
+pub(in crate::session) mod end;
+
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use tokio::sync::oneshot;
 use uuid::Uuid;
 
-use super::calls::CallDesk;
-use super::Core;
 use crate::agent::compaction::Summary;
 use crate::agent::context::TrimStats;
 use crate::agent::{Admission, Answer, Completion, Journal};
 use crate::model::{
-    self, CharsBeforeAfter, Checkpoint, Event, EventKind, LlmRequestDescriptor, Message, Published,
-    Role, SessionState, StepKind, StepStatus, ToolCall,
+    self, CharsBeforeAfter, EventKind, LlmRequestDescriptor, Message, Role, StepKind, StepStatus,
+    ToolCall,
 };
-use crate::session::live::Slot;
-use crate::session::SessionDeps;
-use crate::store::writer::Commit;
-use crate::store::{SessionProgress, StepRow, StoreError, StoreResult, WriteOp};
+use crate::session::core::Core;
+use crate::session::lineage::Children;
+use crate::session::waiting::Resolution;
+use crate::store::{StepRow, StoreError, WriteOp};
 use crate::tools::ToolOutput;
+use crate::tools::{ToolContext, ToolRegistry};
+pub(in crate::session) use admission::denial_reason;
+pub(in crate::session) use batch::{Batch, Sink};
+use board::CallBoard;
 
 /// Streamed pieces gathered at most before they are handed to the writer, when a reply's
 /// pieces arrive faster than they are recorded.
 const PIECES_PER_COMMIT: usize = 64;
-
-/// Ops and events being gathered for one commit.
-pub(super) struct Batch {
-    session_id: Uuid,
-    pub ops: Vec<WriteOp>,
-    /// Told the outcome of the commit these ops go in: somebody waits for them to be durable
-    /// (a run's client, for the run's start) while the actor goes on.
-    pub told: Option<oneshot::Sender<StoreResult<()>>>,
-}
-
-impl Batch {
-    pub fn new(session_id: Uuid) -> Batch {
-        Batch {
-            session_id,
-            ops: Vec::new(),
-            told: None,
-        }
-    }
-
-    /// A batch whose commit's outcome is told to the receiver returned with it.
-    pub fn told(session_id: Uuid) -> (Batch, oneshot::Receiver<StoreResult<()>>) {
-        let (tell, told) = oneshot::channel();
-        let batch = Batch {
-            told: Some(tell),
-            ..Batch::new(session_id)
-        };
-        (batch, told)
-    }
-
-    pub fn with(mut self, op: WriteOp) -> Batch {
-        self.ops.push(op);
-        self
-    }
-
-    /// Appends the next event of the session.
-    pub fn event(&mut self, core: &mut Core, kind: EventKind) {
-        match &kind {
-            EventKind::ToolApprovalRequested { .. } => crate::metrics::approvals_pending(1),
-            EventKind::ToolApprovalResolved { .. } => crate::metrics::approvals_pending(-1),
-            _ => {}
-        }
-        let event = Published::new(Event::new(
-            self.session_id,
-            core.next_seq,
-            kind,
-            model::now(),
-        ));
-        // Rendered here, beside the other actors, rather than on the writer's thread, which
-        // every commit waits for: the store and every subscriber use this JSON.
-        event.render();
-        core.next_seq += 1;
-        core.record.last_seq = event.seq;
-        self.ops.push(WriteOp::InsertEvent(Arc::new(event)));
-    }
-
-    /// Appends a message to the history; returns it with its index.
-    pub fn message(&mut self, core: &mut Core, mut message: Message) -> Message {
-        message.index = core.record.message_count;
-        core.record.message_count += 1;
-        if core.history_loaded {
-            core.history.push(message.clone());
-        }
-        self.ops.push(WriteOp::InsertMessage {
-            session_id: self.session_id,
-            message: message.clone(),
-        });
-        message
-    }
-
-    /// Changes the session's state (with its `session.state` event) and writes the row.
-    pub fn state(&mut self, core: &mut Core, to: SessionState, error: Option<String>) {
-        let from = core.record.state;
-        core.record.state = to;
-        core.record.error = error;
-        core.record.updated_at = model::now();
-        if from != to {
-            self.event(core, EventKind::StateChanged { from, to });
-        }
-        self.progress(core);
-    }
-
-    /// Counts a model call's usage for the session and writes it.
-    pub fn usage(&mut self, core: &mut Core, usage: model::Usage) {
-        core.record.usage.add(usage);
-        core.record.updated_at = model::now();
-        self.progress(core);
-    }
-
-    /// Writes what runs change of the session's row (see [`SessionProgress`]).
-    fn progress(&mut self, core: &Core) {
-        self.ops
-            .push(WriteOp::UpdateProgress(SessionProgress::of(&core.record)));
-    }
-
-    pub fn checkpoint(&mut self, core: &mut Core, run_id: Uuid, step_id: Option<Uuid>) {
-        let checkpoint_id = model::new_id();
-        self.event(
-            core,
-            EventKind::Checkpoint {
-                checkpoint_id,
-                step_id,
-            },
-        );
-        self.ops.push(WriteOp::InsertCheckpoint(Checkpoint {
-            id: checkpoint_id,
-            session_id: self.session_id,
-            run_id,
-            step_id,
-            message_count: core.record.message_count,
-            seq: core.record.last_seq,
-            created_at: model::now(),
-        }));
-    }
-
-    /// Appends a compaction summary to the history with its event; its usage counts for the
-    /// session.
-    pub fn summary(&mut self, core: &mut Core, summary: &Summary, auto: bool) {
-        self.message(core, Message::new(Role::System, summary.content.clone()));
-        self.usage(core, summary.usage);
-        let session_id = self.session_id;
-        self.event(
-            core,
-            EventKind::ContextCompacted {
-                session_id,
-                turns: summary.turns,
-                chars: summary.chars,
-                auto,
-            },
-        );
-    }
-}
 
 /// What a completed LLM step's record keeps as its response.
 #[derive(serde::Serialize)]
@@ -166,85 +54,59 @@ struct LlmStepResponse<'a> {
     message: &'a Message,
 }
 
-/// Where a session's commits go: the writer, behind the session's lease, published to its
-/// subscribers once durable.
-#[derive(Clone, Copy)]
-pub(super) struct Sink<'a> {
-    pub deps: &'a SessionDeps,
-    pub slot: &'a Slot,
-}
-
-impl Sink<'_> {
-    fn fenced(&self, batch: Batch) -> Vec<WriteOp> {
-        self.slot
-            .fenced(batch.session_id, self.deps.replica, batch.ops)
-    }
-
-    /// Commits a batch and waits until it is durable (its events are then published).
-    pub async fn commit(&self, mut batch: Batch) -> Result<(), StoreError> {
-        let told = batch.told.take();
-        let result = if batch.ops.is_empty() {
-            Ok(())
-        } else {
-            let origin = (batch.session_id, self.slot.generation);
-            let ops = self.fenced(batch);
-            let publish = Some(self.slot.events.clone());
-            self.deps.writer.commit(origin, ops, publish).await
-        };
-        if let Some(told) = told {
-            let _ = told.send(result.as_ref().map(|_| ()).map_err(StoreError::retold));
-        }
-        result
-    }
-
-    /// Queues a batch without waiting: order is kept by the writer, and a failure shows at the
-    /// next commit.
-    pub async fn queue(&self, mut batch: Batch) -> Result<(), StoreError> {
-        if batch.ops.is_empty() {
-            if let Some(told) = batch.told.take() {
-                let _ = told.send(Ok(()));
-            }
-            return Ok(());
-        }
-        let origin = (batch.session_id, self.slot.generation);
-        let commit = Commit {
-            origin,
-            ack: batch.told.take(),
-            ops: self.fenced(batch),
-            publish: Some(self.slot.events.clone()),
-        };
-        self.deps.writer.submit(commit).await
-    }
-}
-
-/// The actor's side of the agent loop for one run.
-pub(super) struct RunJournal<'a> {
+/// A run being driven: the agent loop's journal.
+pub(in crate::session) struct Run<'a> {
     pub id: Uuid,
     pub run_id: Uuid,
     pub core: &'a mut Core,
     pub sink: Sink<'a>,
     /// What is gathered and not yet handed to the writer.
     pub batch: Batch,
-    /// How the run's tool calls are admitted and answered.
-    pub calls: CallDesk,
+    /// The run's calls that wait, and what came for them (shared with the actor).
+    pub board: Arc<CallBoard>,
+    /// What the run's calls run with.
+    pub calls: RunTools,
 }
 
-impl<'a> RunJournal<'a> {
+/// What a run's tool calls run with, the run's own.
+pub(in crate::session) struct RunTools {
+    pub tools: ToolRegistry,
+    pub context: ToolContext,
+    /// Calls started and not finished.
+    pub running: usize,
+    /// The sub-agents of the run's `task` calls.
+    pub children: Arc<Children>,
+    /// What the result of a call says beyond the tool's output (artifacts not kept), by call
+    /// id: from its `tool.finished` until its result joins the history.
+    pub notes: HashMap<String, String>,
+    /// What people answered to the approvals of the run this one resumes, for its calls
+    /// that run again: admitted as answered, not asked about again.
+    pub decided: HashMap<String, Resolution>,
+}
+
+impl<'a> Run<'a> {
     pub fn new(
         id: Uuid,
         run_id: Uuid,
         core: &'a mut Core,
         sink: Sink<'a>,
-        calls: CallDesk,
-    ) -> RunJournal<'a> {
-        RunJournal {
+        board: Arc<CallBoard>,
+        calls: RunTools,
+    ) -> Run<'a> {
+        Run {
             id,
             run_id,
             core,
             sink,
             batch: Batch::new(id),
+            board,
             calls,
         }
+    }
+
+    /// Whether the run waits only for answers (nothing runs): it may then be left as it is.
+    pub fn is_parked(&self) -> bool {
+        self.calls.running == 0 && self.board.is_parked()
     }
 
     /// What is gathered and not yet written, taken out of the journal.
@@ -253,14 +115,14 @@ impl<'a> RunJournal<'a> {
     }
 
     /// Commits what is gathered and waits for it to be durable.
-    pub(super) async fn flush_now(&mut self) -> Result<(), StoreError> {
+    pub(in crate::session) async fn flush_now(&mut self) -> Result<(), StoreError> {
         let batch = self.take_batch();
         self.sink.commit(batch).await
     }
 
     /// Queues what is gathered without waiting: order is kept by the writer, and a failure
     /// shows at the next commit that is waited for.
-    pub(super) async fn queue(&mut self) -> Result<(), StoreError> {
+    pub(in crate::session) async fn queue(&mut self) -> Result<(), StoreError> {
         let batch = self.take_batch();
         self.sink.queue(batch).await
     }
@@ -302,7 +164,12 @@ impl<'a> RunJournal<'a> {
         }
     }
 
-    pub(super) fn tool_step(&self, id: Uuid, call: &ToolCall, status: StepStatus) -> StepRow {
+    pub(in crate::session) fn tool_step(
+        &self,
+        id: Uuid,
+        call: &ToolCall,
+        status: StepStatus,
+    ) -> StepRow {
         // Plain data with string keys: serialising it cannot fail.
         let request = serde_json::to_string(call).unwrap_or_else(|_| "null".to_string());
         self.step(id, StepKind::Tool, status, request)
@@ -310,7 +177,7 @@ impl<'a> RunJournal<'a> {
 }
 
 #[async_trait]
-impl Journal for RunJournal<'_> {
+impl Journal for Run<'_> {
     type Error = StoreError;
 
     fn history(&self) -> &[Message] {
@@ -448,7 +315,7 @@ impl Journal for RunJournal<'_> {
     }
 
     fn take_queued(&mut self) -> Vec<String> {
-        std::mem::take(&mut *super::calls::lock(&self.calls.queued))
+        self.board.take_queued()
     }
 
     async fn queued_message(&mut self, input: String) -> Result<(), StoreError> {

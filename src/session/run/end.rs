@@ -11,7 +11,7 @@ use crate::model::{
 
 /// What the agent loop came back with, once a failure to record it is set apart.
 #[derive(Debug, Clone, PartialEq)]
-pub(super) enum RunOutcome {
+pub(in crate::session) enum RunOutcome {
     Finished(TurnOutcome),
     Cancelled {
         usage: Usage,
@@ -53,7 +53,7 @@ impl RunOutcome {
 
 /// Where the process stands when a run ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Stopping {
+pub(in crate::session) enum Stopping {
     /// The server goes on.
     No,
     /// The server is shutting down, alone on its database: an interrupted run is recorded as
@@ -65,7 +65,7 @@ pub(super) enum Stopping {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub(super) enum Conclusion {
+pub(in crate::session) enum Conclusion {
     Record(Box<Ending>),
     /// Write nothing more: another replica takes the run over.
     LeaveForTakeover,
@@ -73,7 +73,7 @@ pub(super) enum Conclusion {
 
 /// A run's end as it is recorded.
 #[derive(Debug, Clone, PartialEq)]
-pub(super) struct Ending {
+pub(in crate::session) struct Ending {
     /// The run's final record.
     pub run: RunRecord,
     pub state: SessionState,
@@ -91,7 +91,7 @@ impl Ending {
 }
 
 /// How `run` ends with `outcome`.
-pub(super) fn conclude(
+pub(in crate::session) fn conclude(
     run: RunRecord,
     outcome: RunOutcome,
     stopping: Stopping,
@@ -211,13 +211,13 @@ fn failed(run: RunRecord, error: String, at: DateTime<Utc>) -> Ending {
 }
 
 /// A run a stop or a crash cut short: failed as `interrupted`, and resumable.
-pub(super) fn interrupted(run: RunRecord, at: DateTime<Utc>) -> Ending {
+pub(in crate::session) fn interrupted(run: RunRecord, at: DateTime<Utc>) -> Ending {
     cut_short(run, INTERRUPTED, at)
 }
 
 /// A run found in progress by an actor that did not start it: failed with `cause`
 /// (`interrupted`, or `storage` after a failed write), and resumable.
-pub(super) fn cut_short(run: RunRecord, cause: &str, at: DateTime<Utc>) -> Ending {
+pub(in crate::session) fn cut_short(run: RunRecord, cause: &str, at: DateTime<Utc>) -> Ending {
     failed(run, cause.to_string(), at)
 }
 

@@ -4,14 +4,17 @@
 
 use uuid::Uuid;
 
-use super::journal::RunJournal;
+use super::Run;
 use crate::model::{EventKind, RunStatus};
 use crate::store::{SessionQuery, StoreError};
 
-impl RunJournal<'_> {
+impl Run<'_> {
     /// Names the child of a `task` call that starts (`subagent.started`), unless the run's
     /// tree has started all the sub-agents it may (the call then fails, naming none).
-    pub(super) async fn child_started(&mut self, call_id: &str) -> Result<(), StoreError> {
+    pub(in crate::session) async fn child_started(
+        &mut self,
+        call_id: &str,
+    ) -> Result<(), StoreError> {
         let existing = self.child_of_call(call_id).await?;
         if let Some(session_id) = self.calls.children.start(call_id, existing) {
             let started = EventKind::SubagentStarted {
@@ -24,7 +27,7 @@ impl RunJournal<'_> {
     }
 
     /// Records how the child of a finished `task` call ended (`subagent.finished`).
-    pub(super) fn child_finished(&mut self, call_id: &str) {
+    pub(in crate::session) fn child_finished(&mut self, call_id: &str) {
         if let Some((session_id, status)) = self.calls.children.finish(call_id) {
             let finished = EventKind::SubagentFinished {
                 call_id: call_id.to_string(),
@@ -36,7 +39,7 @@ impl RunJournal<'_> {
     }
 
     /// Records that the sub-agents of calls the cancel cut short were cancelled with them.
-    pub(super) fn settle_children(&mut self) {
+    pub(in crate::session) fn settle_children(&mut self) {
         for (call_id, session_id) in self.calls.children.unfinished() {
             let kind = EventKind::SubagentFinished {
                 call_id,

@@ -1,0 +1,440 @@
+//! Driving a run: [`SessionActor::drive`] prepares the run (its tools, its board, what its
+//! calls run in), runs its turn while the mailbox is still served ([`turn`]), and records how
+//! it ended ([`finish`]).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tokio::sync::oneshot;
+use tracing::Instrument as _;
+
+use super::approvals::{Driven, EarlierCalls};
+use super::{Active, Activity, Phase, SessionActor, Stop};
+use crate::agent::{run_turn, AgentDeps, AgentError, AgentSettings, TurnOutcome};
+use crate::model::{self, ResolvedBy, RunRecord, RunResult, SessionRecord};
+use crate::session::command::{Reply, RunRequest, RunStarted, RunStopped};
+use crate::session::deps::SessionDeps;
+use crate::session::errors::SessionError;
+use crate::session::lineage::{Children, Lineage, Tree, TASK};
+use crate::session::live::Inbox;
+use crate::session::run::board::CallBoard;
+use crate::session::run::end::{self, Conclusion, RunOutcome, Stopping};
+use crate::session::run::{Batch, Run, RunTools, Sink};
+use crate::session::run_permit::RunPermit;
+use crate::session::sessions::Sessions;
+use crate::session::subagents::TaskTool;
+use crate::session::waiting::{Resolution, Waiting};
+use crate::store::{StoreError, WriteOp};
+use crate::telemetry;
+use crate::tools::client::ClientSide;
+use crate::tools::policy::Rules;
+use crate::tools::{Tool, ToolContext, ToolRegistry};
+
+/// A run asked for while another one ended: it starts next.
+pub(super) type NextRun = Option<(RunRequest, Reply<RunStarted>)>;
+
+const SUPERSEDED: &str = "superseded by a new message";
+
+/// How a driven run begins.
+pub(super) struct Begin {
+    pub input: Option<String>,
+    /// What waits already (a continued run), and an answer its board took.
+    pub board: CallBoard,
+    /// Cancelled before it is driven (a cancel or a new message for a run that waited).
+    pub cancelled: bool,
+    pub superseded_by: NextRun,
+    pub result_tx: oneshot::Sender<Result<RunResult, RunStopped>>,
+    /// The trace span the run's span is a child of (none: a root).
+    pub trace_parent: tracing::Span,
+    /// What the run writes first, not yet handed to the writer (a new run's start).
+    pub opening: Option<Batch>,
+    /// A resume's: what people answered to the approvals of the run it continues.
+    pub decided: HashMap<String, Resolution>,
+    /// Its tree of sub-agents and its permit (none: a continued run, which takes no permit
+    /// and starts a tree of its own).
+    pub lineage: Option<Lineage>,
+}
+
+impl Begin {
+    pub fn new(
+        input: Option<String>,
+        result_tx: oneshot::Sender<Result<RunResult, RunStopped>>,
+    ) -> Begin {
+        Begin {
+            input,
+            board: CallBoard::live(Waiting::default(), Rules::default()),
+            cancelled: false,
+            superseded_by: None,
+            result_tx,
+            trace_parent: tracing::Span::none(),
+            opening: None,
+            decided: HashMap::new(),
+            lineage: None,
+        }
+    }
+
+    /// A run that waited, continued without a client waiting for its result.
+    pub fn resumed(waiting: Waiting) -> Begin {
+        Begin::answered(CallBoard::live(waiting, Rules::default()))
+    }
+
+    /// A run that waited, continued with the answer its board took.
+    pub fn answered(board: CallBoard) -> Begin {
+        Begin {
+            board,
+            ..Begin::new(None, oneshot::channel().0)
+        }
+    }
+}
+
+/// A run ready to be driven.
+struct Prepared {
+    activity: Activity,
+    board: Arc<CallBoard>,
+    calls: RunTools,
+    agent: AgentDeps,
+    settings: AgentSettings,
+    span: tracing::Span,
+    /// Why the run cannot start (its workspace cannot be used).
+    unusable: Option<String>,
+}
+
+impl SessionActor {
+    /// The tools a run of this session is offered: the server's built-in tools and the tools
+    /// of its MCP servers as they are now (each narrowed to the session's choice), `task` above
+    /// the deepest sub-agent level, and the client tools (the session's and the run's own; a
+    /// run's tool replaces the session's of the same name).
+    fn run_tools(
+        &self,
+        record: &SessionRecord,
+        run: &RunRecord,
+        children: &Arc<Children>,
+        permit: &Arc<RunPermit>,
+    ) -> ToolRegistry {
+        let server = &self.deps.agent.tools;
+        let chosen = match &record.options.tools {
+            Some(names) => server.keep(names),
+            None => server.clone(),
+        };
+        let mut more = self.deps.mcp.tools(record.options.mcp_servers.as_deref());
+        let narrowed_out = record
+            .options
+            .tools
+            .as_ref()
+            .is_some_and(|names| !names.iter().any(|n| n == TASK));
+        if record.options.depth < self.deps.max_subagent_depth && !narrowed_out {
+            more.push(Arc::new(TaskTool {
+                sessions: Sessions::from_parts(self.deps.clone(), self.live.clone()),
+                parent: record.clone(),
+                children: children.clone(),
+                permit: permit.clone(),
+            }));
+        }
+        more.extend(
+            model::client_tools_of(record, run)
+                .map(|t| Arc::new(ClientSide(t.clone())) as Arc<dyn Tool>),
+        );
+        // Names were checked against the server's tools when the session was created, and MCP
+        // tools have a prefix that no other tool may use.
+        chosen.with(more).unwrap_or(chosen)
+    }
+
+    /// What the session's tool calls run in: its directory under the server's workspace
+    /// (made again if it was removed), or the root. A directory that now leads outside the
+    /// root (replaced by a symlink since) is refused: the run fails rather than run tools
+    /// anywhere else.
+    async fn tool_context(&self, record: &SessionRecord) -> Result<ToolContext, String> {
+        let root = &self.deps.agent.tool_context;
+        let Some(rel) = record.options.workspace.clone() else {
+            return Ok(root.clone());
+        };
+        let shown = rel.clone();
+        root.workspace
+            .run(move |root| root.subdir(&rel))
+            .await
+            .map(ToolContext::new)
+            .map_err(|e| format!("the session's workspace {shown:?} cannot be used: {e}"))
+    }
+
+    /// Runs the loop while still answering the mailbox, then records how the run ended.
+    pub(super) async fn drive(
+        &mut self,
+        run: RunRecord,
+        mut begin: Begin,
+        inbox: &mut Inbox,
+    ) -> Result<NextRun, Stop> {
+        let prepared = self.prepare(&run, &mut begin).await?;
+        let Prepared {
+            activity,
+            board,
+            calls,
+            agent,
+            settings,
+            span,
+            unusable,
+        } = prepared;
+        let sink = Sink {
+            deps: &self.deps,
+            slot: &self.slot,
+        };
+        let core = self.core.as_mut().ok_or(Stop::Gone)?;
+        let mut journal = Run::new(self.id, run.id, core, sink, board, calls);
+        if let Some(opening) = begin.opening.take() {
+            journal.batch = opening;
+        }
+        let (result, lease_lost) = match unusable {
+            Some(error) => (Err(AgentError::NotStarted { error }), false),
+            None => {
+                let turn = run_turn(
+                    &mut journal,
+                    &agent,
+                    &settings,
+                    begin.input.take(),
+                    &activity.cancel,
+                )
+                .instrument(span.clone());
+                serve_while(turn, &activity, inbox).await
+            }
+        };
+        let ended = Ended {
+            deps: &self.deps,
+            sink,
+            run,
+            activity,
+            span,
+            result_tx: begin.result_tx,
+        };
+        if lease_lost {
+            let _ = ended.result_tx.send(Err(RunStopped::Elsewhere));
+            return Err(Stop::LeaseLost);
+        }
+        finish(journal, ended, result).await
+    }
+
+    /// Gathers what the run needs: its tools and what they run in, its board (the session's
+    /// rules, what waits already), its settings and its trace span.
+    async fn prepare(&mut self, run: &RunRecord, begin: &mut Begin) -> Result<Prepared, Stop> {
+        let core = self.core.as_ref().ok_or(Stop::Gone)?;
+        let lineage = begin.lineage.take().unwrap_or_else(|| Lineage {
+            tree: Tree::new(self.deps.max_subagents_per_run),
+            permit: RunPermit::unmetered(self.deps.run_permits.clone()),
+        });
+        let children = Arc::new(Children::new(lineage.tree));
+        let tools = self.run_tools(&core.record, run, &children, &lineage.permit);
+        let (context, unusable) = match self.tool_context(&core.record).await {
+            Ok(context) => (context, None),
+            // Never used: the loop does not run.
+            Err(error) => (self.deps.agent.tool_context.clone(), Some(error)),
+        };
+        let core = self.core.as_ref().ok_or(Stop::Gone)?;
+        let board = std::mem::replace(&mut begin.board, CallBoard::ended(Waiting::default()));
+        board
+            .set_rules(Rules::compile(core.record.options.tool_policy.clone()).unwrap_or_default());
+        if let Some(next) = begin.superseded_by.take() {
+            board.replace_successor(next);
+        }
+        let board = Arc::new(board);
+        let activity = Activity {
+            cancel: self.deps.shutdown.child_token(),
+            what: Active::Run(run.id),
+            driven: Some(Driven {
+                board: board.clone(),
+                tools: tools.clone(),
+                deps: self.deps.clone(),
+                run: run.clone(),
+            }),
+            earlier: EarlierCalls {
+                store: self.deps.store.clone(),
+                session_id: self.id,
+                before: run.start_seq,
+            },
+        };
+        if begin.cancelled {
+            activity.cancel.cancel();
+        }
+        let agent = AgentDeps {
+            tools: tools.clone(),
+            tool_context: context.clone(),
+            ..self.deps.agent.clone()
+        };
+        let calls = RunTools {
+            tools,
+            context,
+            running: 0,
+            children,
+            notes: HashMap::new(),
+            decided: std::mem::take(&mut begin.decided),
+        };
+        let settings = self.run_settings(&core.record);
+        let model = &self.deps.agent.model;
+        let span = telemetry::run_span(
+            &begin.trace_parent,
+            self.id,
+            run.id,
+            model.name(),
+            model.model(),
+        );
+        Ok(Prepared {
+            activity,
+            board,
+            calls,
+            agent,
+            settings,
+            span,
+            unusable,
+        })
+    }
+
+    /// The loop's settings for a run of this session: the current configuration wins, except
+    /// for a prompt the session was created with on purpose; its budget is the session's.
+    fn run_settings(&self, record: &SessionRecord) -> AgentSettings {
+        let mut settings = self.deps.settings.clone();
+        if let Some(prompt) = &record.system_prompt {
+            settings.system_prompt = prompt.clone();
+        }
+        let options = &record.options;
+        settings.budget =
+            settings
+                .budget
+                .for_session(options.max_tokens, options.max_run_tokens, record.usage);
+        settings
+    }
+}
+
+/// Runs `work` (a run's turn, a compaction) while the mailbox is served: each command that
+/// arrives meanwhile is handled in the busy phase. Says whether the session's lease was lost
+/// meanwhile.
+pub(super) async fn serve_while<F: std::future::Future>(
+    work: F,
+    activity: &Activity,
+    inbox: &mut Inbox,
+) -> (F::Output, bool) {
+    let mut lease_lost = false;
+    tokio::pin!(work);
+    loop {
+        tokio::select! {
+            result = &mut work => return (result, lease_lost),
+            Some(command) = inbox.recv() => {
+                // Boxed: a command's handler may start a run, which reads commands.
+                if let Err(Stop::LeaseLost) = Box::pin(command.handle(Phase::Busy(activity))).await {
+                    lease_lost = true;
+                }
+            }
+        }
+    }
+}
+
+/// What the end of a driven run is recorded with.
+struct Ended<'a> {
+    deps: &'a SessionDeps,
+    sink: Sink<'a>,
+    run: RunRecord,
+    activity: Activity,
+    span: tracing::Span,
+    result_tx: oneshot::Sender<Result<RunResult, RunStopped>>,
+}
+
+/// Records how the run ended, and tells its client; the run that follows, if one asked to.
+async fn finish(
+    mut journal: Run<'_>,
+    ended: Ended<'_>,
+    result: Result<TurnOutcome, AgentError<StoreError>>,
+) -> Result<NextRun, Stop> {
+    let session_id = journal.id;
+    let outcome = match RunOutcome::of(result) {
+        Ok(outcome) => outcome,
+        // What was queued is void. This actor stops; a successor reloads the session and
+        // records the run as failed once writes succeed again.
+        Err(error) => {
+            let stop = Stop::write_failed(session_id, &error);
+            let _ = ended.result_tx.send(Err(RunStopped::Storage {
+                error: error.to_string(),
+            }));
+            return Err(stop);
+        }
+    };
+    let next = ended
+        .activity
+        .driven
+        .as_ref()
+        .and_then(|driven| driven.board.take_successor());
+    let shutting_down = ended.deps.shutdown.is_cancelled();
+    if let RunOutcome::Cancelled { .. } = outcome {
+        if shutting_down && next.is_none() && journal.is_parked() {
+            // It waits only for answers, which a restart does not lose: leave it waiting.
+            let batch = journal.take_batch();
+            let _ = ended.sink.commit(batch).await;
+            let _ = ended.result_tx.send(Err(RunStopped::Elsewhere));
+            return Ok(None);
+        }
+        if !shutting_down {
+            match &next {
+                Some(_) => journal.settle_waiting(ResolvedBy::User, Some(SUPERSEDED)),
+                None => journal.settle_waiting(ResolvedBy::Cancel, None),
+            }
+            journal.settle_children();
+        }
+    }
+    let stopping = match (shutting_down, &ended.deps.cluster) {
+        (false, _) => Stopping::No,
+        (true, None) => Stopping::Alone,
+        (true, Some(_)) => Stopping::Replicated,
+    };
+    let batch = journal.take_batch();
+    match end::conclude(ended.run.clone(), outcome, stopping, model::now()) {
+        Conclusion::Record(ending) => record_end(journal, ended, batch, *ending, next).await,
+        Conclusion::LeaveForTakeover => {
+            // Its lease is released at shutdown and another replica takes it over from the
+            // last checkpoint at once.
+            let _ = ended.sink.commit(batch).await;
+            let _ = ended.result_tx.send(Err(RunStopped::Elsewhere));
+            Ok(None)
+        }
+    }
+}
+
+/// Writes the run's end (its record, the session's state, the terminal event) and tells the
+/// run's client; a failed write stops the actor.
+async fn record_end(
+    journal: Run<'_>,
+    ended: Ended<'_>,
+    mut batch: Batch,
+    ending: end::Ending,
+    next: NextRun,
+) -> Result<NextRun, Stop> {
+    let session_id = journal.id;
+    let core = journal.core;
+    batch.checkpoint(core, ending.run.id, None);
+    batch.state(core, ending.state, ending.session_error());
+    batch.event(core, ending.terminal);
+    batch.ops.push(WriteOp::UpsertRun(ending.run.clone()));
+    let result = RunResult::from(&ending.run);
+    let (status, took) = (ending.run.status, run_took(&ending.run));
+    telemetry::run_ended(&ended.span, &ending.run);
+    core.last_result = Some(result.clone());
+    core.last_run = Some(ending.run);
+    match ended.sink.commit(batch).await {
+        Ok(()) => {
+            crate::metrics::run_ended(status.as_str(), took);
+            let _ = ended.result_tx.send(Ok(result));
+            Ok(next)
+        }
+        Err(error) => {
+            let text = error.to_string();
+            let stop = Stop::write_failed(session_id, &error);
+            let _ = ended.result_tx.send(Err(RunStopped::Storage {
+                error: text.clone(),
+            }));
+            if let Some((_, reply)) = next {
+                let _ = reply.send(Err(SessionError::Store(StoreError::Poisoned(text))));
+            }
+            Err(stop)
+        }
+    }
+}
+
+/// How long a run took, from its start to its end.
+fn run_took(run: &RunRecord) -> std::time::Duration {
+    let end = run.finished_at.unwrap_or_else(model::now);
+    (end - run.created_at).to_std().unwrap_or_default()
+}

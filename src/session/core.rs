@@ -1,0 +1,62 @@
+//! A session's state as its actor holds it.
+
+use std::collections::HashMap;
+
+use crate::model::waiting::Waiting;
+use crate::model::{Message, RunRecord, RunResult, SessionRecord};
+
+/// The session's state while its actor lives.
+pub(super) struct Core {
+    pub(super) record: SessionRecord,
+    pub(super) next_seq: i64,
+    /// The full history: read only for the commands that need it (runs, compactions), so
+    /// that a cancel or a delete of a long session does not read all of it.
+    pub(super) history: Vec<Message>,
+    pub(super) history_loaded: bool,
+    pub(super) last_result: Option<RunResult>,
+    /// The newest run, for resume.
+    pub(super) last_run: Option<RunRecord>,
+    /// The newest run waits only for answers to its calls, and nothing drives it (found so
+    /// after a restart or a takeover): what waits.
+    pub(super) parked: Option<Waiting>,
+    /// The newest artifact version of each path this actor has seen or recorded.
+    pub(super) artifact_versions: HashMap<String, i64>,
+}
+
+/// A session's state for tests: a new, idle session with its system message, history loaded.
+#[cfg(test)]
+pub(super) mod fixture {
+    use super::*;
+    use crate::model::{self, Role, SessionOptions, SessionState, Usage};
+    use serde_json::json;
+
+    pub fn core() -> Core {
+        let now = model::now();
+        let record = SessionRecord {
+            id: model::new_id(),
+            parent_id: None,
+            title: None,
+            metadata: json!({}),
+            system_prompt: None,
+            state: SessionState::Idle,
+            error: None,
+            message_count: 1,
+            last_seq: 1,
+            usage: Usage::default(),
+            last_run_id: None,
+            created_at: now,
+            updated_at: now,
+            options: SessionOptions::default(),
+        };
+        Core {
+            next_seq: 2,
+            record,
+            history: vec![Message::new(Role::System, "be brief")],
+            history_loaded: true,
+            last_result: None,
+            last_run: None,
+            parked: None,
+            artifact_versions: HashMap::new(),
+        }
+    }
+}
