@@ -10,11 +10,11 @@
 // to the mock model (which echoes it a word at a time) and times the page until the reply is
 // drawn.
 
-import { describe, it, before, after } from "node:test";
+import { describe, it, after } from "node:test";
 import assert from "node:assert/strict";
 import { writeFileSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
-import { Server, browser, openPage, newSession, send, finishedRuns, screenshots } from "./harness.mjs";
+import { serverAndBrowser, openPage, newSession, send, finishedRuns, screenshots } from "./harness.mjs";
 
 const figures = {};
 
@@ -22,16 +22,11 @@ describe("figures", () => {
   let server;
   let chromium;
 
-  before(async () => {
-    server = await Server.start([]);
-    chromium = await browser();
-  });
+  serverAndBrowser([], (started) => ({ server, chromium } = started));
 
-  after(async () => {
+  after(() => {
     mkdirSync(screenshots, { recursive: true });
     writeFileSync(join(screenshots, "figures.json"), `${JSON.stringify(figures, null, 2)}\n`);
-    await chromium?.close();
-    await server?.close();
   });
 
   it("the page's size over the wire and its time to first render", async (t) => {

@@ -10,6 +10,7 @@ import { join, resolve, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 import { createInterface } from "node:readline";
 import { chromium } from "playwright-core";
+import { before, after } from "node:test";
 
 const here = dirname(fileURLToPath(import.meta.url));
 export const repo = resolve(here, "../..");
@@ -184,6 +185,24 @@ export async function browser() {
       "--disable-component-update",
       "--disable-sync",
     ],
+  });
+}
+
+/**
+ * Hooks on the enclosing `describe`: before its tests, a server started with `args` (or with
+ * what `args()` returns then) and headless Chromium, handed to `use({ server, chromium })`;
+ * after them, both closed.
+ */
+export function serverAndBrowser(args, use) {
+  const started = {};
+  before(async () => {
+    started.server = await Server.start(typeof args === "function" ? args() : args);
+    started.chromium = await browser();
+    use(started);
+  });
+  after(async () => {
+    await started.chromium?.close();
+    await started.server?.close();
   });
 }
 

@@ -3,9 +3,9 @@
 // corpus that must run nothing, link nowhere but http(s) or relative addresses, and be drawn
 // fast. The figures (milliseconds per corpus text) are printed as test diagnostics.
 
-import { describe, it, before, after } from "node:test";
+import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { Server, browser, openPage, screenshot, send, finishedRuns } from "./harness.mjs";
+import { serverAndBrowser, openPage, screenshot, send, finishedRuns } from "./harness.mjs";
 
 /** A page showing a new session that echoes what it is sent. */
 async function echoSession(chromium, server, title, viewport = {}) {
@@ -93,15 +93,7 @@ describe("replies as markdown", () => {
   let server;
   let chromium;
 
-  before(async () => {
-    server = await Server.start([]);
-    chromium = await browser();
-  });
-
-  after(async () => {
-    await chromium?.close();
-    await server?.close();
-  });
+  serverAndBrowser([], (started) => ({ server, chromium } = started));
 
   it("draws headings, emphasis, lists, code, tables and links as elements", async () => {
     const { page, id } = await echoSession(chromium, server, "Markdown");

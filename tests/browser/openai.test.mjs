@@ -3,7 +3,7 @@
 
 import { describe, it, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { Server, fakeModel, browser, openPage, newSession, send, finishedRuns } from "./harness.mjs";
+import { serverAndBrowser, fakeModel, openPage, newSession, send, finishedRuns } from "./harness.mjs";
 
 describe("the page on the fake OpenAI model", () => {
   let model;
@@ -13,13 +13,12 @@ describe("the page on the fake OpenAI model", () => {
   before(async () => {
     model = await fakeModel(["--pieces", "40", "--piece-delay-ms", "5", "--tool-calls", "1"]);
     process.env.OPENAI_API_KEY = "sk-browser-test-not-a-real-key";
-    server = await Server.start(["--provider", "openai", "--base-url", model.url, "--model", "fake-model"]);
-    chromium = await browser();
   });
-
+  serverAndBrowser(
+    () => ["--provider", "openai", "--base-url", model.url, "--model", "fake-model"],
+    (started) => ({ server, chromium } = started),
+  );
   after(async () => {
-    await chromium?.close();
-    await server?.close();
     await model?.stop();
   });
 

@@ -2,12 +2,12 @@
 // tool's result typed in, retry-from-here, compaction, deletion, the inspector, a phone-sized
 // window, and model output that tries to be HTML.
 
-import { describe, it, before, after } from "node:test";
+import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import {
-  Server, browser, openPage, screenshot, newSession, send, finishedRuns, inspectorSeqs,
+  serverAndBrowser, openPage, screenshot, newSession, send, finishedRuns, inspectorSeqs,
 } from "./harness.mjs";
 
 /** Fails unless the element is shown (not inside a closed `details`). */
@@ -24,15 +24,7 @@ describe("the page on the mock model", () => {
   let server;
   let chromium;
 
-  before(async () => {
-    server = await Server.start(["--mock-delay-ms", "15"]);
-    chromium = await browser();
-  });
-
-  after(async () => {
-    await chromium?.close();
-    await server?.close();
-  });
+  serverAndBrowser(["--mock-delay-ms", "15"], (started) => ({ server, chromium } = started));
 
   it("shows the welcome view, then a full turn: streamed reply, tool cards, usage", async () => {
     const page = await openPage(chromium, server);

@@ -2,24 +2,16 @@
 // page says it is disconnected while it is, reconnects by itself with Last-Event-ID, shows
 // every event exactly once (the streamed text is not repeated), and the run can be resumed.
 
-import { describe, it, before, after } from "node:test";
+import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { Server, browser, openPage, screenshot, newSession, send, finishedRuns, inspectorSeqs, sleep } from "./harness.mjs";
+import { serverAndBrowser, openPage, screenshot, newSession, send, finishedRuns, inspectorSeqs, sleep } from "./harness.mjs";
 
 describe("a server restart in the middle of a run", () => {
   let server;
   let chromium;
 
-  before(async () => {
-    // Slow pieces, so that the run is still streaming when the server is killed.
-    server = await Server.start(["--mock-delay-ms", "60"]);
-    chromium = await browser();
-  });
-
-  after(async () => {
-    await chromium?.close();
-    await server?.close();
-  });
+  // Slow pieces, so that the run is still streaming when the server is killed.
+  serverAndBrowser(["--mock-delay-ms", "60"], (started) => ({ server, chromium } = started));
 
   it("shows a banner, reconnects, shows nothing twice, and resumes", async () => {
     const page = await openPage(chromium, server);

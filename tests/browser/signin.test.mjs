@@ -3,9 +3,9 @@
 // included), stays signed in across a reload, and signs out, after which the same cookie is
 // refused.
 
-import { describe, it, before, after } from "node:test";
+import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { Server, browser, openPage, screenshot, newSession, send, finishedRuns } from "./harness.mjs";
+import { serverAndBrowser, openPage, screenshot, newSession, send, finishedRuns } from "./harness.mjs";
 
 const TOKEN = "browser-test-token-5d0c81f2a9";
 
@@ -13,15 +13,7 @@ describe("sign-in with an API token", () => {
   let server;
   let chromium;
 
-  before(async () => {
-    server = await Server.start(["--api-token", TOKEN]);
-    chromium = await browser();
-  });
-
-  after(async () => {
-    await chromium?.close();
-    await server?.close();
-  });
+  serverAndBrowser(["--api-token", TOKEN], (started) => ({ server, chromium } = started));
 
   it("asks for the token, signs in with a cookie, runs a turn, signs out", async () => {
     const page = await openPage(chromium, server);

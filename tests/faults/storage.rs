@@ -14,7 +14,7 @@ use serde_json::json;
 
 use crate::faults::hostile::{Behaviour, Hostile};
 use crate::support::{
-    has_terminal, is_postgres, Next, ServerOptions, SseFrom, Subscriber, TestServer,
+    has_terminal, is_postgres, Next, Reply, ServerOptions, SseFrom, Subscriber, TestServer,
 };
 
 /// A tmpfs of `size` mounted on a fresh directory, unmounted when dropped.
@@ -68,6 +68,15 @@ impl Drop for Tmpfs {
     }
 }
 
+/// Asserts that `reply` (to `what`) is a 503 problem whose type ends with `kind`.
+fn refused_as(reply: &Reply, kind: &str, what: &str) {
+    let problem = reply.expect_problem(StatusCode::SERVICE_UNAVAILABLE, what);
+    assert!(
+        problem["type"].as_str().unwrap_or("").ends_with(kind),
+        "{problem}"
+    );
+}
+
 async fn ready_status(server: &TestServer) -> StatusCode {
     server.get("/readyz").await.status
 }
@@ -107,15 +116,7 @@ async fn a_full_disk_stops_the_run_and_the_session_recovers_once_space_is_freed(
         .await
         .expect("?wait=true answered")
         .expect("the request task");
-    let problem =
-        reply.expect_problem(StatusCode::SERVICE_UNAVAILABLE, "?wait=true on a full disk");
-    assert!(
-        problem["type"]
-            .as_str()
-            .unwrap_or("")
-            .ends_with("storage-failed"),
-        "{problem}"
-    );
+    refused_as(&reply, "storage-failed", "?wait=true on a full disk");
     assert!(
         filled_at.elapsed() < Duration::from_secs(5),
         "the run went on for {:?} after the disk filled",
@@ -129,14 +130,7 @@ async fn a_full_disk_stops_the_run_and_the_session_recovers_once_space_is_freed(
     );
     // Writes are refused with what happened, not a 500; nothing half-written.
     let reply = server.post_json("/v1/sessions", &json!({})).await;
-    let problem = reply.expect_problem(StatusCode::SERVICE_UNAVAILABLE, "create on a full disk");
-    assert!(
-        problem["type"]
-            .as_str()
-            .unwrap_or("")
-            .ends_with("storage-unavailable"),
-        "{problem}"
-    );
+    refused_as(&reply, "storage-unavailable", "create on a full disk");
     assert!(reply.headers.contains_key("retry-after"));
 
     std::fs::remove_file(&filler).expect("free the disk");
@@ -270,14 +264,7 @@ async fn full_disk_round(provider: &Hostile, disk: &Tmpfs, n: usize) -> Round {
     .await
     .expect("the run stopped within 10 s");
     let failed_at = Instant::now();
-    let problem = reply.expect_problem(StatusCode::SERVICE_UNAVAILABLE, "?wait=true");
-    assert!(
-        problem["type"]
-            .as_str()
-            .unwrap_or("")
-            .ends_with("storage-failed"),
-        "{problem}"
-    );
+    refused_as(&reply, "storage-failed", "?wait=true");
     // Another write, small enough to fit now and then, must not make the server ready.
     let _ = server.post_json("/v1/sessions", &json!({})).await;
     let mut ready_too_soon = ready_before_recorded(&server, &id).await;

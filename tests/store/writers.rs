@@ -17,6 +17,18 @@ conformance!(other_writers_and_batches_commit_side_by_side);
 /// Commits of each side.
 const ROUNDS: i64 = 40;
 
+/// A claim of `key` by `claim` at `now` for one minute; the key is kept a day.
+fn claim_at<'a>(key: &'a str, claim: &'a str, now: i64) -> KeyClaim<'a> {
+    KeyClaim {
+        key,
+        fingerprint: "POST /v1/sessions",
+        claim,
+        now,
+        claimed_until: now + 60_000,
+        expires_at: now + 86_400_000,
+    }
+}
+
 async fn other_writers_and_batches_commit_side_by_side(store: Arc<dyn Store>) {
     let s = new_session(&store, SessionState::Idle).await;
     let batches = tokio::spawn({
@@ -40,14 +52,7 @@ async fn other_writers_and_batches_commit_side_by_side(store: Arc<dyn Store>) {
     };
     for round in 0..ROUNDS {
         let key = format!("key-{round}");
-        let claim = KeyClaim {
-            key: &key,
-            fingerprint: "POST /v1/sessions",
-            claim: "claim-a",
-            now: 1_000,
-            claimed_until: 61_000,
-            expires_at: 86_401_000,
-        };
+        let claim = claim_at(&key, "claim-a", 1_000);
         assert_eq!(keys.claim_key(&claim).await.expect("claims"), None);
         keys.answer_key(&key, "claim-a", &response)
             .await
@@ -67,14 +72,7 @@ async fn other_writers_and_batches_commit_side_by_side(store: Arc<dyn Store>) {
     assert_eq!(store.last_seq(s.id).await.expect("reads"), ROUNDS * 10);
     for round in 0..ROUNDS {
         let key = format!("key-{round}");
-        let later = KeyClaim {
-            key: &key,
-            fingerprint: "POST /v1/sessions",
-            claim: "claim-b",
-            now: 2_000,
-            claimed_until: 62_000,
-            expires_at: 86_402_000,
-        };
+        let later = claim_at(&key, "claim-b", 2_000);
         let held = keys.claim_key(&later).await.expect("reads the key");
         let answered = held.and_then(|record| record.response);
         assert_eq!(answered.as_ref(), Some(&response), "{key}");

@@ -10,8 +10,8 @@ use serde_json::{json, Value};
 use crate::support::fakes::{start_openai, FakeServer, FakeToolCall};
 use crate::support::{is_postgres, TestServer};
 use crate::tools::{
-    asks, call, ended, finished, kill9_and_restart, model_calling, options, output_of, policy_file,
-    says, start,
+    answer, asks, call, ended, finished, kill9_and_restart, model_calling, options, output_of,
+    pending_within, policed, says, start,
 };
 
 /// A run on a server with the default policy whose model asks for `call`, waiting for the
@@ -38,30 +38,7 @@ async fn run_until_pending(server: &TestServer, id: &str) -> Value {
 }
 
 async fn wait_pending(server: &TestServer, id: &str, n: usize) -> Vec<Value> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let page = server.get_ok(&format!("/v1/sessions/{id}/approvals")).await;
-        let data = page["data"].as_array().cloned().unwrap_or_default();
-        if data.len() >= n {
-            return data;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no {n} pending approvals: {page}"
-        );
-        tokio::time::sleep(Duration::from_millis(30)).await;
-    }
-}
-
-async fn answer(
-    server: &TestServer,
-    id: &str,
-    call_id: &str,
-    body: Value,
-) -> crate::support::Reply {
-    server
-        .post_json(&format!("/v1/sessions/{id}/approvals/{call_id}"), &body)
-        .await
+    pending_within(server, id, n, Duration::from_secs(10)).await
 }
 
 /// The first `tool.approval-resolved` event.
@@ -394,24 +371,16 @@ async fn what_expired_while_the_server_was_down_is_resolved_when_it_starts() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_server_policy_wins_over_the_session_and_approval_mode_deny_needs_no_human() {
-    let dir = tempfile::tempdir().unwrap();
-    let policy = dir.path().join("policy.json");
-    std::fs::write(
-        &policy,
-        json!([{"tool": "shell", "match": "rm *", "action": "deny"}]).to_string(),
-    )
-    .unwrap();
-    let policy = policy.display().to_string();
-    let model = model_calling(vec![
-        call("q1", "shell", json!({"command": "rm -rf build"})),
-        call("q2", "write_file", json!({"path": "n.txt", "content": "n"})),
-    ])
-    .await;
-    let server = start(
-        &model,
-        &["--tool-policy", &policy, "--approval-mode", "deny"],
+    let (_dir, _model, server_options) = policed(
+        json!([{"tool": "shell", "match": "rm *", "action": "deny"}]),
+        vec![
+            call("q1", "shell", json!({"command": "rm -rf build"})),
+            call("q2", "write_file", json!({"path": "n.txt", "content": "n"})),
+        ],
+        &["--approval-mode", "deny"],
     )
     .await;
+    let server = TestServer::start(server_options).await;
     // The session tries to loosen both: the server's deny stands; its allow for writes holds.
     let session = server
         .create_session_with(&json!({"tool_policy": [
@@ -469,18 +438,17 @@ fn resolved_count(events: &[Value]) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_edited_input_the_policy_denies_is_refused_and_always_remembers_what_ran() {
-    let dir = tempfile::tempdir().unwrap();
-    let policy = policy_file(
-        dir.path(),
+    let (_dir, _model, server_options) = policed(
         json!([{"tool": "write_file", "match": "secret/**", "action": "deny"}]),
-    );
-    let model = model_calling(vec![call(
-        "e2",
-        "write_file",
-        json!({"path": "notes.md", "content": "model"}),
-    )])
+        vec![call(
+            "e2",
+            "write_file",
+            json!({"path": "notes.md", "content": "model"}),
+        )],
+        &[],
+    )
     .await;
-    let server = start(&model, &["--tool-policy", &policy]).await;
+    let server = TestServer::start(server_options).await;
     let session = server
         .create_session_with(&json!({"tool_policy": [
             {"tool": "write_file", "match": "private/*", "action": "deny"}
@@ -548,19 +516,17 @@ async fn an_edited_input_the_policy_denies_is_refused_and_always_remembers_what_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_edited_input_is_checked_against_the_policy_after_a_restart_too() {
-    let dir = tempfile::tempdir().unwrap();
-    let policy = policy_file(
-        dir.path(),
+    let (_dir, _model, server_options) = policed(
         json!([{"tool": "write_file", "match": "secret/**", "action": "deny"}]),
-    );
-    let model = model_calling(vec![call(
-        "e3",
-        "write_file",
-        json!({"path": "notes.md", "content": "model"}),
-    )])
+        vec![call(
+            "e3",
+            "write_file",
+            json!({"path": "notes.md", "content": "model"}),
+        )],
+        &[],
+    )
     .await;
-    let mut server =
-        TestServer::start(options(&model, &["--tool-policy", &policy]).process()).await;
+    let mut server = TestServer::start(server_options.process()).await;
     let (id, _) = until_pending(&server).await;
     kill9_and_restart(&mut server, &id).await;
     assert_eq!(server.session(&id).await["state"], "waiting_tool");

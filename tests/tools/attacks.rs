@@ -7,40 +7,24 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
 use crate::support::fakes::start_openai;
 use crate::support::{is_postgres, TestServer};
 use crate::tools::{
-    asks, call, ended, model_calling, options, output_of, policy_file, says, start,
+    answer, asks, call, ended, model_calling, options, output_of, pending_within, policed, says,
+    start,
 };
 
 /// Waits until session `id` has `n` pending approvals; returns them.
 async fn pending(server: &TestServer, id: &str, n: usize) -> Vec<Value> {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let page = server.get_ok(&format!("/v1/sessions/{id}/approvals")).await;
-        let data = page["data"].as_array().cloned().unwrap_or_default();
-        if data.len() >= n {
-            return data;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no {n} pending approvals: {page}"
-        );
-        tokio::time::sleep(Duration::from_millis(30)).await;
-    }
+    pending_within(server, id, n, Duration::from_secs(15)).await
 }
 
 async fn approve(server: &TestServer, id: &str, call_id: &str) {
-    let reply = server
-        .post_json(
-            &format!("/v1/sessions/{id}/approvals/{call_id}"),
-            &json!({"decision": "allow"}),
-        )
-        .await;
+    let reply = answer(server, id, call_id, json!({"decision": "allow"})).await;
     assert!(reply.status.is_success(), "{} {}", reply.status, reply.body);
 }
 
@@ -123,14 +107,11 @@ async fn a_workspace_swapped_for_a_link_while_calls_wait_keeps_them_in_its_direc
 }
 
 /// A policy that allows everything but the file tools under `protected/`.
-fn protecting(dir: &Path) -> String {
-    policy_file(
-        dir,
-        json!([
-            {"tool": "*", "action": "allow"},
-            {"tool": "*_file", "match": "protected/**", "action": "deny"},
-        ]),
-    )
+fn protecting() -> Value {
+    json!([
+        {"tool": "*", "action": "allow"},
+        {"tool": "*_file", "match": "protected/**", "action": "deny"},
+    ])
 }
 
 #[cfg_attr(
@@ -142,29 +123,27 @@ async fn a_deny_rule_holds_when_a_directory_becomes_a_link_after_the_decision() 
     if is_postgres() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let policy = protecting(dir.path());
     // One reply: the shell call swaps `notes` for a link to `protected`, then the write that
     // was decided on `notes/evil.md` runs.
-    let model = model_calling(vec![
-        call(
-            "swap",
-            "shell",
-            json!({"command": "mv notes notes.real && ln -s protected notes && echo swapped"}),
-        ),
-        call(
-            "evil",
-            "write_file",
-            json!({"path": "notes/evil.md", "content": "should never land\n"}),
-        ),
-        call("read", "read_file", json!({"path": "notes/kept.md"})),
-    ])
-    .await;
-    let server = start(
-        &model,
-        &["--tool-policy", &policy, "--tool-concurrency", "1"],
+    let (_dir, _model, server_options) = policed(
+        protecting(),
+        vec![
+            call(
+                "swap",
+                "shell",
+                json!({"command": "mv notes notes.real && ln -s protected notes && echo swapped"}),
+            ),
+            call(
+                "evil",
+                "write_file",
+                json!({"path": "notes/evil.md", "content": "should never land\n"}),
+            ),
+            call("read", "read_file", json!({"path": "notes/kept.md"})),
+        ],
+        &["--tool-concurrency", "1"],
     )
     .await;
+    let server = TestServer::start(server_options).await;
     let root = server.workspace().to_path_buf();
     std::fs::create_dir_all(root.join("protected")).unwrap();
     std::fs::write(root.join("protected/kept.md"), "PROTECTED\n").unwrap();
@@ -189,18 +168,17 @@ async fn a_deny_rule_holds_when_a_directory_becomes_a_link_after_the_decision() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_approved_write_is_refused_when_its_path_now_leads_elsewhere() {
-    let dir = tempfile::tempdir().unwrap();
-    let policy = policy_file(
-        dir.path(),
+    let (_dir, _model, server_options) = policed(
         json!([{"tool": "*_file", "match": "protected/**", "action": "deny"}]),
-    );
-    let model = model_calling(vec![call(
-        "wr",
-        "write_file",
-        json!({"path": "notes/todo.md", "content": "approved for notes\n"}),
-    )])
+        vec![call(
+            "wr",
+            "write_file",
+            json!({"path": "notes/todo.md", "content": "approved for notes\n"}),
+        )],
+        &[],
+    )
     .await;
-    let server = start(&model, &["--tool-policy", &policy]).await;
+    let server = TestServer::start(server_options).await;
     let root = server.workspace().to_path_buf();
     std::fs::create_dir_all(root.join("protected")).unwrap();
     std::fs::create_dir_all(root.join("notes")).unwrap();

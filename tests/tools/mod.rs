@@ -23,13 +23,66 @@ pub use crate::support::scripted::*;
 
 use serde_json::{json, Value};
 
-use crate::support::TestServer;
+use crate::support::fakes::{FakeServer, FakeToolCall};
+use crate::support::{ServerOptions, TestServer};
 
 /// A `--tool-policy` file in `dir` with `rules`; returns its path.
 pub fn policy_file(dir: &std::path::Path, rules: Value) -> String {
     let path = dir.join("policy.json");
     std::fs::write(&path, rules.to_string()).unwrap();
     path.display().to_string()
+}
+
+/// A fake model that asks for `calls`, and the options of a server on it whose
+/// `--tool-policy` file holds `rules`, with `args` besides. The policy file is in the
+/// returned directory: keep it while the server runs.
+pub async fn policed(
+    rules: Value,
+    calls: Vec<FakeToolCall>,
+    args: &[&str],
+) -> (tempfile::TempDir, FakeServer, ServerOptions) {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = policy_file(dir.path(), rules);
+    let model = model_calling(calls).await;
+    let options = options(
+        &model,
+        &[&["--tool-policy", policy.as_str()], args].concat(),
+    );
+    (dir, model, options)
+}
+
+/// Waits up to `within` until session `id` has `n` pending approvals; returns them.
+pub async fn pending_within(
+    server: &TestServer,
+    id: &str,
+    n: usize,
+    within: std::time::Duration,
+) -> Vec<Value> {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let page = server.get_ok(&format!("/v1/sessions/{id}/approvals")).await;
+        let data = page["data"].as_array().cloned().unwrap_or_default();
+        if data.len() >= n {
+            return data;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no {n} pending approvals: {page}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+    }
+}
+
+/// Answers the approval of call `call_id` of session `id` with `body`.
+pub async fn answer(
+    server: &TestServer,
+    id: &str,
+    call_id: &str,
+    body: Value,
+) -> crate::support::Reply {
+    server
+        .post_json(&format!("/v1/sessions/{id}/approvals/{call_id}"), &body)
+        .await
 }
 
 /// Kills the server with SIGKILL and starts it again on the same database, then waits until

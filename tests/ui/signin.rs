@@ -159,6 +159,23 @@ async fn with_cookie(server: &TestServer, path: &str, cookie: &str) -> Reply {
         .await
 }
 
+/// Asserts that `cookie` signs in no more (`why`): a route refuses it and says to sign in
+/// again, and the sign-in status reads signed out.
+async fn assert_signed_out(server: &TestServer, cookie: &str, why: &str) {
+    let problem = with_cookie(server, "/v1/sessions", cookie)
+        .await
+        .expect_problem(StatusCode::UNAUTHORIZED, why);
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("sign in again"),
+        "{problem}"
+    );
+    let status = with_cookie(server, "/v1/auth/cookie", cookie).await;
+    assert_eq!(status.body, json!({"required": true, "signed_in": false}));
+}
+
 /// A cookie's value as hex bytes.
 fn cookie_bytes(cookie: &str) -> Vec<u8> {
     let hex = cookie
@@ -266,18 +283,7 @@ async fn a_cookie_replayed_after_sign_out_is_refused() {
     assert_eq!(reply.status, StatusCode::NO_CONTENT, "{}", reply.body);
     assert!(set_cookie(&reply).starts_with("tah_token=;"));
     // A copy of the cookie kept from before (a stolen one, say) is refused everywhere.
-    let problem = with_cookie(&server, "/v1/sessions", &cookie)
-        .await
-        .expect_problem(StatusCode::UNAUTHORIZED, "replayed after sign-out");
-    assert!(
-        problem["detail"]
-            .as_str()
-            .unwrap_or("")
-            .contains("sign in again"),
-        "{problem}"
-    );
-    let status = with_cookie(&server, "/v1/auth/cookie", &cookie).await;
-    assert_eq!(status.body, json!({"required": true, "signed_in": false}));
+    assert_signed_out(&server, &cookie, "replayed after sign-out").await;
     let events = server
         .send(
             server
@@ -314,22 +320,7 @@ async fn a_cookie_ends_with_its_token_in_the_configuration() {
     server
         .restart_with(ServerOptions::new().args(&["--api-token", OTHER, "--api-token", THIRD]))
         .await;
-    let problem = with_cookie(&server, "/v1/sessions", &by_token)
-        .await
-        .expect_problem(StatusCode::UNAUTHORIZED, "its token was removed");
-    assert!(
-        problem["detail"]
-            .as_str()
-            .unwrap_or("")
-            .contains("sign in again"),
-        "{problem}"
-    );
-    assert_eq!(
-        with_cookie(&server, "/v1/auth/cookie", &by_token)
-            .await
-            .body,
-        json!({"required": true, "signed_in": false})
-    );
+    assert_signed_out(&server, &by_token, "its token was removed").await;
     assert_eq!(
         with_cookie(&server, "/v1/sessions", &by_other).await.status,
         StatusCode::OK,
@@ -424,14 +415,9 @@ async fn wrong_tokens_and_stale_cookies_are_refused() {
         "tah_token=",
         &format!("tah_token={TOKEN}"),
     ] {
-        let reply = server
-            .send(
-                server
-                    .request(Method::GET, "/v1/sessions")
-                    .header("cookie", cookie),
-            )
-            .await;
-        reply.expect_problem(StatusCode::UNAUTHORIZED, cookie);
+        with_cookie(&server, "/v1/sessions", cookie)
+            .await
+            .expect_problem(StatusCode::UNAUTHORIZED, cookie);
     }
     // Bad bodies are the usual 4xx problems.
     let no_type = server
