@@ -4,8 +4,10 @@
 //! # Layout
 //!
 //! - [`model`]: the domain vocabulary, no I/O: `ids` (typed ids), `message`, `event` (an
-//!   [`model::Event`] keeps its typed kind), `session` (sessions, runs, steps, checkpoints as stored), `step` (the
-//!   LLM step descriptor and finish reasons), `artifact` (the files a session produced).
+//!   [`model::Event`] keeps its typed kind), `published` (an event on its way out, its wire
+//!   form rendered once), `waiting` (the one replay of a log into the calls that wait for an
+//!   answer), `session` (sessions, runs, steps, checkpoints as stored), `step` (the LLM step
+//!   descriptor and finish reasons), `artifact` (the files a session produced).
 //! - [`cli`]: the binary's command line (clap types only: `serve`, `bench`, `fake-model`).
 //! - [`config`]: `tah serve`'s flags parsed once into validated [`config::Settings`], in groups
 //!   (HTTP, store, model, run, tools, policy, webhooks, telemetry).
@@ -23,21 +25,23 @@
 //!   restarts it (`server`), and its tools as `Tool`s (`tool`).
 //! - [`agent`]: the agent loop (`turn`), context projection (`context`, pure) and `compaction`;
 //!   it reaches a session only through the small `Journal` interface it defines.
-//! - [`session`]: sessions as live objects: `actor/` (the per-session actor, one handler per
-//!   command family, its journal, how a run ends), `command`, `sessions` (the API the HTTP
-//!   layer uses), `start` (subscribe-run-follow for every face), `reads` (what the faces
-//!   read), `live` (the live sessions of this process), `lease`, `stream`
-//!   (replay-then-live), `steps` (rebuilding a step's request) and `coordination` (scale-out
-//!   background tasks).
+//! - [`session`]: sessions as live objects: `actor/` (the per-session actor: its mailbox
+//!   loop and one handler per command family), `run/` (a run being driven: the agent loop's
+//!   `Journal`, its `CallBoard`, a pure `admit`, the write batch, its end), `command`,
+//!   `errors` (`SessionError`, `ConflictKind`), `sessions` (the API every face uses), `start`
+//!   (subscribe-run-follow for every face), `reads` (what the faces read), `live` (the live
+//!   sessions of this process), `lease`, `stream` (replay-then-live), `steps` (rebuilding a
+//!   step's request), `subagents` and `lineage` (the `task` tool and a run's children) and
+//!   `coordination` (scale-out background tasks).
 //! - [`metrics`]: the process's Prometheus metrics, counted where things happen.
 //! - [`telemetry`]: OpenTelemetry traces of runs, LLM calls and tool calls (GenAI
 //!   conventions), exported over OTLP when the standard `OTEL_*` variables ask for it.
 //! - [`protocols`]: the front-end protocols as pure views of a session's log: `ai_sdk` (the
-//!   Vercel AI SDK's UI message stream), `ag_ui` (AG-UI), and `calls` (which calls of a run
-//!   wait for an answer).
+//!   Vercel AI SDK's UI message stream), `ag_ui` (AG-UI), and `calls` (their view of the calls
+//!   that wait for an answer, over `model::waiting`).
 //! - [`runtime`]: ties store, model, tools and settings together; usable without HTTP.
 //! - [`http`]: the axum router, one module per resource (`sessions`, `runs`, `events`,
-//!   `artifacts`), with `extract` (typed path ids),
+//!   `artifacts`, `approvals`), the faces `ai_sdk` and `ag_ui`, `extract` (typed path ids),
 //!   `auth`, `guard` (requests a web page could forge), `problem` (problem+json), `paging`,
 //!   `params` and `server` (the listener loop and its connection limits).
 //! - [`app`]: the [`app::Application`] — runtime and router on a bound listener, served until
