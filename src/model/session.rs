@@ -136,6 +136,27 @@ fn is_zero(n: &u32) -> bool {
 }
 
 impl SessionRecord {
+    /// A session as it is before anything was written to it: idle, no messages, no events, no
+    /// metadata (`{}`), made at `at`.
+    pub fn new(id: Uuid, parent_id: Option<Uuid>, at: DateTime<Utc>) -> SessionRecord {
+        SessionRecord {
+            id,
+            parent_id,
+            title: None,
+            metadata: Value::Object(Default::default()),
+            system_prompt: None,
+            state: SessionState::Idle,
+            error: None,
+            message_count: 0,
+            last_seq: 0,
+            usage: Usage::default(),
+            last_run_id: None,
+            created_at: at,
+            updated_at: at,
+            options: SessionOptions::default(),
+        }
+    }
+
     /// The last run was cut short by a stop or a crash (and can be resumed).
     pub fn is_interrupted(&self) -> bool {
         self.state == SessionState::Failed && self.error.as_deref() == Some(INTERRUPTED)

@@ -617,7 +617,7 @@ fn already_resolved(call_id: &str, stored: &Resolution) -> Refusal {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::model::ToolCall;
     use serde_json::json;
@@ -626,15 +626,20 @@ mod tests {
         Event::new(Uuid::nil(), 1, kind, crate::model::now())
     }
 
-    fn requested(call_id: &str) -> Event {
-        event(EventKind::ToolApprovalRequested {
+    /// An approval asked for a `shell` call `ls`.
+    pub(crate) fn asked(call_id: &str) -> EventKind {
+        EventKind::ToolApprovalRequested {
             step_id: Uuid::nil(),
             call_id: call_id.into(),
             tool: "shell".into(),
             input: json!({"command": "ls"}),
             subject: "ls".into(),
             expires_at: None,
-        })
+        }
+    }
+
+    fn requested(call_id: &str) -> Event {
+        event(asked(call_id))
     }
 
     fn started(call_id: &str) -> Event {

@@ -27,26 +27,14 @@ pub(super) struct Core {
 #[cfg(test)]
 pub(super) mod fixture {
     use super::*;
-    use crate::model::{self, Role, SessionOptions, SessionState, Usage};
-    use serde_json::json;
+    use crate::model::{self, Role};
 
     pub fn core() -> Core {
         let now = model::now();
         let record = SessionRecord {
-            id: model::new_id(),
-            parent_id: None,
-            title: None,
-            metadata: json!({}),
-            system_prompt: None,
-            state: SessionState::Idle,
-            error: None,
             message_count: 1,
             last_seq: 1,
-            usage: Usage::default(),
-            last_run_id: None,
-            created_at: now,
-            updated_at: now,
-            options: SessionOptions::default(),
+            ..SessionRecord::new(model::new_id(), None, now)
         };
         Core {
             next_seq: 2,

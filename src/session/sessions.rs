@@ -129,24 +129,16 @@ impl Sessions {
     }
 
     fn new_record(&self, id: Uuid, parent_id: Option<Uuid>, new: NewSession) -> SessionRecord {
-        let now = model::now();
+        let fresh = SessionRecord::new(id, parent_id, model::now());
         SessionRecord {
-            id,
-            parent_id,
             title: new.title,
-            metadata: new
-                .metadata
-                .unwrap_or_else(|| Value::Object(Default::default())),
+            metadata: new.metadata.unwrap_or(fresh.metadata.clone()),
             system_prompt: new.system_prompt,
-            state: SessionState::Idle,
-            error: None,
+            // Its system message and `session.created` event.
             message_count: 1,
             last_seq: 1,
-            usage: Usage::default(),
-            last_run_id: None,
-            created_at: now,
-            updated_at: now,
             options: new.options,
+            ..fresh
         }
     }
 

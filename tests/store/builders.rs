@@ -5,28 +5,15 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 use tah::model::{
     new_id, now, Event, EventKind, Message, Role, RunKind, RunRecord, SessionRecord, SessionState,
-    StepKind, StepRecord, StepStatus, ToolCall, Usage,
+    StepKind, StepRecord, StepStatus, ToolCall,
 };
 use tah::store::{Store, WriteOp};
 use uuid::Uuid;
 
 pub fn session(state: SessionState) -> SessionRecord {
-    let t = now();
     SessionRecord {
-        id: new_id(),
-        parent_id: None,
-        title: None,
-        metadata: json!({}),
-        system_prompt: None,
         state,
-        error: None,
-        message_count: 0,
-        last_seq: 0,
-        usage: Usage::default(),
-        last_run_id: None,
-        created_at: t,
-        updated_at: t,
-        options: Default::default(),
+        ..SessionRecord::new(new_id(), None, now())
     }
 }
 

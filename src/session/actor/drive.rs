@@ -164,44 +164,35 @@ impl SessionActor {
         inbox: &mut Inbox,
     ) -> Result<NextRun, Stop> {
         let prepared = self.prepare(&run, &mut begin).await?;
-        let Prepared {
-            activity,
-            board,
-            calls,
-            agent,
-            settings,
-            span,
-            unusable,
-        } = prepared;
         let sink = Sink {
             deps: &self.deps,
             slot: &self.slot,
         };
         let core = self.core.as_mut().ok_or(Stop::Gone)?;
-        let mut journal = Run::new(self.id, run.id, core, sink, board, calls);
+        let mut journal = Run::new(self.id, run.id, core, sink, prepared.board, prepared.calls);
         if let Some(opening) = begin.opening.take() {
             journal.batch = opening;
         }
-        let (result, lease_lost) = match unusable {
+        let (result, lease_lost) = match prepared.unusable {
             Some(error) => (Err(AgentError::NotStarted { error }), false),
             None => {
                 let turn = run_turn(
                     &mut journal,
-                    &agent,
-                    &settings,
+                    &prepared.agent,
+                    &prepared.settings,
                     begin.input.take(),
-                    &activity.cancel,
+                    &prepared.activity.cancel,
                 )
-                .instrument(span.clone());
-                serve_while(turn, &activity, inbox).await
+                .instrument(prepared.span.clone());
+                serve_while(turn, &prepared.activity, inbox).await
             }
         };
         let ended = Ended {
             deps: &self.deps,
             sink,
             run,
-            activity,
-            span,
+            activity: prepared.activity,
+            span: prepared.span,
             result_tx: begin.result_tx,
         };
         if lease_lost {

@@ -324,21 +324,11 @@ fn map<T>(answered: Answered<T>, f: impl Fn(T) -> Given) -> Answered<Given> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::waiting::tests::asked;
     use crate::model::{Decision, ResolvedBy};
     use serde_json::json;
     use tokio::sync::oneshot;
     use uuid::Uuid;
-
-    fn asked(call_id: &str) -> EventKind {
-        EventKind::ToolApprovalRequested {
-            step_id: Uuid::nil(),
-            call_id: call_id.into(),
-            tool: "shell".into(),
-            input: json!({"command": "ls"}),
-            subject: "ls".into(),
-            expires_at: None,
-        }
-    }
 
     fn client_asked(call_id: &str) -> EventKind {
         EventKind::ToolClientRequested {

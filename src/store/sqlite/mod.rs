@@ -188,31 +188,14 @@ crate::store::webhooks::webhook_queue_over_pool!(SqliteStore, |s: &str| {
 mod tests {
     use std::ops::RangeInclusive;
 
-    use serde_json::json;
     use uuid::Uuid;
 
     use super::*;
-    use crate::model::{new_id, now, Event, EventKind, SessionRecord, SessionState, Usage};
+    use crate::model::{new_id, now, Event, EventKind, SessionRecord};
     use crate::store::{SessionHistory, Store, WriteOp};
 
     fn new_session() -> SessionRecord {
-        let t = now();
-        SessionRecord {
-            id: new_id(),
-            parent_id: None,
-            title: None,
-            metadata: json!({}),
-            system_prompt: None,
-            state: SessionState::Idle,
-            error: None,
-            message_count: 0,
-            last_seq: 0,
-            usage: Usage::default(),
-            last_run_id: None,
-            created_at: t,
-            updated_at: t,
-            options: Default::default(),
-        }
+        SessionRecord::new(new_id(), None, now())
     }
 
     fn events(session_id: Uuid, seqs: RangeInclusive<i64>) -> Vec<WriteOp> {
