@@ -23,8 +23,9 @@
 //! - [`mcp`]: MCP tool servers: the `--mcp-config` file (`config`), one connection to a server
 //!   (`connection`: a child process in its own group, or streamable HTTP), its supervisor that
 //!   restarts it (`server`), and its tools as `Tool`s (`tool`).
-//! - [`agent`]: the agent loop (`turn`), context projection (`context`, pure) and `compaction`;
-//!   it reaches a session only through the small `Journal` interface it defines.
+//! - [`agent`]: the agent loop (`turn`, `calls`), context projection (`context`, pure) and
+//!   `compaction`; it reaches a session only through the small `Journal` interface it defines
+//!   in `journal` (with `AgentError`, how a run fails).
 //! - [`session`]: sessions as live objects: `actor/` (the per-session actor: its mailbox
 //!   loop and one handler per command family), `run/` (a run being driven: the agent loop's
 //!   `Journal`, its `CallBoard`, a pure `admit`, the write batch, its end), `command`,

@@ -14,7 +14,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 use uuid::Uuid;
 
-use super::turn::{AgentDeps, AgentError, Journal};
+use super::journal::{AgentError, Journal};
+use super::turn::AgentDeps;
 use crate::model::{ToolCall, Usage};
 use crate::tools::ToolOutput;
 

@@ -12,7 +12,9 @@ pub mod compaction;
 pub mod context;
 #[cfg(test)]
 mod fixtures;
+mod journal;
 mod turn;
 
 pub use calls::{Admission, Answer, Verdict};
-pub use turn::{run_turn, AgentDeps, AgentError, AgentSettings, Completion, Journal, TurnOutcome};
+pub use journal::{AgentError, Completion, Journal};
+pub use turn::{run_turn, AgentDeps, AgentSettings, TurnOutcome};
