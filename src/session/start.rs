@@ -165,3 +165,58 @@ impl Sessions {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{self, RunKind};
+
+    fn running() -> RunRecord {
+        RunRecord::started(model::new_id(), RunKind::Run, Some("hi".into()), 2)
+    }
+
+    fn conflict(outcome: Result<impl std::fmt::Debug, SessionError>) -> Option<ConflictKind> {
+        match outcome {
+            Err(SessionError::Conflict(kind)) => Some(kind),
+            Err(other) => panic!("not a conflict: {other:?}"),
+            Ok(_) => None,
+        }
+    }
+
+    #[test]
+    fn an_input_may_answer_the_active_run_or_start_one_but_not_both() {
+        let active = running();
+        assert_eq!(
+            conflict(one_input_one_purpose(Some(&active), true, true)),
+            Some(ConflictKind::AnswersAndNewInput)
+        );
+        for (answers, new_input) in [(true, false), (false, true), (false, false)] {
+            assert_eq!(
+                conflict(one_input_one_purpose(Some(&active), answers, new_input)),
+                None,
+                "answers {answers}, new input {new_input}"
+            );
+        }
+        // Without an active run, the answers go to a parked run and the input starts the next.
+        assert_eq!(conflict(one_input_one_purpose(None, true, true)), None);
+    }
+
+    #[test]
+    fn a_completed_repeat_has_no_run_to_follow() {
+        let run = running();
+        let completed = Started::Completed(RunResult::from(&run));
+        assert_eq!(
+            conflict(completed.into_run().map(|run| run.run.id)),
+            Some(ConflictKind::NoRunInProgress)
+        );
+        let started = Started::Run(Box::new(StartedRun {
+            run: run.clone(),
+            queued: false,
+            events: None,
+            end: None,
+        }));
+        let followed = started.into_run().expect("a started run");
+        assert_eq!(followed.run.id, run.id);
+        assert!(!followed.queued);
+    }
+}
