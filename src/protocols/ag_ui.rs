@@ -227,11 +227,16 @@ impl AgUiRun {
 
     /// Ends an AG-UI run that has nothing (more) to show: the session runs nothing.
     pub fn finished_idle(&self) -> Value {
+        self.run_finished(json!({"type": "success"}))
+    }
+
+    /// The `RUN_FINISHED` that ends this AG-UI run with `outcome`.
+    fn run_finished(&self, outcome: Value) -> Value {
         json!({
             "type": "RUN_FINISHED",
             "threadId": self.thread_id,
             "runId": self.run_id,
-            "outcome": {"type": "success"},
+            "outcome": outcome,
         })
     }
 
@@ -300,12 +305,7 @@ impl AgUiRun {
                 json!({"type": "success", "pendingToolCallIds": pending})
             }
         };
-        out.push(json!({
-            "type": "RUN_FINISHED",
-            "threadId": self.thread_id,
-            "runId": self.run_id,
-            "outcome": outcome,
-        }));
+        out.push(self.run_finished(outcome));
         out
     }
 
@@ -372,18 +372,15 @@ impl AgUiRun {
                 usage,
             } => {
                 self.parts.close(out);
-                out.push(json!({
-                    "type": "RUN_FINISHED",
-                    "threadId": self.thread_id,
-                    "runId": self.run_id,
-                    "outcome": {"type": "success"},
-                    "result": {"run_id": run_id, "text": text, "finish_reason": finish_reason},
-                    "usage": [{
-                        "inputTokens": usage.input_tokens,
-                        "outputTokens": usage.output_tokens,
-                        "totalTokens": usage.input_tokens + usage.output_tokens,
-                    }],
-                }));
+                let mut finished = self.run_finished(json!({"type": "success"}));
+                finished["result"] =
+                    json!({"run_id": run_id, "text": text, "finish_reason": finish_reason});
+                finished["usage"] = json!([{
+                    "inputTokens": usage.input_tokens,
+                    "outputTokens": usage.output_tokens,
+                    "totalTokens": usage.input_tokens + usage.output_tokens,
+                }]);
+                out.push(finished);
             }
             EventKind::AgentFailed { error, .. } => {
                 self.parts.close(out);
@@ -391,12 +388,7 @@ impl AgUiRun {
             }
             EventKind::AgentCancelled { .. } => {
                 self.parts.close(out);
-                out.push(json!({
-                    "type": "RUN_FINISHED",
-                    "threadId": self.thread_id,
-                    "runId": self.run_id,
-                    "outcome": {"type": "cancelled"},
-                }));
+                out.push(self.run_finished(json!({"type": "cancelled"})));
             }
             _ => {}
         }
