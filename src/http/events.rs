@@ -7,12 +7,12 @@ use axum::extract::State;
 use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::{Json, Router};
+use axum::Router;
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
 use super::extract::Ids;
-use super::paging::{one_more, page_limit, Page};
+use super::paging::{page_limit, session_page};
 use super::problem::{ApiQuery, Problem};
 use super::AppState;
 use crate::model::SessionId;
@@ -76,12 +76,10 @@ async fn events(
         return Ok(sse_response(stream, state.shutdown.clone()));
     }
     let limit = page_limit(q.limit)?;
-    state.sessions.get(id).await?;
-    let data = state
-        .sessions
-        .events_page(id, q.after.unwrap_or(0), one_more(limit))
-        .await?;
-    Ok(Json(Page::new(data, limit, |e| e.seq.to_string())).into_response())
+    let after = q.after.unwrap_or(0);
+    let read = |id, after, limit| state.sessions.events_page(id, after, limit);
+    let page = session_page(&state, id, limit, after, read, |e| e.seq.to_string()).await?;
+    Ok(page.into_response())
 }
 
 /// Streams events as SSE frames until the stream ends or the server shuts down.

@@ -1,5 +1,5 @@
 //! Pages of lists: the `limit` rule, cursors, the `{data, next_cursor}` envelope shared by
-//! every list route, and the page of a session's records that are paged by id.
+//! every list route, and the page of a session's records (paged by id or by position).
 
 use std::future::Future;
 
@@ -93,7 +93,24 @@ where
     Read: Future<Output = Result<Vec<T>, SessionError>>,
 {
     let (limit, after) = (q.limit()?, q.cursor()?);
+    session_page(state, id, limit, after, read, |r| id_of(r).to_string()).await
+}
+
+/// A page of at most `limit` of one session's records, from `after` (the last id or position
+/// of the page before): the session must exist, and `read` is asked for one more than a page.
+pub async fn session_page<T, After, Read>(
+    state: &AppState,
+    id: Uuid,
+    limit: i64,
+    after: After,
+    read: impl FnOnce(Uuid, After, i64) -> Read,
+    cursor_of: impl Fn(&T) -> String,
+) -> Result<Json<Page<T>>, Problem>
+where
+    T: Serialize,
+    Read: Future<Output = Result<Vec<T>, SessionError>>,
+{
     state.sessions.get(id).await?;
     let data = read(id, after, one_more(limit)).await?;
-    Ok(Json(Page::new(data, limit, |r| id_of(r).to_string())))
+    Ok(Json(Page::new(data, limit, cursor_of)))
 }

@@ -255,28 +255,14 @@ fn json_problem(rejection: JsonRejection) -> Problem {
 }
 
 /// A query string whose rejections are problems.
+#[derive(FromRequestParts)]
+#[from_request(via(axum::extract::Query), rejection(Problem))]
 pub struct ApiQuery<T>(pub T);
 
-impl<S, T> FromRequestParts<S> for ApiQuery<T>
-where
-    T: DeserializeOwned,
-    S: Send + Sync,
-{
-    type Rejection = Problem;
-
-    async fn from_request_parts(
-        parts: &mut axum::http::request::Parts,
-        state: &S,
-    ) -> Result<Self, Self::Rejection> {
-        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
-            Ok(axum::extract::Query(value)) => Ok(ApiQuery(value)),
-            Err(rejection) => Err(query_problem(rejection)),
-        }
+impl From<QueryRejection> for Problem {
+    fn from(rejection: QueryRejection) -> Problem {
+        Problem::new(StatusCode::BAD_REQUEST, "bad-query", rejection.body_text())
     }
-}
-
-fn query_problem(rejection: QueryRejection) -> Problem {
-    Problem::new(StatusCode::BAD_REQUEST, "bad-query", rejection.body_text())
 }
 
 /// Turns every error response the framework makes on its own (unknown route, wrong method,

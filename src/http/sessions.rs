@@ -11,7 +11,9 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::extract::Ids;
-use super::paging::{one_more, page_by_id, page_limit, parse_cursor, CursorQuery, Page};
+use super::paging::{
+    one_more, page_by_id, page_limit, parse_cursor, session_page, CursorQuery, Page,
+};
 use super::problem::{ApiQuery, OptionalJson, Problem};
 use super::AppState;
 use crate::model::{
@@ -253,13 +255,9 @@ async fn messages(
     ApiQuery(q): ApiQuery<IndexQuery>,
 ) -> Result<Json<Page<Message>>, Problem> {
     let limit = page_limit(q.limit)?;
-    state.sessions.get(id).await?;
     let after = q.after.unwrap_or(-1).max(-1);
-    let data = state
-        .sessions
-        .messages_page(id, after, one_more(limit))
-        .await?;
-    Ok(Json(Page::new(data, limit, |m| m.index.to_string())))
+    let read = |id, after, limit| state.sessions.messages_page(id, after, limit);
+    session_page(&state, id, limit, after, read, |m| m.index.to_string()).await
 }
 
 async fn steps(

@@ -18,7 +18,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::calls::{RunCalls, Streamed, Wait};
+use super::calls::{RunCalls, Wait};
+use super::parts::{reasoning_id, PartFrames, Parts};
 
 mod snapshot;
 use crate::model::{ClientTool, Event, EventKind, RunStatus};
@@ -186,9 +187,8 @@ pub struct AgUiRun {
     /// Calls whose result the client sent in this run's input: it has their tool messages.
     known_results: HashSet<String>,
     calls: RunCalls,
-    text_open: Option<Uuid>,
-    reasoning_open: Option<Uuid>,
-    streamed: Streamed,
+    /// The reasoning and text messages of the LLM steps.
+    parts: Parts<AgUiParts>,
     /// Sub-agents started and not finished, with their `task` call.
     subagents_open: HashMap<Uuid, String>,
     /// An event after `skip_through` has been shown.
@@ -210,9 +210,7 @@ impl AgUiRun {
             skip_through,
             known_results,
             calls: RunCalls::default(),
-            text_open: None,
-            reasoning_open: None,
-            streamed: Streamed::default(),
+            parts: Parts::default(),
             subagents_open: HashMap::new(),
             past_skip: false,
         }
@@ -229,11 +227,16 @@ impl AgUiRun {
 
     /// Ends an AG-UI run that has nothing (more) to show: the session runs nothing.
     pub fn finished_idle(&self) -> Value {
+        self.run_finished(json!({"type": "success"}))
+    }
+
+    /// The `RUN_FINISHED` that ends this AG-UI run with `outcome`.
+    fn run_finished(&self, outcome: Value) -> Value {
         json!({
             "type": "RUN_FINISHED",
             "threadId": self.thread_id,
             "runId": self.run_id,
-            "outcome": {"type": "success"},
+            "outcome": outcome,
         })
     }
 
@@ -268,7 +271,7 @@ impl AgUiRun {
     /// per approval asked, or the calls of the client's tools that wait for its results.
     pub fn finish_parked(&mut self) -> Vec<Value> {
         let mut out = Vec::new();
-        self.close_messages(&mut out);
+        self.parts.close(&mut out);
         let interrupts: Vec<Value> = self
             .calls
             .waiting()
@@ -302,48 +305,26 @@ impl AgUiRun {
                 json!({"type": "success", "pendingToolCallIds": pending})
             }
         };
-        out.push(json!({
-            "type": "RUN_FINISHED",
-            "threadId": self.thread_id,
-            "runId": self.run_id,
-            "outcome": outcome,
-        }));
+        out.push(self.run_finished(outcome));
         out
     }
 
     fn translate(&mut self, event: &Event, out: &mut Vec<Value>) {
         match &event.kind {
             EventKind::ThinkingStream { step_id, text } => {
-                self.open_reasoning(*step_id, out);
-                if !text.is_empty() {
-                    out.push(json!({"type": "REASONING_MESSAGE_CONTENT",
-                        "messageId": reasoning_id(*step_id), "delta": text}));
-                }
+                self.parts.reasoning(*step_id, text, out);
             }
             EventKind::AssistantStream { step_id, text } => {
-                self.close_reasoning(out);
+                self.parts.close_reasoning(out);
                 if !text.is_empty() {
-                    self.open_text(*step_id, out);
-                    out.push(json!({"type": "TEXT_MESSAGE_CONTENT",
-                        "messageId": step_id.to_string(), "delta": text}));
+                    self.parts.open_text(*step_id, out);
+                    out.push(AgUiParts::text_delta(*step_id, text));
                 }
             }
             EventKind::LlmCompleted {
                 step_id, message, ..
             } => {
-                let (reasoning, text) = self.streamed.rest(*step_id, message);
-                if let Some(reasoning) = reasoning {
-                    self.open_reasoning(*step_id, out);
-                    out.push(json!({"type": "REASONING_MESSAGE_CONTENT",
-                        "messageId": reasoning_id(*step_id), "delta": reasoning}));
-                }
-                self.close_reasoning(out);
-                if let Some(text) = text {
-                    self.open_text(*step_id, out);
-                    out.push(json!({"type": "TEXT_MESSAGE_CONTENT",
-                        "messageId": step_id.to_string(), "delta": text}));
-                }
-                self.close_text(out);
+                self.parts.completed(*step_id, message, out);
                 for call in &message.tool_calls {
                     out.push(json!({"type": "TOOL_CALL_START", "toolCallId": call.id,
                         "toolCallName": call.name, "parentMessageId": step_id.to_string()}));
@@ -352,7 +333,7 @@ impl AgUiRun {
                     out.push(json!({"type": "TOOL_CALL_END", "toolCallId": call.id}));
                 }
             }
-            EventKind::LlmFailed { .. } => self.close_messages(out),
+            EventKind::LlmFailed { .. } => self.parts.close(out),
             // The client has the results it sent.
             EventKind::ToolFinished {
                 step_id,
@@ -390,32 +371,24 @@ impl AgUiRun {
                 finish_reason,
                 usage,
             } => {
-                self.close_messages(out);
-                out.push(json!({
-                    "type": "RUN_FINISHED",
-                    "threadId": self.thread_id,
-                    "runId": self.run_id,
-                    "outcome": {"type": "success"},
-                    "result": {"run_id": run_id, "text": text, "finish_reason": finish_reason},
-                    "usage": [{
-                        "inputTokens": usage.input_tokens,
-                        "outputTokens": usage.output_tokens,
-                        "totalTokens": usage.input_tokens + usage.output_tokens,
-                    }],
-                }));
+                self.parts.close(out);
+                let mut finished = self.run_finished(json!({"type": "success"}));
+                finished["result"] =
+                    json!({"run_id": run_id, "text": text, "finish_reason": finish_reason});
+                finished["usage"] = json!([{
+                    "inputTokens": usage.input_tokens,
+                    "outputTokens": usage.output_tokens,
+                    "totalTokens": usage.input_tokens + usage.output_tokens,
+                }]);
+                out.push(finished);
             }
             EventKind::AgentFailed { error, .. } => {
-                self.close_messages(out);
+                self.parts.close(out);
                 out.push(json!({"type": "RUN_ERROR", "message": error, "code": "run_failed"}));
             }
             EventKind::AgentCancelled { .. } => {
-                self.close_messages(out);
-                out.push(json!({
-                    "type": "RUN_FINISHED",
-                    "threadId": self.thread_id,
-                    "runId": self.run_id,
-                    "outcome": {"type": "cancelled"},
-                }));
+                self.parts.close(out);
+                out.push(self.run_finished(json!({"type": "cancelled"})));
             }
             _ => {}
         }
@@ -426,67 +399,42 @@ impl AgUiRun {
         for (session_id, call_id) in &self.subagents_open {
             out.push(subagent_started(*session_id, call_id));
         }
-        if let Some(step_id) = self.reasoning_open {
-            out.extend(reasoning_start(step_id));
-        }
-        if let Some(step_id) = self.text_open {
-            out.push(text_start(step_id));
-        }
-    }
-
-    fn open_text(&mut self, step_id: Uuid, out: &mut Vec<Value>) {
-        if self.text_open != Some(step_id) {
-            self.close_text(out);
-            out.push(text_start(step_id));
-            self.text_open = Some(step_id);
-            self.streamed.text(step_id);
-        }
-    }
-
-    fn close_text(&mut self, out: &mut Vec<Value>) {
-        if let Some(step_id) = self.text_open.take() {
-            out.push(json!({"type": "TEXT_MESSAGE_END", "messageId": step_id.to_string()}));
-        }
-    }
-
-    fn open_reasoning(&mut self, step_id: Uuid, out: &mut Vec<Value>) {
-        if self.reasoning_open != Some(step_id) {
-            self.close_reasoning(out);
-            self.close_text(out);
-            out.extend(reasoning_start(step_id));
-            self.reasoning_open = Some(step_id);
-            self.streamed.reasoning(step_id);
-        }
-    }
-
-    fn close_reasoning(&mut self, out: &mut Vec<Value>) {
-        if let Some(step_id) = self.reasoning_open.take() {
-            let id = reasoning_id(step_id);
-            out.push(json!({"type": "REASONING_MESSAGE_END", "messageId": id}));
-            out.push(json!({"type": "REASONING_END", "messageId": id}));
-        }
-    }
-
-    fn close_messages(&mut self, out: &mut Vec<Value>) {
-        self.close_reasoning(out);
-        self.close_text(out);
+        self.parts.reopen(out);
     }
 }
 
-fn reasoning_id(step_id: Uuid) -> String {
-    format!("{step_id}-reasoning")
-}
+/// AG-UI's reasoning and text messages.
+#[derive(Debug)]
+struct AgUiParts;
 
-fn text_start(step_id: Uuid) -> Value {
-    json!({"type": "TEXT_MESSAGE_START", "messageId": step_id.to_string(), "role": "assistant"})
-}
+impl PartFrames for AgUiParts {
+    fn reasoning_start(step_id: Uuid, out: &mut Vec<Value>) {
+        let id = reasoning_id(step_id);
+        out.push(json!({"type": "REASONING_START", "messageId": id}));
+        out.push(json!({"type": "REASONING_MESSAGE_START", "messageId": id, "role": "reasoning"}));
+    }
 
-fn reasoning_start(step_id: Uuid) -> [Value; 2] {
-    let id = reasoning_id(step_id);
-    [
-        json!({"type": "REASONING_START", "messageId": id}),
-        json!({"type": "REASONING_MESSAGE_START", "messageId": id, "role": "reasoning"}),
-    ]
+    fn reasoning_delta(step_id: Uuid, delta: &str) -> Value {
+        json!({"type": "REASONING_MESSAGE_CONTENT", "messageId": reasoning_id(step_id), "delta": delta})
+    }
+
+    fn reasoning_end(step_id: Uuid, out: &mut Vec<Value>) {
+        let id = reasoning_id(step_id);
+        out.push(json!({"type": "REASONING_MESSAGE_END", "messageId": id}));
+        out.push(json!({"type": "REASONING_END", "messageId": id}));
+    }
+
+    fn text_start(step_id: Uuid) -> Value {
+        json!({"type": "TEXT_MESSAGE_START", "messageId": step_id.to_string(), "role": "assistant"})
+    }
+
+    fn text_delta(step_id: Uuid, delta: &str) -> Value {
+        json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": step_id.to_string(), "delta": delta})
+    }
+
+    fn text_end(step_id: Uuid) -> Value {
+        json!({"type": "TEXT_MESSAGE_END", "messageId": step_id.to_string()})
+    }
 }
 
 fn subagent_started(session_id: Uuid, call_id: &str) -> Value {

@@ -19,7 +19,8 @@ use std::collections::HashSet;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::calls::{RunCalls, Streamed};
+use super::calls::RunCalls;
+use super::parts::{reasoning_id, PartFrames, Parts};
 use crate::model::{Decision, Event, EventKind, FinishReason, ResolvedBy};
 
 pub mod history;
@@ -47,11 +48,8 @@ pub struct UiMessageStream {
     skip_through: i64,
     calls: RunCalls,
     step_open: bool,
-    /// The LLM step whose text (or reasoning) part is open.
-    text_open: Option<Uuid>,
-    reasoning_open: Option<Uuid>,
-    /// LLM steps that streamed text (or reasoning): their `llm.completed` need not repeat it.
-    streamed: Streamed,
+    /// The reasoning and text parts of the LLM steps.
+    parts: Parts<UiParts>,
     /// Calls a human denied: their tool part is `output-denied`, not an error.
     denied: HashSet<String>,
     /// Calls whose output the client sent with this request: its tool part has it already.
@@ -75,9 +73,7 @@ impl UiMessageStream {
             skip_through,
             calls: RunCalls::default(),
             step_open: false,
-            text_open: None,
-            reasoning_open: None,
-            streamed: Streamed::default(),
+            parts: Parts::default(),
             denied: HashSet::new(),
             known_outputs,
             responses: false,
@@ -134,45 +130,19 @@ impl UiMessageStream {
                 self.step_open = true;
             }
             EventKind::ThinkingStream { step_id, text } => {
-                self.open_reasoning(*step_id, out);
-                if !text.is_empty() {
-                    out.push(json!({"type": "reasoning-delta", "id": reasoning_id(*step_id), "delta": text}));
-                }
+                self.parts.reasoning(*step_id, text, out);
             }
             EventKind::AssistantStream { step_id, text } => {
-                self.close_reasoning(out);
-                if self.text_open != Some(*step_id) {
-                    self.close_text(out);
-                    out.push(json!({"type": "text-start", "id": step_id.to_string()}));
-                    self.text_open = Some(*step_id);
-                    self.streamed.text(*step_id);
-                }
+                self.parts.close_reasoning(out);
+                self.parts.open_text(*step_id, out);
                 if !text.is_empty() {
-                    out.push(
-                        json!({"type": "text-delta", "id": step_id.to_string(), "delta": text}),
-                    );
+                    out.push(UiParts::text_delta(*step_id, text));
                 }
             }
             EventKind::LlmCompleted {
                 step_id, message, ..
             } => {
-                // Whatever the step did not stream is sent whole (a provider that answered
-                // without streaming).
-                let (reasoning, text) = self.streamed.rest(*step_id, message);
-                if let Some(reasoning) = reasoning {
-                    self.open_reasoning(*step_id, out);
-                    out.push(json!({"type": "reasoning-delta", "id": reasoning_id(*step_id), "delta": reasoning}));
-                }
-                self.close_reasoning(out);
-                if let Some(text) = text {
-                    self.close_text(out);
-                    out.push(json!({"type": "text-start", "id": step_id.to_string()}));
-                    out.push(
-                        json!({"type": "text-delta", "id": step_id.to_string(), "delta": text}),
-                    );
-                    self.text_open = Some(*step_id);
-                }
-                self.close_text(out);
+                self.parts.completed(*step_id, message, out);
                 for call in &message.tool_calls {
                     out.push(json!({
                         "type": "tool-input-available",
@@ -182,10 +152,7 @@ impl UiMessageStream {
                     }));
                 }
             }
-            EventKind::LlmFailed { .. } => {
-                self.close_reasoning(out);
-                self.close_text(out);
-            }
+            EventKind::LlmFailed { .. } => self.parts.close(out),
             EventKind::ToolApprovalRequested { call_id, .. } => {
                 out.push(json!({"type": "tool-approval-request", "approvalId": call_id, "toolCallId": call_id}));
             }
@@ -242,31 +209,8 @@ impl UiMessageStream {
         }
     }
 
-    fn open_reasoning(&mut self, step_id: Uuid, out: &mut Vec<Value>) {
-        if self.reasoning_open != Some(step_id) {
-            self.close_reasoning(out);
-            self.close_text(out);
-            out.push(json!({"type": "reasoning-start", "id": reasoning_id(step_id)}));
-            self.reasoning_open = Some(step_id);
-            self.streamed.reasoning(step_id);
-        }
-    }
-
-    fn close_reasoning(&mut self, out: &mut Vec<Value>) {
-        if let Some(step_id) = self.reasoning_open.take() {
-            out.push(json!({"type": "reasoning-end", "id": reasoning_id(step_id)}));
-        }
-    }
-
-    fn close_text(&mut self, out: &mut Vec<Value>) {
-        if let Some(step_id) = self.text_open.take() {
-            out.push(json!({"type": "text-end", "id": step_id.to_string()}));
-        }
-    }
-
     fn close_step(&mut self, out: &mut Vec<Value>) {
-        self.close_reasoning(out);
-        self.close_text(out);
+        self.parts.close(out);
         if self.step_open {
             out.push(json!({"type": "finish-step"}));
             self.step_open = false;
@@ -278,8 +222,34 @@ impl UiMessageStream {
     }
 }
 
-fn reasoning_id(step_id: Uuid) -> String {
-    format!("{step_id}-reasoning")
+/// The SDK's `reasoning-*` and `text-*` chunks.
+#[derive(Debug)]
+struct UiParts;
+
+impl PartFrames for UiParts {
+    fn reasoning_start(step_id: Uuid, out: &mut Vec<Value>) {
+        out.push(json!({"type": "reasoning-start", "id": reasoning_id(step_id)}));
+    }
+
+    fn reasoning_delta(step_id: Uuid, delta: &str) -> Value {
+        json!({"type": "reasoning-delta", "id": reasoning_id(step_id), "delta": delta})
+    }
+
+    fn reasoning_end(step_id: Uuid, out: &mut Vec<Value>) {
+        out.push(json!({"type": "reasoning-end", "id": reasoning_id(step_id)}));
+    }
+
+    fn text_start(step_id: Uuid) -> Value {
+        json!({"type": "text-start", "id": step_id.to_string()})
+    }
+
+    fn text_delta(step_id: Uuid, delta: &str) -> Value {
+        json!({"type": "text-delta", "id": step_id.to_string(), "delta": delta})
+    }
+
+    fn text_end(step_id: Uuid) -> Value {
+        json!({"type": "text-end", "id": step_id.to_string()})
+    }
 }
 
 /// The SDK's finish reasons: `stop | length | content-filter | tool-calls | error | other`.

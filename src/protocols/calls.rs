@@ -6,13 +6,9 @@
 //! Pure: fed the run's events in order, it keeps no other state. A view over the one
 //! projection of waiting calls, [`crate::model::waiting`].
 
-use std::collections::HashSet;
-
-use uuid::Uuid;
-
 use crate::model::waiting::Waiting;
 pub use crate::model::waiting::{Call, Wait};
-use crate::model::{Event, Message};
+use crate::model::Event;
 
 /// The calls of a run's latest model reply, as its events tell.
 #[derive(Debug, Clone, Default)]
@@ -47,38 +43,6 @@ pub fn last_park(events: &[Event]) -> Option<i64> {
         }
     }
     last
-}
-
-/// The steps whose reasoning and text an adapter has streamed.
-#[derive(Debug, Default)]
-pub struct Streamed {
-    reasoning: HashSet<Uuid>,
-    text: HashSet<Uuid>,
-}
-
-impl Streamed {
-    pub fn reasoning(&mut self, step_id: Uuid) {
-        self.reasoning.insert(step_id);
-    }
-
-    pub fn text(&mut self, step_id: Uuid) {
-        self.text.insert(step_id);
-    }
-
-    /// What the message of a completed step holds that its stream did not carry (a provider
-    /// that answered without streaming): its reasoning and its text, each sent whole.
-    pub fn rest<'m>(
-        &self,
-        step_id: Uuid,
-        message: &'m Message,
-    ) -> (Option<String>, Option<&'m str>) {
-        let reasoning = message.thinking_text();
-        let reasoning =
-            (!reasoning.is_empty() && !self.reasoning.contains(&step_id)).then_some(reasoning);
-        let text = (!message.content.is_empty() && !self.text.contains(&step_id))
-            .then_some(message.content.as_str());
-        (reasoning, text)
-    }
 }
 
 #[cfg(test)]
