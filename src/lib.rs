@@ -42,8 +42,8 @@
 //!   that wait for an answer, over `model::waiting`).
 //! - [`runtime`]: ties store, model, tools and settings together; usable without HTTP.
 //! - [`http`]: the axum router, one module per resource (`sessions`, `runs`, `events`,
-//!   `artifacts`, `approvals`), the faces `ai_sdk` and `ag_ui`, `extract` (typed path ids),
-//!   `auth`, `guard` (requests a web page could forge), `problem` (problem+json), `paging`,
+//!   `artifacts`, `approvals`), the faces in `adapters/` (`ai_sdk`, `ag_ui`), `extract`
+//!   (typed path ids), `auth`, `guard` (requests a web page could forge), `problem` (problem+json), `paging`,
 //!   `params` and `server` (the listener loop and its connection limits).
 //! - [`app`]: the [`app::Application`] — runtime and router on a bound listener, served until
 //!   stopped; what `tah serve` runs and what the black-box tests start in-process.

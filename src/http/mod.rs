@@ -4,9 +4,9 @@
 //! answer. One module per resource; `router` merges them.
 //!
 //! - `sessions`, `runs`, `events`, `approvals`, `artifacts`: the resources.
-//! - `ai_sdk`, `ag_ui`: the front-end protocols (the Vercel AI SDK's UI message stream,
-//!   AG-UI) over the same sessions; `fronts` is what they share (streaming a run through an
-//!   adapter of [`crate::protocols`]).
+//! - `adapters/`: the faces, front-end protocols over the same sessions (`ai_sdk`: the Vercel
+//!   AI SDK's UI message stream; `ag_ui`: AG-UI), and what they share (streaming a run
+//!   through an adapter of [`crate::protocols`]).
 //! - `idempotency`: `Idempotency-Key` on the POST routes that make something.
 //! - `auth`: API tokens and the page's sign-in cookie; `guard`: requests a web page could make
 //!   without the user knowing.
@@ -16,14 +16,12 @@
 //!   query values; `paging`: limits, cursors and the page envelope.
 //! - [`server`]: the listener loop, with the connection limits a public server needs.
 
-mod ag_ui;
-mod ai_sdk;
+mod adapters;
 mod approvals;
 mod artifacts;
 mod auth;
 mod events;
 mod extract;
-mod fronts;
 mod guard;
 pub mod idempotency;
 mod paging;
@@ -128,8 +126,8 @@ pub fn router(state: AppState, options: &HttpOptions) -> Router {
         .merge(events::routes())
         .merge(auth::routes(auth.clone()))
         .merge(ui::routes())
-        .merge(ai_sdk::routes())
-        .merge(ag_ui::routes())
+        .merge(adapters::ai_sdk::routes())
+        .merge(adapters::ag_ui::routes())
         .fallback(not_found)
         // Inside authentication: a kept response is only answered to a client with a token.
         .layer(middleware::from_fn_with_state(

@@ -1,5 +1,11 @@
-//! What the two front-end protocols (`ai_sdk`, `ag_ui`) share at the HTTP edge: streaming a run's events through a protocol adapter as SSE `data:` lines
-//! until the run ends or waits for answers only.
+//! The faces: the front-end protocols over the same sessions, each parsing its own input
+//! into a run request and shaping the session's events into its own frames (`ai_sdk`: the
+//! Vercel AI SDK's UI message stream; `ag_ui`: AG-UI). This module is what they share:
+//! streaming a run's events through a protocol adapter as SSE `data:` lines until the run
+//! ends or waits for answers only.
+
+pub mod ag_ui;
+pub mod ai_sdk;
 
 use std::convert::Infallible;
 
@@ -11,10 +17,10 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::events::HEARTBEAT;
+use crate::http::events::HEARTBEAT;
 use crate::model::Event;
+use crate::protocols;
 use crate::protocols::calls::RunCalls;
-use crate::protocols::{ag_ui, ai_sdk};
 use crate::session::{EventStream, SessionError, Sessions};
 
 /// Events read per query.
@@ -34,29 +40,29 @@ pub trait Frames: Send + 'static {
     fn finish_parked(&mut self) -> Vec<Value>;
 }
 
-impl Frames for ai_sdk::UiMessageStream {
+impl Frames for protocols::ai_sdk::UiMessageStream {
     fn push(&mut self, event: &Event) -> (Vec<Value>, bool, bool) {
-        let pushed = ai_sdk::UiMessageStream::push(self, event);
+        let pushed = protocols::ai_sdk::UiMessageStream::push(self, event);
         (pushed.chunks, pushed.parked, pushed.ended)
     }
     fn calls(&self) -> &RunCalls {
-        ai_sdk::UiMessageStream::calls(self)
+        protocols::ai_sdk::UiMessageStream::calls(self)
     }
     fn finish_parked(&mut self) -> Vec<Value> {
-        ai_sdk::UiMessageStream::finish_parked(self)
+        protocols::ai_sdk::UiMessageStream::finish_parked(self)
     }
 }
 
-impl Frames for ag_ui::AgUiRun {
+impl Frames for protocols::ag_ui::AgUiRun {
     fn push(&mut self, event: &Event) -> (Vec<Value>, bool, bool) {
-        let pushed = ag_ui::AgUiRun::push(self, event);
+        let pushed = protocols::ag_ui::AgUiRun::push(self, event);
         (pushed.events, pushed.parked, pushed.ended)
     }
     fn calls(&self) -> &RunCalls {
-        ag_ui::AgUiRun::calls(self)
+        protocols::ag_ui::AgUiRun::calls(self)
     }
     fn finish_parked(&mut self) -> Vec<Value> {
-        ag_ui::AgUiRun::finish_parked(self)
+        protocols::ag_ui::AgUiRun::finish_parked(self)
     }
 }
 

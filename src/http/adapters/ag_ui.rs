@@ -23,11 +23,11 @@ use axum::Router;
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::extract::Ids;
-use super::fronts::{sse_response, Driven, NoQuery};
-use super::problem::{ApiJson, ApiQuery, Problem};
-use super::runs::input_text;
-use super::AppState;
+use super::{sse_response, Driven, NoQuery};
+use crate::http::extract::Ids;
+use crate::http::problem::{ApiJson, ApiQuery, Problem};
+use crate::http::runs::input_text;
+use crate::http::AppState;
 use crate::model::SessionId;
 use crate::model::{ClientTool, Decision};
 use crate::protocols::ag_ui::{

@@ -22,11 +22,11 @@ use serde::Deserialize;
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::extract::Ids;
-use super::fronts::{sse_response, Driven, NoQuery};
-use super::problem::{ApiJson, ApiQuery, Problem};
-use super::runs::{input_text, PendingParam};
-use super::AppState;
+use super::{sse_response, Driven, NoQuery};
+use crate::http::extract::Ids;
+use crate::http::problem::{ApiJson, ApiQuery, Problem};
+use crate::http::runs::{input_text, PendingParam};
+use crate::http::AppState;
 use crate::model::SessionId;
 use crate::model::{Decision, RunRecord};
 use crate::protocols::ai_sdk::history::{self, UiHistory};
