@@ -29,6 +29,23 @@ pub struct Commit {
     pub ack: Option<oneshot::Sender<StoreResult<()>>>,
 }
 
+/// What the writer's queue carries.
+enum Queued {
+    Commit(Commit),
+    /// The actor of this origin has stopped: after its last commit, its failure (if any) is
+    /// forgotten, so that the set of refused origins does not grow with every stalled actor.
+    Retire(Origin),
+}
+
+impl Queued {
+    fn ops(&self) -> usize {
+        match self {
+            Queued::Commit(commit) => commit.ops.len(),
+            Queued::Retire(_) => 0,
+        }
+    }
+}
+
 /// Ops per transaction at most; a larger backlog is split over several transactions.
 const MAX_BATCH_OPS: usize = 4096;
 /// Commits queued at most; further submitters wait (backpressure on the producers).
@@ -36,7 +53,7 @@ const QUEUE: usize = 8192;
 
 #[derive(Clone)]
 pub struct Writer {
-    tx: mpsc::Sender<Commit>,
+    tx: mpsc::Sender<Queued>,
     shared: Arc<Shared>,
 }
 
@@ -84,9 +101,21 @@ impl Writer {
             return Err(StoreError::Poisoned(cause.clone()));
         }
         self.tx
-            .send(commit)
+            .send(Queued::Commit(commit))
             .await
             .map_err(|_| StoreError::WriterGone)
+    }
+
+    /// Says that the actor of `origin` has stopped and writes no more: once its commits
+    /// queued so far are done, the writer forgets whether one of them failed.
+    pub async fn retire(&self, origin: Origin) {
+        // A writer that is gone remembers nothing.
+        let _ = self.tx.send(Queued::Retire(origin)).await;
+    }
+
+    /// Whether a commit of `origin` failed (its later ones are refused).
+    pub fn refuses(&self, origin: Origin) -> bool {
+        self.shared.poisoned().contains_key(&origin)
     }
 
     /// Commits `ops` and waits until they are durable, publishing events to `publish`.
@@ -108,8 +137,8 @@ impl Writer {
     }
 }
 
-async fn run(store: Arc<dyn Store>, mut rx: mpsc::Receiver<Commit>, shared: Arc<Shared>) {
-    let mut pending: VecDeque<Commit> = VecDeque::new();
+async fn run(store: Arc<dyn Store>, mut rx: mpsc::Receiver<Queued>, shared: Arc<Shared>) {
+    let mut pending: VecDeque<Queued> = VecDeque::new();
     // The commits of the transaction that committed last, not yet acked: they are acked and
     // published while the next transaction runs.
     let mut committed: Vec<Commit> = Vec::new();
@@ -166,12 +195,12 @@ async fn run(store: Arc<dyn Store>, mut rx: mpsc::Receiver<Commit>, shared: Arc<
 }
 
 /// Moves every commit already queued into `pending`, without waiting.
-fn drain(rx: &mut mpsc::Receiver<Commit>, pending: &mut VecDeque<Commit>) {
-    let mut ops: usize = pending.iter().map(|c| c.ops.len()).sum();
+fn drain(rx: &mut mpsc::Receiver<Queued>, pending: &mut VecDeque<Queued>) {
+    let mut ops: usize = pending.iter().map(Queued::ops).sum();
     while ops < MAX_BATCH_OPS {
         match rx.try_recv() {
             Ok(next) => {
-                ops += next.ops.len();
+                ops += next.ops();
                 pending.push_back(next);
             }
             Err(_) => break,
@@ -180,16 +209,30 @@ fn drain(rx: &mut mpsc::Receiver<Commit>, pending: &mut VecDeque<Commit>) {
 }
 
 /// Takes the next transaction's commits (up to [`MAX_BATCH_OPS`] ops, at least one commit)
-/// from `pending`, refusing those of actors whose earlier commit failed.
-fn next_batch(pending: &mut VecDeque<Commit>, shared: &Shared) -> Vec<Commit> {
+/// from `pending`, refusing those of actors whose earlier commit failed. A retired origin is
+/// forgotten here: every commit it queued before is done (the transactions before this one
+/// have ended, and the queue keeps its order).
+fn next_batch(pending: &mut VecDeque<Queued>, shared: &Shared) -> Vec<Commit> {
     let mut accepted = Vec::new();
     let mut ops = 0;
-    while let Some(commit) = pending.front() {
-        if ops > 0 && ops + commit.ops.len() > MAX_BATCH_OPS {
+    while let Some(next) = pending.front() {
+        if ops > 0 && ops + next.ops() > MAX_BATCH_OPS {
             break;
         }
-        let Some(commit) = pending.pop_front() else {
-            break;
+        let commit = match pending.pop_front() {
+            Some(Queued::Commit(commit)) => commit,
+            // Its last commits are in this batch: it is forgotten after the batch.
+            Some(Queued::Retire(origin))
+                if accepted.iter().any(|c: &Commit| c.origin == origin) =>
+            {
+                pending.push_front(Queued::Retire(origin));
+                break;
+            }
+            Some(Queued::Retire(origin)) => {
+                shared.poisoned().remove(&origin);
+                continue;
+            }
+            None => break,
         };
         let cause = shared.poisoned().get(&commit.origin).cloned();
         match cause {
@@ -428,6 +471,28 @@ mod tests {
             .commit((refused, 2), vec![started(refused)], /*publish*/ None)
             .await;
         assert!(fresh.is_ok(), "{fresh:?}");
+    }
+
+    #[tokio::test]
+    async fn a_retired_origin_is_forgotten_after_its_last_commit() {
+        let (_store, writer, refused) = setup();
+        let origin = (refused, 1);
+        // Queued before the writer task runs: the failing commit and the retirement share
+        // one pass over the queue, and the retirement waits for the commit's outcome.
+        let failed = queue(&writer, origin, vec![WriteOp::DeleteSession(refused)], None).await;
+        writer.retire(origin).await;
+        assert!(matches!(failed.await, Ok(Err(StoreError::Fenced))));
+        // A later commit (of another origin) is done after the retirement.
+        let other = Uuid::new_v4();
+        let later = writer
+            .commit((other, 1), vec![started(other)], /*publish*/ None)
+            .await;
+        assert!(later.is_ok(), "{later:?}");
+        assert!(
+            !writer.refuses(origin),
+            "the stopped actor's failure is forgotten"
+        );
+        assert!(writer.shared.poisoned().is_empty());
     }
 
     #[tokio::test]
