@@ -113,11 +113,6 @@ impl Writer {
         let _ = self.tx.send(Queued::Retire(origin)).await;
     }
 
-    /// Whether a commit of `origin` failed (its later ones are refused).
-    pub fn refuses(&self, origin: Origin) -> bool {
-        self.shared.poisoned().contains_key(&origin)
-    }
-
     /// Commits `ops` and waits until they are durable, publishing events to `publish`.
     pub async fn commit(
         &self,
@@ -489,7 +484,7 @@ mod tests {
             .await;
         assert!(later.is_ok(), "{later:?}");
         assert!(
-            !writer.refuses(origin),
+            !writer.shared.poisoned().contains_key(&origin),
             "the stopped actor's failure is forgotten"
         );
         assert!(writer.shared.poisoned().is_empty());

@@ -71,15 +71,10 @@ async fn run(
         ),
         _ => None,
     };
-    let live = state.sessions.subscribe(id)?;
-    let session = state.sessions.get(id).await?;
+    let active = state.sessions.active_run(id).await?;
     // Read before the run's events: whatever the history holds then, the events read next
     // say where it came from (see `snapshot_view`).
     let history = state.sessions.messages_page(id, -1, -1).await?;
-    let active = match session.last_run_id {
-        Some(run_id) if session.state.is_active() => state.sessions.run_record(id, run_id).await?,
-        _ => None,
-    };
     let so_far = match &active {
         Some(run) => state.sessions.run_events(id, run).await?,
         None => Vec::new(),
@@ -119,7 +114,11 @@ async fn run(
             (events, 0)
         }
         None => match active {
-            Some(run) => (state.sessions.run_stream(id, &run, live), skip),
+            // The stream reads the run's events after this subscription: it misses none.
+            Some(run) => {
+                let live = state.sessions.subscribe(id)?;
+                (state.sessions.run_stream(id, &run, live), skip)
+            }
             None => {
                 // Nothing runs: the snapshot is all there is to tell.
                 let agui = AgUiRun::new(&input.thread_id, &input.run_id, 0, HashSet::new());

@@ -169,11 +169,9 @@ impl SessionActor {
         // A lease it held is given back, void or taken: nobody is to renew it.
         self.slot.lease.forget();
         let generation = self.slot.generation;
-        // This incarnation writes no more: the writer may forget that its writes failed.
-        let origin = (self.id, generation);
-        if matches!(stop, Stop::WriteFailed(_)) || self.deps.writer.refuses(origin) {
-            self.deps.writer.retire(origin).await;
-        }
+        // This incarnation writes no more: once its queued commits are done, the writer may
+        // forget whether one failed.
+        self.deps.writer.retire((self.id, generation)).await;
         match stop {
             Stop::Gone => self.live.forget(self.id, generation),
             Stop::WriteFailed(_) if unrecorded => {
