@@ -18,7 +18,7 @@ use crate::llm::providers::{self, ProviderKind, ProviderSpec, Providers};
 use crate::llm::wire::Timeouts;
 use crate::llm::ModelClient;
 use crate::mcp::McpServers;
-use crate::session::{SessionDeps, Sessions, ToolPolicy};
+use crate::session::{AgentMcp, SessionDeps, Sessions, ToolPolicy};
 use crate::store::{self, writer::Writer, Cluster, Store};
 use crate::tools::{Sandbox, SandboxStatus, ToolContext, ToolRegistry, Workspace};
 
@@ -50,6 +50,7 @@ pub struct Runtime {
     cluster: Option<Arc<dyn Cluster>>,
     replica: Uuid,
     mcp: McpServers,
+    agent_mcp: AgentMcp,
 }
 
 impl Runtime {
@@ -119,12 +120,14 @@ impl Runtime {
         let model = agent.model.clone();
         let run = &settings.run;
         let policy = &settings.policy;
+        let agent_mcp = AgentMcp::new(settings.tools.mcp_timeouts);
         let sessions = Sessions::new(SessionDeps {
             store: opened.store,
             writer,
             agent,
             providers: providers.clone(),
             mcp: mcp.clone(),
+            agent_mcp: agent_mcp.clone(),
             settings: AgentSettings {
                 system_prompt: run.system_prompt.clone(),
                 max_steps: run.max_steps,
@@ -173,6 +176,7 @@ impl Runtime {
             cluster: opened.cluster,
             replica,
             mcp,
+            agent_mcp,
         })
     }
 
@@ -207,10 +211,12 @@ impl Runtime {
             cluster,
             replica,
             mcp,
+            agent_mcp,
             ..
         } = self;
         // After the runs: a call they dropped has told its server it was cancelled.
         mcp.shutdown().await;
+        agent_mcp.shutdown().await;
         // Dropping the last handles to the writer lets it drain its queue and end.
         drop(sessions);
         let _ = tokio::time::timeout(grace, writer_task).await;
