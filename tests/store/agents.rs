@@ -8,7 +8,6 @@ use tah::model::{self, AgentId, AgentRecord, AgentSpec, ClientTool, Rule};
 use tah::store::agents::{AgentQuery, Bumped};
 use tah::store::Store;
 
-use crate::store::builders::*;
 
 conformance!(
     agent_versions_round_trip_and_updates_are_conditional,
