@@ -44,6 +44,8 @@ fn config(base_url: &str, retries: u32) -> HttpModelConfig {
             max_delay: Duration::from_millis(10),
         },
         limits: Default::default(),
+        headers: Vec::new(),
+        pool: None,
     }
 }
 
