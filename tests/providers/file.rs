@@ -1,6 +1,7 @@
 //! The `--providers` file: the providers it names are listed by `GET /v1/providers` without
 //! their keys or header values, serve requests with their own base URL, model and headers at
-//! the same time, and a bad file stops `tah serve` with a message naming the file and field.
+//! the same time (two agents on two providers, one session each, running at once), and a bad
+//! file stops `tah serve` with a message naming the file and field.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -138,22 +139,7 @@ async fn runtime(dir: &TempDir, args: &[&str]) -> Runtime {
 
 #[tokio::test]
 async fn two_providers_serve_at_once_each_with_its_url_model_and_headers() {
-    let openai = fakes::start_openai(vec![Reply::sse(text_reply(
-        Flavor::OpenAi,
-        &["from local"],
-    ))
-    .with_first_delay(REPLY_DELAY)])
-    .await;
-    let anthropic = fakes::start_anthropic(vec![Reply::sse(text_reply(
-        Flavor::Anthropic,
-        &["from claude"],
-    ))
-    .with_first_delay(REPLY_DELAY)])
-    .await;
-    let (dir, path) = providers_file(
-        "providers.json",
-        &two_fakes(&openai.base_url, &anthropic.base_url, None),
-    );
+    let (openai, anthropic, dir, path) = delayed_fakes().await;
     let runtime = runtime(&dir, &["--providers", path.to_str().expect("utf-8")]).await;
     let providers = runtime.sessions().deps().providers.clone();
     let model = |name: &str| providers.resolve(name).expect("a configured provider");
@@ -199,6 +185,71 @@ async fn two_providers_serve_at_once_each_with_its_url_model_and_headers() {
         "a provider's headers go to it alone"
     );
     runtime.shutdown(Duration::from_secs(5)).await;
+}
+
+/// Two fakes that answer `local` and `claude` after [`REPLY_DELAY`], and a providers file
+/// naming them (no key).
+async fn delayed_fakes() -> (fakes::FakeServer, fakes::FakeServer, TempDir, PathBuf) {
+    let reply = |flavor: Flavor, text: &str| {
+        Reply::sse(text_reply(flavor, &[text])).with_first_delay(REPLY_DELAY)
+    };
+    let openai = fakes::start_openai(vec![reply(Flavor::OpenAi, "from local")]).await;
+    let anthropic = fakes::start_anthropic(vec![reply(Flavor::Anthropic, "from claude")]).await;
+    let (dir, path) = providers_file(
+        "providers.json",
+        &two_fakes(&openai.base_url, &anthropic.base_url, None),
+    );
+    (openai, anthropic, dir, path)
+}
+
+#[tokio::test]
+async fn two_agents_on_two_providers_run_at_once() {
+    let (openai, anthropic, _dir, path) = delayed_fakes().await;
+    let path = path.to_str().expect("utf-8 path");
+    let server =
+        TestServer::start(ServerOptions::new().args(&["--provider", "mock", "--providers", path]))
+            .await;
+    let mut sessions = Vec::new();
+    for (name, model) in [
+        ("coder", "local/gpt-test"),
+        ("support", "claude/claude-test"),
+    ] {
+        let agent = server
+            .post_json("/v1/agents", &json!({"name": name, "model": model}))
+            .await
+            .expect_json(StatusCode::CREATED, "POST /v1/agents");
+        let session = server
+            .create_session_with(&json!({"agent": agent["id"]}))
+            .await;
+        sessions.push(session["id"].as_str().expect("a session id").to_string());
+    }
+
+    let started = tokio::time::Instant::now();
+    let (coder, support) = tokio::join!(
+        server.run_wait(&sessions[0], "hello coder"),
+        server.run_wait(&sessions[1], "hello support"),
+    );
+    let took = started.elapsed();
+    assert_eq!(coder["text"], "from local", "{coder}");
+    assert_eq!(support["text"], "from claude", "{support}");
+    assert!(
+        took < REPLY_DELAY * 19 / 10,
+        "both runs were in flight at once: {took:?}"
+    );
+
+    let local = openai.requests();
+    let claude = anthropic.requests();
+    assert_eq!((local.len(), claude.len()), (1, 1), "one call each");
+    eprintln!(
+        "coder: POST {} model {}; support: POST {} model {}",
+        local[0].path, local[0].body["model"], claude[0].path, claude[0].body["model"]
+    );
+    assert_eq!(local[0].path, "/v1/chat/completions");
+    assert_eq!(local[0].body["model"], "gpt-test");
+    assert_eq!(local[0].headers["x-org"], HEADER_VALUE);
+    assert_eq!(claude[0].path, "/v1/messages");
+    assert_eq!(claude[0].body["model"], "claude-test");
+    assert_eq!(claude[0].headers["anthropic-beta"], "tah-test-beta");
 }
 
 #[test]
