@@ -259,7 +259,8 @@ async fn builtin_tools(settings: &ToolSettings) -> ToolRegistry {
     }
 }
 
-/// The providers: `default` from the model flags, then the `--providers` file's.
+/// The providers: `default` from the model flags, then the `--providers` file's. Each has the
+/// flags' timeouts, retries and reply limits, and its own connection pool.
 fn providers(model: &ModelSettings) -> Providers {
     if model.thinking_budget.is_some() && model.provider != Provider::Anthropic {
         tracing::warn!(
@@ -267,6 +268,10 @@ fn providers(model: &ModelSettings) -> Providers {
             "--thinking-budget applies to the anthropic provider only; ignored"
         );
     }
+    let timeouts = Timeouts {
+        total: model.llm_deadline,
+        ..Timeouts::default()
+    };
     let default = ProviderSpec {
         name: providers::DEFAULT.to_string(),
         kind: match model.provider {
@@ -279,19 +284,27 @@ fn providers(model: &ModelSettings) -> Providers {
         headers: Vec::new(),
         prices: Default::default(),
         max_output_tokens: model.max_output_tokens,
-        timeouts: Timeouts {
-            total: model.llm_deadline,
-            ..Timeouts::default()
-        },
+        timeouts: timeouts.clone(),
         limits: model.reply_limits.clone(),
         mock_delay: model.mock_delay,
     };
-    Providers::new(
-        default,
-        model.model.clone(),
-        model.thinking_budget,
-        Vec::new(),
-    )
+    let others = model
+        .providers
+        .iter()
+        .map(|p| ProviderSpec {
+            name: p.name.clone(),
+            kind: p.kind,
+            base_url: p.base_url.clone(),
+            api_key: p.api_key.clone(),
+            headers: p.headers.clone(),
+            prices: p.prices.clone(),
+            max_output_tokens: p.max_output_tokens.unwrap_or(model.max_output_tokens),
+            timeouts: timeouts.clone(),
+            limits: model.reply_limits.clone(),
+            mock_delay: model.mock_delay,
+        })
+        .collect();
+    Providers::new(default, model.model.clone(), model.thinking_budget, others)
 }
 
 /// The HTTP edge's own records, kept in the sessions' database: idempotency keys and the web
