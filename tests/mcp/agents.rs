@@ -1,9 +1,9 @@
 //! MCP servers an agent defines for itself: its stdio server starts at the first run of the
 //! agent, its tools are offered to that agent's sessions only, and the model's calls reach it.
 
-use serde_json::{json, Value};
+use serde_json::json;
 
-use crate::{allow_all, call, model_calling, outcome, scratch, start, stdio_server, strs};
+use crate::{allow_all, call, model_calling, offered, outcome, scratch, start, stdio_server, strs};
 
 pub async fn an_agent_s_own_server_serves_its_sessions_only() {
     let (dir, _) = scratch();
@@ -29,17 +29,6 @@ pub async fn an_agent_s_own_server_serves_its_sessions_only() {
             "an agent with its own MCP server",
         );
     let agent = created["id"].as_str().expect("an id").to_string();
-    let offered = |body: &Value| -> Vec<String> {
-        body["tools"]
-            .as_array()
-            .map(|tools| {
-                tools
-                    .iter()
-                    .filter_map(|t| t["function"]["name"].as_str().map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
 
     let session = server.create_session_with(&json!({"agent": agent})).await;
     let id = session["id"].as_str().expect("an id").to_string();

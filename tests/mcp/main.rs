@@ -107,6 +107,19 @@ pub fn strs(args: &[String]) -> Vec<&str> {
     args.iter().map(String::as_str).collect()
 }
 
+/// The names of the tools a model request offered.
+pub fn offered(body: &Value) -> Vec<String> {
+    body["tools"]
+        .as_array()
+        .map(|tools| {
+            tools
+                .iter()
+                .filter_map(|t| t["function"]["name"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// `GET /v1/tools`, the MCP tools only.
 pub async fn mcp_tools(server: &TestServer) -> Vec<Value> {
     let listed = server.get_ok("/v1/tools").await;
