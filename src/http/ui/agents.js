@@ -5,7 +5,7 @@
 // changed through the API. Names, prompts and every other field are put in as text, like
 // everything else that came from the server.
 
-import { h, clear, ago, clock, isId } from "./dom.js";
+import { h, append, clear, ago, clock, isId } from "./dom.js";
 import { agents } from "./api.js";
 import { lineDiff, diffView } from "./diff.js";
 
@@ -118,11 +118,11 @@ export function drawSessionAgent(link, agent) {
   link.href = isAgentId(agent.id) ? `#/agents/${agent.id}` : "#/agents";
   const follows = agent.follows_latest ? ", following its latest version" : "";
   link.title = `Agent ${agent.name}, version ${agent.version}${follows}`;
-  link.append(
+  append(link, [
     h("span", { class: "agent-name", dir: "auto", text: agent.name }),
     h("span", { class: "agent-version", text: `v${agent.version}` }),
     agent.follows_latest ? h("span", { class: "agent-follows", text: "latest" }) : null,
-  );
+  ]);
 }
 
 /** The agents page: the list on one side, the chosen agent and its versions on the other. */
