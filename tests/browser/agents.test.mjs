@@ -158,6 +158,8 @@ describe("agents on the page", () => {
     await rows.nth(0).click();
     await page.waitForFunction(() => document.querySelector("#agent-detail .agent-heading .agent-name")?.textContent === "default");
     assert.equal(await page.locator("#agent-detail .agent-version-item").count(), 1);
+    // Without a tool list an agent has every tool the server offers; the page says so.
+    assert.match(await page.locator("#agent-detail .agent-config").textContent(), /Toolsevery tool the server offers/);
 
     assert.deepEqual(page.pageErrors, []);
     await page.context().close();

@@ -42,19 +42,22 @@ const NOT_COMPARED = new Set(["id", "version", "created_at", "updated_at", "arch
 /** Longer values, or values of several lines, are shown as blocks and compared line by line. */
 const INLINE_MAX = 80;
 
+/** True for a list of names (tools, MCP servers, sub-agents). */
+const isNames = (value) => Array.isArray(value) && value.every((v) => typeof v === "string");
+
 /** A field's value as text to compare: a list of names one a line, anything else as JSON. */
 function valueText(value) {
   if (value === undefined || value === null) return "";
   if (typeof value === "string") return value;
   // An empty list (no tools) is not an absent one (every tool).
-  if (Array.isArray(value) && value.every((v) => typeof v === "string")) return value.length ? value.join("\n") : "(none)";
+  if (isNames(value)) return value.length ? value.join("\n") : "(none)";
   if (typeof value === "object" && !Array.isArray(value) && !Object.keys(value).length) return "";
   return JSON.stringify(value, null, 2);
 }
 
 /** A field's value in a line of text, when it fits in one. */
 function inlineText(value) {
-  if (Array.isArray(value) && value.every((v) => typeof v === "string")) {
+  if (isNames(value)) {
     const text = value.length ? value.join(", ") : "(none)";
     return text.length <= INLINE_MAX ? text : null;
   }
@@ -256,6 +259,12 @@ function archivedBadge(agent) {
 function configuration(agent) {
   const list = h("dl", { class: "agent-config" });
   for (const key of fieldsOf(agent)) {
+    // No tool list means every tool the server offers, which is worth saying; other absent fields
+    // are not shown.
+    if (key === "tools" && (agent.tools === undefined || agent.tools === null)) {
+      list.append(h("dt", { text: label(key) }), h("dd", { class: "muted", text: "every tool the server offers" }));
+      continue;
+    }
     if (!valueText(agent[key])) continue;
     const inline = inlineText(agent[key]);
     list.append(
@@ -291,9 +300,6 @@ function versionItem(version, before) {
   item.append(list);
   return item;
 }
-
-/** True for a list of names (tools, MCP servers, sub-agents). */
-const isNames = (value) => Array.isArray(value) && value.every((v) => typeof v === "string");
 
 /**
  * One changed field: a list of names as the names it gained and lost, a short value as old → new,
