@@ -133,6 +133,7 @@ describe("agents on the page", () => {
     await page.waitForSelector("#agent-detail .agent-version-item");
     assert.equal(await page.evaluate(() => location.hash), `#/agents/${coder.id}`);
     assert.equal(await page.locator("#agent-detail .agent-heading .agent-name").textContent(), CODER);
+    assert.match(await page.locator("#agent-detail .agent-facts").textContent(), new RegExp(`version 2\\s*provider ${coder.provider}`));
     const versions = page.locator("#agent-detail .agent-version-item");
     assert.deepEqual(await versions.evaluateAll((vs) => vs.map((v) => v.dataset.version)), ["2", "1"]);
     const changed = await versions.first().locator(".change").evaluateAll((cs) => cs.map((c) => c.dataset.field));
