@@ -3,14 +3,26 @@
 // version and archived state, and one agent's versions with what each changed. Agent names in
 // any language, and one that tries to be HTML, are shown as text.
 
-import { describe, it } from "node:test";
+import { describe, it, after } from "node:test";
 import assert from "node:assert/strict";
+import { mkdtempSync, writeFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { serverAndBrowser, openPage, screenshot, send, finishedRuns } from "./harness.mjs";
 
 const CODER = "Кодер · κώδικας · مبرمج · coder";
 const ATTACK = `<img src=x onerror="window.__xss=1"><b>bold</b>`;
 
-/** Two agents through the API (the first updated once), and a third archived. */
+/** A providers file naming a second provider, `local` (the mock too), beside `default`. */
+function providersFile() {
+  const dir = mkdtempSync(join(tmpdir(), "tah-providers-"));
+  const path = join(dir, "providers.json");
+  writeFileSync(path, JSON.stringify({ providers: { local: { type: "mock" } } }));
+  after(() => rmSync(dir, { recursive: true, force: true }));
+  return path;
+}
+
+/** Two agents on two providers through the API (the first updated once), and a third archived. */
 async function agentsOf(server) {
   const coder = await server.api("POST", "/v1/agents", {
     name: CODER,
@@ -24,7 +36,7 @@ async function agentsOf(server) {
     system_prompt: "You read code.\nYou answer in one paragraph.",
     tools: ["list_files", "read_file"],
   });
-  const attack = await server.api("POST", "/v1/agents", { name: ATTACK, model: "mock-small", metadata: { team: "<i>red</i>" } });
+  const attack = await server.api("POST", "/v1/agents", { name: ATTACK, model: "local/mock-small", metadata: { team: "<i>red</i>" } });
   const retired = await server.api("POST", "/v1/agents", { name: "retired", model: "mock-small" });
   await server.api("DELETE", `/v1/agents/${retired.id}`);
   return { coder: updated, attack, retired };
@@ -42,7 +54,7 @@ describe("agents on the page", () => {
   let server;
   let chromium;
 
-  serverAndBrowser(["--mock-delay-ms", "5"], (started) => ({ server, chromium } = started));
+  serverAndBrowser(["--mock-delay-ms", "5", "--providers", providersFile()], (started) => ({ server, chromium } = started));
 
   it("a new session runs the agent picked; the header shows its name and version", async () => {
     const { coder, attack, retired } = await agentsOf(server);
@@ -62,7 +74,7 @@ describe("agents on the page", () => {
     // archived agent is not offered.
     assert.deepEqual(options, [
       ["", `default · ${fallback.model} (the server's)`],
-      [attack.id, `${ATTACK} · mock-small`],
+      [attack.id, `${ATTACK} · local/mock-small`],
       [coder.id, `${CODER} · mock-large`],
     ]);
     assert.ok(!options.some(([id]) => id === retired.id));
@@ -153,6 +165,8 @@ describe("agents on the page", () => {
     await rows.nth(2).click();
     await page.waitForFunction((name) => document.querySelector("#agent-detail .agent-heading .agent-name")?.textContent === name, ATTACK);
     assert.match(await page.locator("#agent-detail .agent-config").textContent(), /<i>red<\/i>/);
+    assert.match(await page.locator("#agent-detail .agent-facts").textContent(), /provider local/);
+    assert.match(await rows.nth(2).locator(".agent-line").textContent(), /^local\/mock-small\s*v1/);
     assert.deepEqual(await injected(page), { xss: null, markup: 0 });
 
     // The default agent, from the server's flags.
