@@ -139,6 +139,8 @@ describe("agents on the page", () => {
     assert.equal(await retired.locator(".archived-badge").textContent(), "archived");
     assert.equal(await page.locator("#agent-list .archived-badge").count(), 1);
     assert.match(await rows.nth(3).locator(".agent-line").textContent(), /mock-large\s*v2/);
+    // The providers the agents may name: the flags' and the file's.
+    assert.deepEqual(await page.locator("#provider-list .provider").evaluateAll((ps) => ps.map((p) => p.textContent)), ["defaultmock", "localmock"]);
 
     // One agent: its configuration, and its versions, newest first, each with what it changed.
     await rows.nth(3).click();

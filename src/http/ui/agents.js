@@ -1,12 +1,13 @@
 // The agents as the page shows them: the choice of agent in "New session" (the default agent and
 // the stored ones, by name and model), the agent a session runs in its header, and the agents
 // page (`#/agents`, `#/agents/<id>`): every agent with its model, version and whether it is
-// archived, and one agent's versions with what each one changed. Read-only: agents are made and
+// archived, the model providers they may name, and one agent's versions with what each one
+// changed. Read-only: agents are made and
 // changed through the API. Names, prompts and every other field are put in as text, like
 // everything else that came from the server.
 
 import { h, append, clear, ago, clock, isId } from "./dom.js";
-import { agents } from "./api.js";
+import { agents, providers } from "./api.js";
 import { lineDiff, diffView } from "./diff.js";
 
 /** The id of the agent the server's flags define. */
@@ -131,8 +132,9 @@ export function drawSessionAgent(link, agent) {
 /** The agents page: the list on one side, the chosen agent and its versions on the other. */
 export class AgentsPage {
   /** `onHeader(title, meta)` sets the top bar; `onError(error)` reports a failure. */
-  constructor(list, detail, { onHeader, onError }) {
+  constructor(list, detail, providerList, { onHeader, onError }) {
     this.listEl = list;
+    this.providerEl = providerList;
     this.detailEl = detail;
     this.onHeader = onHeader;
     this.onError = onError;
@@ -147,8 +149,9 @@ export class AgentsPage {
   async show(id) {
     const turn = ++this.shown;
     this.current = isAgentId(id) ? id : null;
-    const [fallback, stored] = await Promise.allSettled([agents.get(DEFAULT_AGENT), agents.list()]);
+    const [fallback, stored, named] = await Promise.allSettled([agents.get(DEFAULT_AGENT), agents.list(), providers()]);
     if (turn !== this.shown) return;
+    this.drawProviders(named.status === "fulfilled" ? named.value?.data ?? [] : []);
     this.fallback = fallback.status === "fulfilled" ? fallback.value : null;
     this.items = stored.status === "fulfilled" ? stored.value.filter((a) => isId(a.id)) : [];
     if (stored.status === "rejected") this.failed(stored.reason);
@@ -186,6 +189,23 @@ export class AgentsPage {
         ),
       );
       this.listEl.append(h("li", {}, link));
+    }
+  }
+
+  /** The providers: name, type and base URL (the default one is the flags'). */
+  drawProviders(items) {
+    clear(this.providerEl);
+    const heading = document.getElementById(this.providerEl.getAttribute("aria-labelledby"));
+    if (heading) heading.hidden = !items.length;
+    for (const p of items) {
+      this.providerEl.append(
+        h(
+          "li",
+          { class: "provider", dataset: { name: p.name } },
+          h("span", { class: "provider-name", text: p.name }),
+          h("span", { class: "muted", text: [p.type, p.base_url].filter(Boolean).join(" · ") }),
+        ),
+      );
     }
   }
 

@@ -98,6 +98,9 @@ export const agents = {
   versions: (id) => allPages(`${agentBase(id)}/versions`),
 };
 
+/** The model providers agents name (`GET /v1/providers`): names, types, base URLs; never a key. */
+export const providers = () => api("GET", "/v1/providers");
+
 export const auth = {
   status: () => api("GET", "/v1/auth/cookie"),
   signIn: (token) => api("POST", "/v1/auth/cookie", { token }),

@@ -45,7 +45,7 @@ const ui = {
 
 const list = new SessionList($("session-list"), $("session-list-empty"), { onError: (e) => toast(e.message, "error") });
 const inspector = new Inspector($("inspector-list"), $("inspector-hide-stream"));
-const agentsPage = new AgentsPage($("agent-list"), $("agent-detail"), {
+const agentsPage = new AgentsPage($("agent-list"), $("agent-detail"), $("provider-list"), {
   onHeader: (title, meta) => {
     setText(ui.title, title);
     setText(ui.meta, meta);
