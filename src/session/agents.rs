@@ -245,11 +245,30 @@ impl Sessions {
     }
 
     /// Makes a new version with `changes` applied (`null` clears a field), unless nothing
-    /// changes; `if_match` names the version the changes were made from.
+    /// changes; `if_match` names the version the changes were made from. Without it, an
+    /// update that another one overtook is made again over the newer version.
     pub async fn update_agent(
         &self,
         id: AgentId,
         changes: Map<String, Value>,
+        if_match: Option<u32>,
+    ) -> Result<AgentRecord, SessionError> {
+        const ATTEMPTS: usize = 5;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.update_once(id, &changes, if_match).await {
+                Err(SessionError::AgentStale { .. })
+                    if if_match.is_none() && attempt < ATTEMPTS => {}
+                other => return other,
+            }
+        }
+    }
+
+    async fn update_once(
+        &self,
+        id: AgentId,
+        changes: &Map<String, Value>,
         if_match: Option<u32>,
     ) -> Result<AgentRecord, SessionError> {
         let current = self.agent(id, None).await?;
@@ -264,14 +283,14 @@ impl Sessions {
                 latest: current.version,
             });
         }
-        let mut body = match serde_json::to_value(body_of(&current.spec)) {
-            Ok(Value::Object(body)) => body,
+        let mut body = match body_of(&current.spec) {
+            Value::Object(body) => body,
             _ => Map::new(),
         };
         for (field, value) in changes {
             match value {
-                Value::Null => body.remove(&field),
-                value => body.insert(field, value),
+                Value::Null => body.remove(field),
+                value => body.insert(field.clone(), value.clone()),
             };
         }
         let body: AgentBody = serde_json::from_value(Value::Object(body))
