@@ -30,7 +30,6 @@ from tah_client.api.agents import (
     get_agent_version,
     list_agent_versions,
     list_agents,
-    list_providers,
     update_agent,
 )
 from tah_client.api.artifacts import get_artifact, get_artifact_content, list_artifacts
@@ -59,10 +58,10 @@ from tah_client.models import (
     AgentFailedEvent,
     AgentFinishedData,
     AgentFinishedEvent,
-    AgentNamed,
     AgentPage,
     AgentPin,
     AgentStartedEvent,
+    AgentTag,
     ApprovalAnswer,
     ApprovalList,
     ApprovalProblem,
@@ -95,8 +94,6 @@ from tah_client.models import (
     PolicyAction,
     Problem,
     Resolution,
-    ProviderList,
-    ProviderType,
     ResolvedBy,
     Role,
     Rule,
@@ -615,9 +612,6 @@ def main() -> None:
     )
 
     # ---- agents: one on the default provider, a session pinned to it, a turn, an update
-    providers = expect(list_providers.sync(client=client), ProviderList, "providers")
-    check(providers.data[0].name == "default", "GET /v1/providers lists default first")
-    check(providers.data[0].type_ == ProviderType.MOCK, "the default provider is the mock here")
     default = expect(get_agent.sync("default", client=client), Agent, "the default agent")
     check(default.name == "default" and default.version == 1, "the default agent is version 1")
     made = create_agent.sync_detailed(
@@ -632,7 +626,7 @@ def main() -> None:
     )
     check(made.status_code == HTTPStatus.CREATED, "create agent answers 201")
     agent = expect(made.parsed, Agent, "create agent")
-    check(agent.version == 1 and agent.provider == "default", "version 1, on the default provider")
+    check(agent.version == 1 and agent.model == "default/mock", "version 1, on the mock")
     check(agent.archived_at is None, "a new agent is not archived")
     check(made.headers["etag"] == '"1"', "its ETag is its version")
     check(made.headers["location"] == f"/v1/agents/{agent.id}", "create agent sets Location")
@@ -697,7 +691,7 @@ def main() -> None:
     opened = all_events(client, on_agent.id, 500)[0]
     check(isinstance(opened, SessionCreatedEvent), "the log starts with session.created")
     check(
-        isinstance(opened.data.agent, AgentNamed)
+        isinstance(opened.data.agent, AgentTag)
         and opened.data.agent.id == agent.id
         and opened.data.agent.version == 1
         and opened.data.model == "default/mock",
