@@ -125,6 +125,9 @@ impl SessionActor {
         }
         let servers = agent_mcp_servers(spec, record.options.mcp_servers.as_deref());
         let mut more = self.deps.mcp.tools(servers.as_deref());
+        if let Some(own) = &agent.own_mcp {
+            more.extend(own.tools(record.options.mcp_servers.as_deref()));
+        }
         let offered = |names: &Option<Vec<String>>| {
             names
                 .as_ref()
@@ -208,6 +211,7 @@ impl SessionActor {
             }
         };
         let ended = Ended {
+            agent: prepared.settings.agent.name.clone(),
             deps: &self.deps,
             sink,
             run,
@@ -404,6 +408,8 @@ pub(super) async fn serve_while<F: std::future::Future>(
 
 /// What the end of a driven run is recorded with.
 struct Ended<'a> {
+    /// The name of the agent the run ran.
+    agent: String,
     deps: &'a SessionDeps,
     sink: Sink<'a>,
     run: RunRecord,
@@ -493,7 +499,7 @@ async fn record_end(
     core.last_run = Some(ending.run);
     match ended.sink.commit(batch).await {
         Ok(()) => {
-            crate::metrics::run_ended(status.as_str(), took);
+            crate::metrics::run_ended(status.as_str(), &ended.agent, took);
             let _ = ended.result_tx.send(Ok(result));
             Ok(next)
         }
