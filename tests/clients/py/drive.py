@@ -30,6 +30,7 @@ from tah_client.api.agents import (
     get_agent_version,
     list_agent_versions,
     list_agents,
+    list_providers,
     update_agent,
 )
 from tah_client.api.artifacts import get_artifact, get_artifact_content, list_artifacts
@@ -93,6 +94,8 @@ from tah_client.models import (
     PendingMode,
     PolicyAction,
     Problem,
+    ProviderList,
+    ProviderType,
     Resolution,
     ResolvedBy,
     Role,
@@ -703,6 +706,9 @@ def main() -> None:
     check(refused_new.status_code == HTTPStatus.CONFLICT, "a session on an archived agent is 409")
     listed = expect(list_agents.sync(client=client, include_archived=True), AgentPage, "agents")
     check(any(a.id == agent.id for a in listed.data), "include_archived lists it")
+    providers = expect(list_providers.sync(client=client), ProviderList, "providers")
+    check(providers.data[0].name == "default", "GET /v1/providers lists default first")
+    check(providers.data[0].type_ == ProviderType.MOCK, "the default provider is the mock here")
 
     # ---- problems are typed too
     missing = get_session.sync_detailed(uuid.UUID(int=0), client=client)

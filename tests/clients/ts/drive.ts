@@ -582,6 +582,11 @@ async function main(): Promise<void> {
     listed.data?.data.some((a) => a.id === agent.id) === true,
     "include_archived lists the archived agent",
   );
+  const providers = await client.GET("/v1/providers");
+  if (providers.error) throw new Error(`providers: ${providers.error.detail}`);
+  const firstProvider: Schemas["Provider"] = providers.data.data[0];
+  check(firstProvider.name === "default", "GET /v1/providers lists default first");
+  check(firstProvider.type === "mock", "the default provider is the mock here");
 
   // ---- problems are typed too
   const missing = await client.GET("/v1/sessions/{id}", {
