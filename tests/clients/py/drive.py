@@ -630,6 +630,7 @@ def main() -> None:
     check(made.status_code == HTTPStatus.CREATED, "create agent answers 201")
     agent = expect(made.parsed, Agent, "create agent")
     check(agent.version == 1 and agent.model == "default/mock", "version 1, on the mock")
+    check(agent.provider == "default", "on the default provider")
     check(agent.archived_at is None, "a new agent is not archived")
     check(made.headers["etag"] == '"1"', "its ETag is its version")
     check(made.headers["location"] == f"/v1/agents/{agent.id}", "create agent sets Location")

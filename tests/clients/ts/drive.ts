@@ -494,6 +494,7 @@ async function main(): Promise<void> {
   const agent: Schemas["Agent"] = madeAgent.data;
   check(madeAgent.response.status === 201, "create agent answers 201");
   check(agent.version === 1 && agent.model === "default/mock", "version 1, on the mock");
+  check(agent.provider === "default", "on the default provider");
   check(agent.archived_at === null, "a new agent is not archived");
   check(madeAgent.response.headers.get("etag") === '"1"', "its ETag is its version");
   check(
