@@ -261,3 +261,87 @@ pub async fn conflicts_across_replicas(db: TestDatabase) {
         reply.body
     );
 }
+
+/// Agents live in the shared database: an agent created on A and updated on B is one agent;
+/// a session pinned to its first version runs that version on either replica, and a session
+/// that follows it runs the version B made.
+pub async fn agents_are_shared_by_replicas(db: TestDatabase) {
+    let (a, b) = replica::pair(&db.url, /*mock_delay_ms*/ 0).await;
+    let created = a
+        .api
+        .post_json(
+            "/v1/agents",
+            &json!({"name": "shared", "model": "mock", "system_prompt": "first"}),
+        )
+        .await
+        .expect_json(StatusCode::CREATED, "an agent on A");
+    let agent = created["id"].as_str().expect("an id").to_string();
+    let pinned = a.api.create_session_with(&json!({"agent": agent})).await;
+    let pinned = pinned["id"].as_str().expect("an id").to_string();
+    let following = a
+        .api
+        .create_session_with(&json!({"agent": {"id": agent, "version": "latest"}}))
+        .await;
+    let following = following["id"].as_str().expect("an id").to_string();
+    let updated = b
+        .api
+        .post_json(
+            &format!("/v1/agents/{agent}"),
+            &json!({"system_prompt": "second"}),
+        )
+        .await
+        .expect_json(StatusCode::OK, "the agent updated on B");
+    assert_eq!(updated["version"], 2);
+    assert_eq!(
+        a.api.get_ok(&format!("/v1/agents/{agent}")).await["version"],
+        2
+    );
+
+    // The prompt and version each LLM step of a session's last run was made with.
+    let last_prompts = |steps: Vec<Value>| -> Vec<(String, u64)> {
+        steps
+            .iter()
+            .filter(|s| s["type"] == "llm")
+            .map(|s| {
+                (
+                    s["request"]["system_prompt"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                    s["request"]["agent"]["version"]
+                        .as_u64()
+                        .unwrap_or_default(),
+                )
+            })
+            .collect()
+    };
+    for (replica, name) in [(&a, "A"), (&b, "B")] {
+        let run = replica.api.run_wait(&pinned, "hello").await;
+        assert_eq!(
+            run["status"], "completed",
+            "the pinned session on {name}: {run}"
+        );
+        let run = replica.api.run_wait(&following, "hello").await;
+        assert_eq!(
+            run["status"], "completed",
+            "the following session on {name}: {run}"
+        );
+    }
+    let pinned_steps = last_prompts(a.api.steps(&pinned).await);
+    assert!(!pinned_steps.is_empty());
+    assert!(
+        pinned_steps.iter().all(|s| s == &("first".to_string(), 1)),
+        "{pinned_steps:?}"
+    );
+    let following_steps = last_prompts(b.api.steps(&following).await);
+    assert!(!following_steps.is_empty());
+    assert!(
+        following_steps
+            .iter()
+            .all(|s| s == &("second".to_string(), 2)),
+        "{following_steps:?}"
+    );
+    let shown = a.api.session(&following).await;
+    assert_eq!(shown["agent"]["version"], 2, "{shown}");
+    assert_eq!(shown["agent"]["follows_latest"], true, "{shown}");
+}

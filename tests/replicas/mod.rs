@@ -17,6 +17,8 @@
 //! - `graceful_shutdown_handover`: SIGTERM on A hands its run over to B at once.
 //! - `approval_survives_takeover`: a run waiting for an approval on A is taken over by B when
 //!   A dies, still waiting; the answer sent to B continues it.
+//! - `agents_are_shared_by_replicas`: an agent made on A and updated on B is one agent;
+//!   pinned and following sessions run the right version on either replica.
 //!
 //! They need PostgreSQL (see `tests/support`): `TAH_TEST_PG_URL`, or a throwaway cluster this
 //! test binary starts itself where PostgreSQL's server binaries are installed; where they are
@@ -71,4 +73,5 @@ replica_tests!(
     listener_reconnect => streaming::listener_reconnect,
     graceful_shutdown_handover => failover::graceful_shutdown_handover,
     approval_survives_takeover => failover::approval_survives_takeover,
+    agents_are_shared_by_replicas => control::agents_are_shared_by_replicas,
 );
