@@ -14,8 +14,9 @@ use uuid::Uuid;
 use crate::agent::budget::TokenBudget;
 use crate::agent::{AgentDeps, AgentSettings};
 use crate::config::{ModelSettings, Provider, Settings, ToolSettings};
-use crate::llm::wire::{HttpModelConfig, Timeouts};
-use crate::llm::{anthropic, mock::MockModel, openai, ModelClient};
+use crate::llm::providers::{self, ProviderKind, ProviderSpec, Providers};
+use crate::llm::wire::Timeouts;
+use crate::llm::ModelClient;
 use crate::mcp::McpServers;
 use crate::session::{SessionDeps, Sessions, ToolPolicy};
 use crate::store::{self, writer::Writer, Cluster, Store};
@@ -56,7 +57,8 @@ impl Runtime {
     /// starts the sessions (and the scale-out tasks when replicas share the database) and takes
     /// over runs a dead process left behind.
     pub async fn build(settings: &Settings) -> Result<Runtime, RuntimeError> {
-        let model = model_client(&settings.model)?;
+        let providers = providers(&settings.model);
+        let model = providers.default_client()?;
         let replica = crate::model::new_id();
         let opened = store::open(&settings.store.database_url, replica).await?;
         // Before anything is written: events of this run of the process are queued for the
@@ -82,14 +84,15 @@ impl Runtime {
         let mcp = McpServers::start(&settings.tools.mcp, mcp_timeouts);
         mcp.settle(MCP_START_WAIT.min(mcp_timeouts.handshake_timeout))
             .await;
-        let runtime = match Runtime::start(settings, opened, agent, mcp.clone(), replica).await {
-            Ok(runtime) => runtime,
-            // The servers are ended here, as a runtime's shutdown would have ended them.
-            Err(error) => {
-                mcp.shutdown().await;
-                return Err(error);
-            }
-        };
+        let runtime =
+            match Runtime::start(settings, opened, agent, providers, mcp.clone(), replica).await {
+                Ok(runtime) => runtime,
+                // The servers are ended here, as a runtime's shutdown would have ended them.
+                Err(error) => {
+                    mcp.shutdown().await;
+                    return Err(error);
+                }
+            };
         if let Some(webhooks) = &settings.webhooks {
             crate::webhooks::start(
                 store,
@@ -106,6 +109,7 @@ impl Runtime {
         settings: &Settings,
         opened: store::Opened,
         agent: AgentDeps,
+        providers: Providers,
         mcp: McpServers,
         replica: Uuid,
     ) -> Result<Runtime, RuntimeError> {
@@ -119,6 +123,7 @@ impl Runtime {
             store: opened.store,
             writer,
             agent,
+            providers,
             mcp: mcp.clone(),
             settings: AgentSettings {
                 system_prompt: run.system_prompt.clone(),
@@ -245,37 +250,39 @@ async fn builtin_tools(settings: &ToolSettings) -> ToolRegistry {
     }
 }
 
-fn model_client(model: &ModelSettings) -> Result<Arc<dyn ModelClient>, RuntimeError> {
-    let http = |base: &str, name: &str| HttpModelConfig {
-        base_url: model.base_url.clone().unwrap_or_else(|| base.to_string()),
-        api_key: model.api_key.as_ref().map(|key| key.expose().to_string()),
-        model: model.model.clone().unwrap_or_else(|| name.to_string()),
-        max_tokens: model.max_output_tokens,
-        thinking_budget: model.thinking_budget,
-        timeouts: Timeouts {
-            total: model.llm_deadline,
-            ..Timeouts::default()
-        },
-        retry: Default::default(),
-        limits: model.reply_limits.clone(),
-    };
+/// The providers: `default` from the model flags, then the `--providers` file's.
+fn providers(model: &ModelSettings) -> Providers {
     if model.thinking_budget.is_some() && model.provider != Provider::Anthropic {
         tracing::warn!(
             provider = ?model.provider,
             "--thinking-budget applies to the anthropic provider only; ignored"
         );
     }
-    Ok(match model.provider {
-        Provider::Mock => Arc::new(MockModel::new(model.mock_delay)),
-        Provider::Openai => Arc::new(openai::OpenAiClient::new(http(
-            openai::DEFAULT_BASE_URL,
-            openai::DEFAULT_MODEL,
-        ))?),
-        Provider::Anthropic => Arc::new(anthropic::AnthropicClient::new(http(
-            anthropic::DEFAULT_BASE_URL,
-            anthropic::DEFAULT_MODEL,
-        ))?),
-    })
+    let default = ProviderSpec {
+        name: providers::DEFAULT.to_string(),
+        kind: match model.provider {
+            Provider::Mock => ProviderKind::Mock,
+            Provider::Openai => ProviderKind::Openai,
+            Provider::Anthropic => ProviderKind::Anthropic,
+        },
+        base_url: model.base_url.clone(),
+        api_key: model.api_key.as_ref().map(|key| key.expose().to_string()),
+        headers: Vec::new(),
+        prices: Default::default(),
+        max_output_tokens: model.max_output_tokens,
+        timeouts: Timeouts {
+            total: model.llm_deadline,
+            ..Timeouts::default()
+        },
+        limits: model.reply_limits.clone(),
+        mock_delay: model.mock_delay,
+    };
+    Providers::new(
+        default,
+        model.model.clone(),
+        model.thinking_budget,
+        Vec::new(),
+    )
 }
 
 /// The HTTP edge's own records, kept in the sessions' database: idempotency keys and the web

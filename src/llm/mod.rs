@@ -14,6 +14,7 @@ pub mod anthropic;
 pub mod guard;
 pub mod mock;
 pub mod openai;
+pub mod providers;
 pub mod wire;
 
 use std::borrow::Cow;

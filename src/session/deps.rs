@@ -8,6 +8,7 @@ use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
 use crate::agent::{AgentDeps, AgentSettings};
+use crate::llm::providers::Providers;
 use crate::mcp::McpServers;
 use crate::store::writer::Writer;
 use crate::store::{Cluster, Store};
@@ -28,6 +29,8 @@ pub struct SessionDeps {
     pub writer: Writer,
     /// The model and the (built-in) tools the agent loop uses.
     pub agent: AgentDeps,
+    /// The model providers agents run on (the default agent's client is `agent.model`).
+    pub providers: Providers,
     /// The MCP servers, whose tools a run adds to the built-in ones.
     pub mcp: McpServers,
     pub settings: AgentSettings,
