@@ -283,8 +283,9 @@ async fn a_fork_keeps_the_agent_unless_its_body_names_another() {
     assert_steps_ran(&views, &other, 1, "The other one.", &["list_files"]);
 
     let to_latest = fork(&pinned, json!({"agent": {"id": id, "version": "latest"}})).await;
-    assert_eq!(to_latest["agent"]["version"], 2, "{to_latest}");
     assert_eq!(to_latest["agent"]["follows_latest"], true, "{to_latest}");
+    let views = turn(&server, &id_of(&to_latest), "on the latest").await;
+    assert_steps_ran(&views, &id, 2, V2_PROMPT, &V2_TOOLS);
 
     // The sources are unchanged.
     assert_eq!(server.session(&pinned).await["agent"]["version"], 1);
@@ -299,4 +300,44 @@ async fn a_fork_keeps_the_agent_unless_its_body_names_another() {
         reqwest::StatusCode::NOT_FOUND,
         "a fork onto an unknown agent",
     );
+}
+
+#[tokio::test]
+async fn the_agents_client_tools_and_limits_apply_to_its_sessions() {
+    let server = TestServer::start(ServerOptions::new()).await;
+    let agent = create_agent(
+        &server,
+        &json!({
+            "name": "brief",
+            "model": "mock",
+            "system_prompt": "Be brief.",
+            "tools": ["list_files", "read_file"],
+            "client_tools": [{"name": "pick_colour", "description": "Asks the user for a colour.",
+                              "input_schema": {"type": "object"}}],
+            "max_steps": 1,
+        }),
+    )
+    .await;
+    let id = id_of(&agent);
+    let session = id_of(&session_on(&server, json!({"agent": id})).await);
+    let limited = server.run_wait(&session, "too many steps").await;
+    assert_eq!(limited["finish_reason"], "max_steps", "{limited}");
+    assert_eq!(limited["status"], "failed", "{limited}");
+    assert_eq!(limited["steps"], 1, "{limited}");
+    let views = run_step_views(&server, &session, &limited["run_id"]).await;
+    assert_steps_ran(
+        &views,
+        &id,
+        1,
+        "Be brief.",
+        &["list_files", "read_file", "pick_colour"],
+    );
+    // Another agent's sessions are not limited by it.
+    let free = mock_agent(&server, "free", "Free.", &["list_files", "read_file"]).await;
+    let free_session = id_of(&session_on(&server, json!({"agent": id_of(&free)})).await);
+    let result = server
+        .run_wait(&free_session, "as many steps as needed")
+        .await;
+    assert_eq!(result["status"], "completed", "{result}");
+    assert_eq!(result["steps"], 3, "{result}");
 }

@@ -50,11 +50,9 @@ async fn task_runs_a_named_subagent_in_the_child_session() {
     let children = children_of(&server, &session).await;
     assert_eq!(children.len(), 1, "{children:?}");
     let child = &children[0];
-    assert_eq!(
-        child["agent"],
-        json!({"id": helper, "version": 1, "name": "helper"}),
-        "{child}"
-    );
+    assert_eq!(child["agent"]["id"], helper.as_str(), "{child}");
+    assert_eq!(child["agent"]["version"], 1, "{child}");
+    assert_eq!(child["agent"]["name"], "helper", "{child}");
     let child_id = id_of(child);
     let views = server.llm_step_views(&child_id).await;
     assert_steps_ran(&views, &helper, 1, "You help.", &["list_files"]);
