@@ -168,6 +168,8 @@ fn session_ops(id: Uuid, events: usize, at: &mut DateTime<Utc>, ops: &mut Vec<Wr
     let mut kinds = vec![EventKind::SessionCreated {
         session_id: id,
         title: None,
+        agent: None,
+        model: None,
     }];
     let mut turn = 0;
     while kinds.len() < events {

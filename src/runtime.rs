@@ -123,7 +123,7 @@ impl Runtime {
             store: opened.store,
             writer,
             agent,
-            providers,
+            providers: providers.clone(),
             mcp: mcp.clone(),
             settings: AgentSettings {
                 system_prompt: run.system_prompt.clone(),
@@ -135,6 +135,8 @@ impl Runtime {
                     session: run.max_session_tokens,
                     session_used: 0,
                 },
+                agent: crate::model::AgentTag::default(),
+                model: providers.default_model(),
             },
             max_artifact_bytes: settings.store.max_artifact_bytes,
             shutdown: shutdown.clone(),
@@ -151,6 +153,7 @@ impl Runtime {
             },
             max_subagent_depth: run.max_subagent_depth,
             max_subagents_per_run: run.max_subagents_per_run,
+            started_at: crate::model::now(),
         });
         sessions.start_coordination();
         let interrupted = sessions.recover_interrupted().await?;

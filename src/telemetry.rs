@@ -187,7 +187,14 @@ fn name_operation(span: &Span, name: std::fmt::Arguments<'_>, conversation: Opti
 
 /// The span of one run (`invoke_agent`): a root, or the child of `parent` (the `execute_tool
 /// task` span of the parent run, for a sub-agent).
-pub fn run_span(parent: &Span, session: Uuid, run: Uuid, provider: &str, model: &str) -> Span {
+pub fn run_span(
+    parent: &Span,
+    session: Uuid,
+    run: Uuid,
+    provider: &str,
+    model: &str,
+    agent: &str,
+) -> Span {
     tracing::info_span!(
         target: TARGET,
         parent: parent,
@@ -197,6 +204,7 @@ pub fn run_span(parent: &Span, session: Uuid, run: Uuid, provider: &str, model: 
         gen_ai.conversation.id = %session,
         gen_ai.provider.name = provider,
         gen_ai.request.model = model,
+        gen_ai.agent.name = agent,
         tah.run.id = %run,
         tah.run.status = Empty,
         gen_ai.usage.input_tokens = Empty,
@@ -404,7 +412,7 @@ mod tests {
             arguments: json!({}),
         };
         let id = Uuid::nil();
-        assert!(run_span(&Span::none(), id, id, "mock", "mock").is_disabled());
+        assert!(run_span(&Span::none(), id, id, "mock", "mock", "default").is_disabled());
         assert!(chat_span(Some(id), "mock", "mock", &[]).is_disabled());
         assert!(tool_span(Some(id), &call).is_disabled());
     }

@@ -13,8 +13,9 @@ use super::calls::Verdict;
 use super::compaction::{self, CompactError};
 use super::context;
 use super::journal::{AgentError, Completion, Journal};
+use crate::llm::providers::ModelRef;
 use crate::llm::{LlmError, ModelClient, ModelRequest, Purpose, StreamItem};
-use crate::model::{FinishReason, LlmRequestDescriptor, Message, Role, ToolCall, Usage};
+use crate::model::{AgentTag, FinishReason, LlmRequestDescriptor, Message, Role, ToolCall, Usage};
 use crate::telemetry;
 use crate::tools::{ToolContext, ToolRegistry};
 
@@ -31,6 +32,9 @@ pub struct AgentSettings {
     pub tool_concurrency: usize,
     /// Token budgets: the server's defaults here, the run's own once its session is known.
     pub budget: TokenBudget,
+    /// The agent version the run runs, and its model: what each step's descriptor records.
+    pub agent: AgentTag,
+    pub model: ModelRef,
 }
 
 /// What the loop needs besides the session.
@@ -119,8 +123,9 @@ pub async fn run_turn<J: Journal>(
             upto: history.len(),
             system_prompt: settings.system_prompt.clone(),
             budget: settings.context_chars,
-            model: deps.model.model().to_string(),
-            provider: deps.model.name().to_string(),
+            model: settings.model.model.clone(),
+            provider: settings.model.provider.clone(),
+            agent: Some(settings.agent.clone()),
             tools: tools.iter().map(|t| t.name.clone()).collect(),
             trim: stats.clone(),
         };
@@ -477,6 +482,11 @@ mod tests {
                 context_chars: None,
                 tool_concurrency: 4,
                 budget: TokenBudget::default(),
+                agent: AgentTag::default(),
+                model: ModelRef {
+                    provider: "default".into(),
+                    model: "mock".into(),
+                },
             },
         }
     }

@@ -17,6 +17,7 @@
 //! - [`server`]: the listener loop, with the connection limits a public server needs.
 
 mod adapters;
+mod agents;
 mod approvals;
 mod artifacts;
 mod auth;
@@ -121,6 +122,7 @@ pub fn router(state: AppState, options: &HttpOptions) -> Router {
         open = open.route("/metrics", get(metrics));
     }
     open.merge(quick)
+        .merge(agents::routes())
         .merge(runs::routes())
         .merge(approvals::routes())
         .merge(events::routes())

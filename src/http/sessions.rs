@@ -17,7 +17,8 @@ use super::paging::{
 use super::problem::{ApiQuery, OptionalJson, Problem};
 use super::AppState;
 use crate::model::{
-    AgentStep, ClientTool, Message, Rule, RunRecord, SessionOptions, SessionRecord, SessionState,
+    AgentChoice, AgentStep, ClientTool, Message, Rule, RunRecord, SessionOptions, SessionRecord,
+    SessionState,
 };
 use crate::model::{SessionId, StepId};
 use crate::session::{NewSession, SessionQuery};
@@ -57,6 +58,8 @@ struct CreateBody {
     max_run_tokens: Option<u64>,
     /// The MCP servers whose tools it is offered (default: all of them).
     mcp_servers: Option<Vec<String>>,
+    /// The agent it runs (default: the default agent).
+    agent: Option<AgentChoice>,
 }
 
 async fn create(
@@ -103,7 +106,9 @@ async fn create(
         max_run_tokens: body.max_run_tokens,
         ..SessionOptions::default()
     };
-    let mut options = state.sessions.check_options(options)?;
+    let (agent, version) = state.sessions.choose_agent(body.agent.as_ref()).await?;
+    let options = SessionOptions { agent, ..options };
+    let mut options = state.sessions.check_options_on(options, &version)?;
     if let Some(workspace) = &body.workspace {
         options.workspace = state.sessions.resolve_workspace(workspace).await?;
     }
@@ -216,6 +221,8 @@ struct ForkBody {
     turns: Option<Value>,
     /// Another directory under the server's workspace (default: the parent's).
     workspace: Option<String>,
+    /// Another agent (default: the parent's).
+    agent: Option<AgentChoice>,
 }
 
 async fn fork(
@@ -237,7 +244,7 @@ async fn fork(
     };
     let record = state
         .sessions
-        .fork(id, turns, body.workspace.as_deref())
+        .fork(id, turns, body.workspace.as_deref(), body.agent.as_ref())
         .await?;
     Ok(created(record))
 }

@@ -73,6 +73,12 @@ pub enum EventKind {
         session_id: Uuid,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         title: Option<String>,
+        /// The agent version the session starts on (absent in sessions made before agents).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        agent: Option<super::AgentTag>,
+        /// That version's model, `<provider>/<model>`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model: Option<String>,
     },
     #[serde(rename = "session.forked")]
     SessionForked { parent_id: Uuid, turns: Option<u64> },
@@ -334,6 +340,8 @@ mod tests {
             EventKind::SessionCreated {
                 session_id: id,
                 title: Some("t".into()),
+                agent: Some(super::super::AgentTag::default()),
+                model: Some("default/mock".into()),
             },
             EventKind::AgentFinished {
                 run_id: id,

@@ -3,6 +3,7 @@
 //! Plain data with serde derives and pure helpers; no I/O lives here, so every other module
 //! may depend on it without pulling in a runtime.
 //!
+//! - `agent`: agents and their versions, and how sessions choose and record them.
 //! - `artifact`: the files a session produced, as versions of a path.
 //! - `message`: messages, tool calls and thinking blocks, the model-visible history.
 //! - `ids`: typed ids ([`SessionId`], [`RunId`], [`CallId`] …), serde-transparent.
@@ -15,6 +16,7 @@
 //!   tools' names.
 //! - `waiting`: the calls of a run that wait for an answer, projected from its events.
 
+mod agent;
 mod artifact;
 mod event;
 mod ids;
@@ -25,6 +27,10 @@ mod step;
 mod tool;
 pub mod waiting;
 
+pub use agent::{
+    AgentChoice, AgentId, AgentMcpServer, AgentRecord, AgentSpec, AgentTag, InlineMcpServer,
+    SessionAgent, VersionChoice, DEFAULT_AGENT,
+};
 pub use artifact::ArtifactRecord;
 pub use event::{CharsBeforeAfter, Event, EventKind};
 pub use ids::{ArtifactId, CallId, PathId, RunId, SessionId, StepId, MAX_CALL_ID_CHARS};

@@ -129,6 +129,9 @@ pub struct SessionOptions {
     /// Tokens one of its runs may use; `None`: the server's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_run_tokens: Option<u64>,
+    /// The agent it runs (the default agent for a session made before agents were).
+    #[serde(default)]
+    pub agent: super::SessionAgent,
 }
 
 fn is_zero(n: &u32) -> bool {

@@ -41,7 +41,11 @@ pub struct LlmRequestDescriptor {
     /// The character budget, when there was one.
     pub budget: Option<usize>,
     pub model: String,
+    /// The configured provider's name (`default`: the flags').
     pub provider: String,
+    /// The agent version that made the request (absent in steps made before agents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<super::AgentTag>,
     /// Names of the tools offered, in the order they were sent.
     pub tools: Vec<String>,
     pub trim: TrimStats,
@@ -275,6 +279,7 @@ mod tests {
             budget: Some(700),
             model: "m".into(),
             provider: "mock".into(),
+            agent: Some(crate::model::AgentTag::default()),
             tools: vec!["list_files".into(), "read_file".into()],
             trim: TrimStats {
                 budget: 700,

@@ -53,6 +53,8 @@ pub struct SessionDeps {
     pub policy: ToolPolicy,
     /// Sessions at this sub-agent depth are not offered `task`.
     pub max_subagent_depth: u32,
+    /// When this process started (the default agent's time).
+    pub started_at: chrono::DateTime<chrono::Utc>,
     /// Sub-agent sessions one top-level run may start, at every depth.
     pub max_subagents_per_run: u32,
 }

@@ -10,6 +10,12 @@ use crate::store::StoreError;
 pub enum SessionError {
     #[error("session not found")]
     NotFound,
+    /// No such agent, or no such version of it.
+    #[error("{0}")]
+    AgentNotFound(String),
+    /// A conditional update made from a version that is no longer the latest.
+    #[error("the agent's latest version is {latest}, not the one this update was made from; read it and try again")]
+    AgentStale { latest: u32 },
     /// The session's state does not allow the request (a run is active, nothing to resume…).
     #[error("{}", .0.detail())]
     Conflict(ConflictKind),
@@ -87,6 +93,10 @@ pub enum ConflictKind {
     RunEnded(Unanswered),
     /// A manual compaction was cancelled.
     CompactionCancelled,
+    /// New sessions (and updates) on an archived agent.
+    AgentArchived(crate::model::AgentId),
+    /// The default agent follows the server's flags: it is not changed through the API.
+    DefaultAgent,
 }
 
 /// The answer that came too late for [`ConflictKind::RunEnded`].
@@ -114,6 +124,8 @@ impl ConflictKind {
             ConflictKind::ApprovalsPending => "approvals-pending",
             ConflictKind::RunEnded(_) => "run-ended",
             ConflictKind::CompactionCancelled => "compaction-cancelled",
+            ConflictKind::AgentArchived(_) => "agent-archived",
+            ConflictKind::DefaultAgent => "default-agent",
         }
     }
 
@@ -161,6 +173,11 @@ impl ConflictKind {
             ConflictKind::CompactionCancelled => {
                 "the compaction was cancelled; nothing was written".to_string()
             }
+            ConflictKind::AgentArchived(id) => format!(
+                "agent {id} is archived: sessions already on it go on, new ones cannot start on it"
+            ),
+            ConflictKind::DefaultAgent => "the default agent follows the server's flags                 (--model, --system-prompt, --tools, …); change them, or create an agent"
+                .to_string(),
         }
     }
 
@@ -209,6 +226,11 @@ mod tests {
                 "run-ended",
             ),
             (ConflictKind::CompactionCancelled, "compaction-cancelled"),
+            (
+                ConflictKind::AgentArchived(crate::model::AgentId::Default),
+                "agent-archived",
+            ),
+            (ConflictKind::DefaultAgent, "default-agent"),
         ];
         for (kind, code) in kinds {
             assert_eq!(kind.code(), code, "{kind:?}");

@@ -183,6 +183,10 @@ pub(super) fn input_schema() -> Value {
             "prompt": {
                 "type": "string",
                 "description": "The whole task: all the sub-agent is told."
+            },
+            "agent": {
+                "type": "string",
+                "description": "Optional: the name of one of this agent's sub-agents to hand the work to (by default a copy of this agent does it)."
             }
         },
         "required": ["description", "prompt"],

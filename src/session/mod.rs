@@ -6,6 +6,7 @@
 //! the store, through [`Sessions`] (`reads`), so that the faces never touch the store.
 //!
 //! - [`Sessions`] (`sessions`): the API the HTTP layer uses; it sends commands to actors.
+//! - `agents`: agents created, versioned, archived, chosen by sessions and captured by runs.
 //! - `deps`: what every session actor depends on ([`SessionDeps`], [`ToolPolicy`]).
 //! - `errors`: what a session refuses ([`SessionError`], [`ConflictKind`]).
 //! - `command`: the commands an actor takes, and their answers.
@@ -28,6 +29,7 @@
 //! - `waiting`: the calls of a run that wait for an answer (approvals, client tools).
 
 mod actor;
+mod agents;
 mod command;
 mod coordination;
 mod core;
@@ -48,8 +50,10 @@ mod stream;
 mod subagents;
 mod waiting;
 
+pub use crate::store::agents::AgentQuery;
 /// The store's read queries and its error, as the faces name them through the session layer.
 pub use crate::store::{ArtifactQuery, ArtifactVersions, SessionQuery, StoreError};
+pub use agents::{AgentBody, RunAgent};
 pub use command::{
     ApprovalAnswer, CancelOutcome, Compacted, IfBusy, Pending, RunRequest, RunStarted, RunStopped,
 };

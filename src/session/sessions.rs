@@ -20,8 +20,8 @@ use super::stream::EventStream;
 use super::waiting::{self, ClientResult, PendingApproval, PendingClientCall, Waiting};
 use super::{coordination, steps};
 use crate::model::{
-    self, Event, EventKind, Message, Published, Role, SessionOptions, SessionRecord, SessionState,
-    Usage,
+    self, AgentChoice, AgentId, AgentRecord, Event, EventKind, Message, Published, Role,
+    SessionAgent, SessionOptions, SessionRecord, SessionState, Usage,
 };
 use crate::session::deps::SessionDeps;
 use crate::session::errors::{ConflictKind, SessionError};
@@ -103,23 +103,42 @@ impl Sessions {
         self.insert(record).await
     }
 
-    /// Creates the child session a sub-agent works in: `parent`'s prompt, tools, policy and
-    /// workspace (not its client's tools: nobody answers them for a child), one level deeper.
+    /// Creates the child session a sub-agent works in: `parent`'s agent, prompt, tools, policy
+    /// and workspace (not its client's tools: nobody answers them for a child), one level
+    /// deeper; or, when `agent` names another agent, that agent's in `parent`'s workspace.
     pub async fn create_child(
         &self,
         parent: &SessionRecord,
         id: Uuid,
         call_id: &str,
         description: &str,
+        agent: Option<SessionAgent>,
     ) -> Result<SessionRecord, SessionError> {
-        let options = SessionOptions {
-            client_tools: Vec::new(),
-            depth: parent.options.depth + 1,
-            task_call_id: Some(call_id.to_string()),
-            ..parent.options.clone()
+        let depth = parent.options.depth + 1;
+        let task_call_id = Some(call_id.to_string());
+        let (options, system_prompt) = match agent {
+            None => (
+                SessionOptions {
+                    client_tools: Vec::new(),
+                    depth,
+                    task_call_id,
+                    ..parent.options.clone()
+                },
+                parent.system_prompt.clone(),
+            ),
+            Some(agent) => (
+                SessionOptions {
+                    workspace: parent.options.workspace.clone(),
+                    depth,
+                    task_call_id,
+                    agent,
+                    ..SessionOptions::default()
+                },
+                None,
+            ),
         };
         let new = NewSession {
-            system_prompt: parent.system_prompt.clone(),
+            system_prompt,
             title: Some(description.to_string()),
             metadata: None,
             options,
@@ -148,19 +167,14 @@ impl Sessions {
             return Err(SessionError::ShuttingDown);
         }
         let id = record.id;
+        let agent = self.agent_version(&record).await?;
         let prompt = record
             .system_prompt
             .clone()
+            .or_else(|| agent.spec.system_prompt.clone())
             .unwrap_or_else(|| self.deps.settings.system_prompt.clone());
         let system = Message::new(Role::System, prompt);
-        let event = new_event(
-            id,
-            1,
-            EventKind::SessionCreated {
-                session_id: id,
-                title: record.title.clone(),
-            },
-        );
+        let event = new_event(id, 1, self.created(&record, &agent));
         let system = WriteOp::InsertMessage {
             session_id: id,
             message: system,
@@ -168,6 +182,29 @@ impl Sessions {
         self.write_new(&record, vec![system, WriteOp::InsertEvent(event)])
             .await?;
         Ok(record)
+    }
+
+    /// The agent version a new session starts on.
+    async fn agent_version(&self, record: &SessionRecord) -> Result<AgentRecord, SessionError> {
+        let tag = &record.options.agent.tag;
+        self.agent(tag.id, Some(tag.version)).await
+    }
+
+    /// A new session's `session.created`: its title, agent version and model.
+    fn created(&self, record: &SessionRecord, agent: &AgentRecord) -> EventKind {
+        let model = match agent.id {
+            AgentId::Default => self.deps.providers.default_model().qualified(),
+            _ => match self.deps.providers.resolve(&agent.spec.model) {
+                Ok(model) => model.qualified(),
+                Err(_) => agent.spec.model.clone(),
+            },
+        };
+        EventKind::SessionCreated {
+            session_id: record.id,
+            title: record.title.clone(),
+            agent: Some(agent.tag()),
+            model: Some(model),
+        }
     }
 
     /// Writes a new session's row and `ops` in one commit, the first of its log.
@@ -186,12 +223,14 @@ impl Sessions {
     /// Creates a new session holding a copy of `source`'s first `turns` turns (all when
     /// `None`) and of the artifacts recorded during them; the copy is made inside the
     /// database, and the artifacts' bytes are shared, not copied. The fork works in its
-    /// parent's workspace unless `workspace` names another directory under the server's root.
+    /// parent's workspace unless `workspace` names another directory under the server's root,
+    /// and runs its parent's agent unless `agent` names another.
     pub async fn fork(
         &self,
         source: Uuid,
         turns: Option<u64>,
         workspace: Option<&str>,
+        agent: Option<&AgentChoice>,
     ) -> Result<SessionRecord, SessionError> {
         if self.deps.shutdown.is_cancelled() {
             return Err(SessionError::ShuttingDown);
@@ -199,6 +238,14 @@ impl Sessions {
         let mut parent = self.get(source).await?;
         if let Some(workspace) = workspace {
             parent.options.workspace = self.resolve_workspace(workspace).await?;
+        }
+        if let Some(choice) = agent {
+            let (chosen, version) = self.choose_agent(Some(choice)).await?;
+            let options = SessionOptions {
+                agent: chosen,
+                ..parent.options.clone()
+            };
+            parent.options = self.check_options_on(options, &version)?;
         }
         let mut upto = match turns {
             Some(n) => self.deps.store.nth_user_message(source, n).await?,
@@ -238,14 +285,8 @@ impl Sessions {
             updated_at: now,
             ..parent
         };
-        let created = new_event(
-            id,
-            1,
-            EventKind::SessionCreated {
-                session_id: id,
-                title: record.title.clone(),
-            },
-        );
+        let agent = self.agent_version(&record).await?;
+        let created = new_event(id, 1, self.created(&record, &agent));
         let forked = new_event(
             id,
             2,

@@ -20,7 +20,7 @@ use super::command::{RunRequest, RunStarted, RunStopped};
 use super::lineage::{input_schema, Child, Children, Lineage, DESCRIPTION, TASK};
 use super::run_permit::RunPermit;
 use super::sessions::Sessions;
-use crate::model::{RunResult, RunStatus, SessionRecord};
+use crate::model::{AgentId, RunResult, RunStatus, SessionAgent, SessionRecord};
 use crate::session::errors::SessionError;
 use crate::tools::{Tool, ToolContext, ToolError, ToolResult};
 
@@ -28,6 +28,8 @@ use crate::tools::{Tool, ToolContext, ToolError, ToolResult};
 pub(super) struct TaskTool {
     pub sessions: Sessions,
     pub parent: SessionRecord,
+    /// The agents (ids) the parent's agent may delegate to, besides a copy of itself.
+    pub subagents: Vec<Uuid>,
     pub children: Arc<Children>,
     /// The run's permit, lent to its children while it waits for them.
     pub permit: Arc<RunPermit>,
@@ -57,12 +59,17 @@ impl Tool for TaskTool {
                 .ok_or_else(|| ToolError(format!("{field} must be a non-empty string")))
         };
         let (description, prompt) = (text("description")?, text("prompt")?);
+        let agent = match input.get("agent") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(name)) => Some(self.subagent(name.trim()).await?),
+            Some(_) => return Err(ToolError("agent must be a string".to_string())),
+        };
         let call_id = ctx.call_id.as_deref().unwrap_or_default();
         let child = self.children.child_of(call_id)?;
         let child_id = child.session_id;
         if !child.exists {
             self.sessions
-                .create_child(&self.parent, child_id, call_id, description)
+                .create_child(&self.parent, child_id, call_id, description, agent)
                 .await
                 .map_err(|e| failed(child_id, "could not be created", &e))?;
         }
@@ -105,6 +112,33 @@ fn failed(child_id: Uuid, what: &str, error: &dyn std::fmt::Display) -> ToolErro
 }
 
 impl TaskTool {
+    /// The sub-agent `wanted` (a name or an id) names among the parent agent's, at its
+    /// latest version.
+    async fn subagent(&self, wanted: &str) -> Result<SessionAgent, ToolError> {
+        let mut names = Vec::new();
+        for id in &self.subagents {
+            let Ok(agent) = self.sessions.agent(AgentId::Stored(*id), None).await else {
+                continue;
+            };
+            if agent.spec.name == wanted || id.to_string() == wanted {
+                return Ok(SessionAgent {
+                    tag: agent.tag(),
+                    follows_latest: false,
+                });
+            }
+            names.push(agent.spec.name);
+        }
+        Err(ToolError(match names.is_empty() {
+            true => format!(
+                "agent {wanted:?}: this agent has no sub-agents; leave agent out to hand the work to a copy of this agent"
+            ),
+            false => format!(
+                "agent {wanted:?} is not one of this agent's sub-agents ({})",
+                names.join(", ")
+            ),
+        }))
+    }
+
     /// Runs the child (or continues the one an interrupted attempt started) with its own
     /// permit, to the end of its run.
     async fn run_child(

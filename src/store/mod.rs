@@ -20,6 +20,7 @@
 //! - `webhooks`: the webhook delivery queue and log, on both backends.
 //! - `sign_ins`: the sign-ins of the built-in page, on both backends.
 
+pub mod agents;
 pub mod keys;
 pub mod postgres;
 mod rows;
@@ -355,6 +356,12 @@ pub trait Store: SessionHistory + Send + Sync + 'static {
             .map(|tables| tables as &dyn sign_ins::SignIns)
     }
 
+    /// The agents; `None` for a store without them.
+    fn agents(&self) -> Option<&dyn agents::AgentStore> {
+        self.server_tables()
+            .map(|tables| tables as &dyn agents::AgentStore)
+    }
+
     /// Whether the database can be used now (for readiness): it answers a read, and whatever
     /// else the backend can check cheaply.
     async fn health(&self) -> StoreResult<()> {
@@ -365,9 +372,16 @@ pub trait Store: SessionHistory + Send + Sync + 'static {
 /// The tables that belong to no session, written by their own statements rather than in a
 /// session's batches: the idempotency keys, the webhook queue and the sign-ins. Both backends
 /// keep all three; any type that implements the three is one.
-pub trait ServerTables: keys::IdempotencyKeys + webhooks::WebhookQueue + sign_ins::SignIns {}
+pub trait ServerTables:
+    keys::IdempotencyKeys + webhooks::WebhookQueue + sign_ins::SignIns + agents::AgentStore
+{
+}
 
-impl<T: keys::IdempotencyKeys + webhooks::WebhookQueue + sign_ins::SignIns> ServerTables for T {}
+impl<
+        T: keys::IdempotencyKeys + webhooks::WebhookQueue + sign_ins::SignIns + agents::AgentStore,
+    > ServerTables for T
+{
+}
 
 /// Coordination of several replicas on one database (PostgreSQL). Times come from the
 /// database's clock, never a replica's.

@@ -11,7 +11,9 @@ use tracing::Instrument as _;
 use super::approvals::{Driven, EarlierCalls};
 use super::{Active, Activity, Phase, SessionActor, Stop};
 use crate::agent::{run_turn, AgentDeps, AgentError, AgentSettings, TurnOutcome};
-use crate::model::{self, ResolvedBy, RunRecord, RunResult, SessionRecord};
+use crate::model::{
+    self, AgentSpec, ClientTool, ResolvedBy, RunRecord, RunResult, SessionAgent, SessionRecord,
+};
 use crate::session::command::{Reply, RunRequest, RunStarted, RunStopped};
 use crate::session::deps::SessionDeps;
 use crate::session::errors::SessionError;
@@ -24,6 +26,7 @@ use crate::session::run_permit::RunPermit;
 use crate::session::sessions::Sessions;
 use crate::session::subagents::TaskTool;
 use crate::session::waiting::{Resolution, Waiting};
+use crate::session::RunAgent;
 use crate::store::{StoreError, WriteOp};
 use crate::telemetry;
 use crate::tools::client::ClientSide;
@@ -108,30 +111,47 @@ impl SessionActor {
         &self,
         record: &SessionRecord,
         run: &RunRecord,
-        children: &Arc<Children>,
-        permit: &Arc<RunPermit>,
+        agent: &RunAgent,
+        lineage: (&Arc<Children>, &Arc<RunPermit>),
     ) -> ToolRegistry {
+        let spec = &agent.record.spec;
         let server = &self.deps.agent.tools;
-        let chosen = match &record.options.tools {
+        let mut chosen = match &spec.tools {
             Some(names) => server.keep(names),
             None => server.clone(),
         };
-        let mut more = self.deps.mcp.tools(record.options.mcp_servers.as_deref());
-        let narrowed_out = record
-            .options
-            .tools
-            .as_ref()
-            .is_some_and(|names| !names.iter().any(|n| n == TASK));
-        if record.options.depth < self.deps.max_subagent_depth && !narrowed_out {
+        if let Some(names) = &record.options.tools {
+            chosen = chosen.keep(names);
+        }
+        let servers = agent_mcp_servers(spec, record.options.mcp_servers.as_deref());
+        let mut more = self.deps.mcp.tools(servers.as_deref());
+        let offered = |names: &Option<Vec<String>>| {
+            names
+                .as_ref()
+                .is_none_or(|names| names.iter().any(|n| n == TASK))
+        };
+        if record.options.depth < self.deps.max_subagent_depth
+            && offered(&record.options.tools)
+            && offered(&spec.tools)
+        {
             more.push(Arc::new(TaskTool {
                 sessions: Sessions::from_parts(self.deps.clone(), self.live.clone()),
                 parent: record.clone(),
-                children: children.clone(),
-                permit: permit.clone(),
+                subagents: spec.subagents.clone(),
+                children: lineage.0.clone(),
+                permit: lineage.1.clone(),
             }));
         }
+        // The agent's client tools, then the session's and the run's (which may replace the
+        // session's of the same name).
+        let session_side: Vec<&ClientTool> = model::client_tools_of(record, run).collect();
+        let agent_side = spec
+            .client_tools
+            .iter()
+            .filter(|t| !session_side.iter().any(|s| s.name == t.name));
         more.extend(
-            model::client_tools_of(record, run)
+            agent_side
+                .chain(session_side.iter().copied())
                 .map(|t| Arc::new(ClientSide(t.clone())) as Arc<dyn Tool>),
         );
         // Names were checked against the server's tools when the session was created, and MCP
@@ -202,25 +222,37 @@ impl SessionActor {
         finish(journal, ended, result).await
     }
 
-    /// Gathers what the run needs: its tools and what they run in, its board (the session's
-    /// rules, what waits already), its settings and its trace span.
+    /// Gathers what the run needs: its agent version, its tools and what they run in, its board
+    /// (the agent's and the session's rules, what waits already), its settings and its trace
+    /// span.
     async fn prepare(&mut self, run: &RunRecord, begin: &mut Begin) -> Result<Prepared, Stop> {
-        let core = self.core.as_ref().ok_or(Stop::Gone)?;
         let lineage = begin.lineage.take().unwrap_or_else(|| Lineage {
             tree: Tree::new(self.deps.max_subagents_per_run),
             permit: RunPermit::unmetered(self.deps.run_permits.clone()),
         });
         let children = Arc::new(Children::new(lineage.tree));
-        let tools = self.run_tools(&core.record, run, &children, &lineage.permit);
-        let (context, unusable) = match self.tool_context(&core.record).await {
-            Ok(context) => (context, None),
+        let (agent, mut unusable) = self.capture_agent().await?;
+        let core = self.core.as_ref().ok_or(Stop::Gone)?;
+        let tools = self.run_tools(&core.record, run, &agent, (&children, &lineage.permit));
+        let context = match self.tool_context(&core.record).await {
+            Ok(context) => context,
             // Never used: the loop does not run.
-            Err(error) => (self.deps.agent.tool_context.clone(), Some(error)),
+            Err(error) => {
+                unusable = unusable.or(Some(error));
+                self.deps.agent.tool_context.clone()
+            }
         };
         let core = self.core.as_ref().ok_or(Stop::Gone)?;
         let board = std::mem::replace(&mut begin.board, CallBoard::ended(Waiting::default()));
-        board
-            .set_rules(Rules::compile(core.record.options.tool_policy.clone()).unwrap_or_default());
+        let rules = [
+            &agent.record.spec.tool_policy,
+            &core.record.options.tool_policy,
+        ]
+        .into_iter()
+        .flatten()
+        .cloned()
+        .collect();
+        board.set_rules(Rules::compile(rules).unwrap_or_default());
         if let Some(next) = begin.superseded_by.take() {
             board.replace_successor(next);
         }
@@ -243,10 +275,19 @@ impl SessionActor {
         if begin.cancelled {
             activity.cancel.cancel();
         }
+        let settings = self.run_settings(&core.record, &agent);
+        let span = telemetry::run_span(
+            &begin.trace_parent,
+            self.id,
+            run.id,
+            agent.client.name(),
+            &agent.model.model,
+            &agent.record.spec.name,
+        );
         let agent = AgentDeps {
+            model: agent.client.clone(),
             tools: tools.clone(),
             tool_context: context.clone(),
-            ..self.deps.agent.clone()
         };
         let calls = RunTools {
             tools,
@@ -256,15 +297,6 @@ impl SessionActor {
             notes: HashMap::new(),
             decided: std::mem::take(&mut begin.decided),
         };
-        let settings = self.run_settings(&core.record);
-        let model = &self.deps.agent.model;
-        let span = telemetry::run_span(
-            &begin.trace_parent,
-            self.id,
-            run.id,
-            model.name(),
-            model.model(),
-        );
         Ok(Prepared {
             activity,
             board,
@@ -276,19 +308,74 @@ impl SessionActor {
         })
     }
 
-    /// The loop's settings for a run of this session: the current configuration wins, except
-    /// for a prompt the session was created with on purpose; its budget is the session's.
-    fn run_settings(&self, record: &SessionRecord) -> AgentSettings {
+    /// The agent version this run runs, captured now: the latest one for a session that
+    /// follows its agent's updates (which the session then shows), else the one it is pinned
+    /// to. When it cannot be had (its provider is no longer configured), the run does not
+    /// start, saying why.
+    async fn capture_agent(&mut self) -> Result<(RunAgent, Option<String>), Stop> {
+        let sessions = Sessions::from_parts(self.deps.clone(), self.live.clone());
+        let core = self.core.as_mut().ok_or(Stop::Gone)?;
+        let chosen = core.record.options.agent.clone();
+        match sessions.run_agent(&chosen).await {
+            Ok(agent) => {
+                if chosen.follows_latest {
+                    core.record.options.agent.tag = agent.record.tag();
+                }
+                Ok((agent, None))
+            }
+            Err(error) => {
+                let why = format!("the session's agent {} cannot run: {error}", chosen.tag.id);
+                let default = SessionAgent::default();
+                let agent = sessions.run_agent(&default).await.map_err(|_| Stop::Gone)?;
+                Ok((agent, Some(why)))
+            }
+        }
+    }
+
+    /// The loop's settings for a run of this session on `agent`: the agent's prompt and
+    /// limits (the default agent's are the current configuration), except for a prompt or a
+    /// budget the session was created with on purpose.
+    fn run_settings(&self, record: &SessionRecord, agent: &RunAgent) -> AgentSettings {
         let mut settings = self.deps.settings.clone();
-        if let Some(prompt) = &record.system_prompt {
+        let spec = &agent.record.spec;
+        if let Some(prompt) = record
+            .system_prompt
+            .as_ref()
+            .or(spec.system_prompt.as_ref())
+        {
             settings.system_prompt = prompt.clone();
         }
+        settings.max_steps = spec.max_steps.or(settings.max_steps);
+        settings.context_chars = spec.context_chars.or(settings.context_chars);
         let options = &record.options;
-        settings.budget =
-            settings
-                .budget
-                .for_session(options.max_tokens, options.max_run_tokens, record.usage);
+        settings.budget = settings.budget.for_session(
+            options.max_tokens.or(spec.max_tokens),
+            options.max_run_tokens.or(spec.max_run_tokens),
+            record.usage,
+        );
+        settings.agent = agent.record.tag();
+        settings.model = agent.model.clone();
         settings
+    }
+}
+
+/// The MCP servers a run of an agent uses: the agent's (by name) narrowed to the session's
+/// choice; `None`: every server of the server's.
+fn agent_mcp_servers(spec: &AgentSpec, session: Option<&[String]>) -> Option<Vec<String>> {
+    let agent: Option<Vec<String>> = spec
+        .mcp_servers
+        .as_ref()
+        .map(|servers| servers.iter().map(|s| s.name().to_string()).collect());
+    match (agent, session) {
+        (None, None) => None,
+        (Some(agent), None) => Some(agent),
+        (None, Some(session)) => Some(session.to_vec()),
+        (Some(agent), Some(session)) => Some(
+            agent
+                .into_iter()
+                .filter(|name| session.contains(name))
+                .collect(),
+        ),
     }
 }
 

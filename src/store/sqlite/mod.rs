@@ -24,6 +24,8 @@
 //! - the migrations, when the store opens (before any batch);
 //! - the idempotency keys (`keys.rs`): claimed, renewed, answered, released, purged;
 //! - the sign-ins (`sign_ins.rs`): recorded, deleted, purged;
+//! - the agents (`agents.rs`): created and updated (a transaction whose first statement
+//!   writes), archived;
 //! - the webhook queue (`webhooks.rs`): the endpoints and the trigger (`set_endpoints`, at
 //!   start, one short transaction), and the deliveries: claims freed at start, claimed,
 //!   recorded as delivered or failed, purged.
@@ -176,6 +178,11 @@ crate::store::keys::idempotency_keys_over_pool!(SqliteStore, |s: &str| {
 
 // The sign-ins, in the pool (they are not part of a session's batches).
 crate::store::sign_ins::sign_ins_over_pool!(SqliteStore, |s: &str| {
+    crate::store::keys::sql::sqlite(s)
+});
+
+// The agents, in the pool (they are not part of a session's batches).
+crate::store::agents::agents_over_pool!(SqliteStore, |s: &str| {
     crate::store::keys::sql::sqlite(s)
 });
 

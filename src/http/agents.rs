@@ -1,0 +1,159 @@
+//! `/v1/agents`: agents as versioned resources. Creating one makes version 1, an update makes
+//! the next version (conditional with `If-Match: "<version>"`), and archiving keeps every
+//! version readable. Each answer carries the version as its `ETag`.
+
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use super::extract::Ids;
+use super::paging::{one_more, page_limit, parse_cursor, Page};
+use super::problem::{ApiJson, ApiQuery, Problem};
+use super::AppState;
+use crate::model::{AgentId, AgentRecord, PathId};
+use crate::session::{AgentBody, AgentQuery};
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/v1/agents", post(create).get(list))
+        .route("/v1/agents/{id}", get(show).post(update).delete(archive))
+        .route("/v1/agents/{id}/versions", get(versions))
+        .route("/v1/agents/{id}/versions/{version}", get(version))
+}
+
+/// A version number in a path.
+#[derive(Debug, Clone, Copy)]
+struct Version(u32);
+
+impl PathId for Version {
+    const WHAT: &'static str = "agent version";
+    fn parse(raw: &str) -> Option<Version> {
+        raw.parse().ok().filter(|&n| n >= 1).map(Version)
+    }
+}
+
+/// An agent version with its `ETag`.
+fn shown(status: StatusCode, record: AgentRecord) -> Response {
+    let etag = HeaderValue::from_str(&format!("\"{}\"", record.version))
+        .unwrap_or(HeaderValue::from_static("\"0\""));
+    let mut response = (status, Json(record)).into_response();
+    response.headers_mut().insert(header::ETAG, etag);
+    response
+}
+
+async fn create(
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<AgentBody>,
+) -> Result<Response, Problem> {
+    let record = state.sessions.create_agent(body).await?;
+    let location = format!("/v1/agents/{}", record.id);
+    let mut response = shown(StatusCode::CREATED, record);
+    if let Ok(location) = HeaderValue::from_str(&location) {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    Ok(response)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    limit: Option<i64>,
+    cursor: Option<String>,
+    #[serde(default)]
+    include_archived: bool,
+}
+
+async fn list(
+    State(state): State<AppState>,
+    ApiQuery(q): ApiQuery<ListQuery>,
+) -> Result<Json<Page<AgentRecord>>, Problem> {
+    let limit = page_limit(q.limit)?;
+    let query = AgentQuery {
+        limit: one_more(limit),
+        before: parse_cursor(q.cursor.as_deref())?,
+        include_archived: q.include_archived,
+    };
+    let data = state.sessions.agents(&query).await?;
+    Ok(Json(Page::new(data, limit, |a| a.id.to_string())))
+}
+
+async fn show(State(state): State<AppState>, Ids(id): Ids<AgentId>) -> Result<Response, Problem> {
+    let record = state.sessions.agent(id, None).await?;
+    Ok(shown(StatusCode::OK, record))
+}
+
+/// `If-Match: "<version>"` (the quotes may be left out; `*` matches any version).
+fn if_match(headers: &HeaderMap) -> Result<Option<u32>, Problem> {
+    let Some(value) = headers.get(header::IF_MATCH) else {
+        return Ok(None);
+    };
+    let text = value.to_str().unwrap_or_default().trim();
+    if text == "*" {
+        return Ok(None);
+    }
+    let bare = text.strip_prefix("W/").unwrap_or(text).trim_matches('"');
+    bare.parse::<u32>().map(Some).map_err(|_| {
+        Problem::bad_request(format!(
+            "If-Match must name an agent version, such as \"3\"; got {text:?}"
+        ))
+    })
+}
+
+async fn update(
+    State(state): State<AppState>,
+    Ids(id): Ids<AgentId>,
+    headers: HeaderMap,
+    ApiJson(changes): ApiJson<Map<String, Value>>,
+) -> Result<Response, Problem> {
+    let expected = if_match(&headers)?;
+    let record = state.sessions.update_agent(id, changes, expected).await?;
+    Ok(shown(StatusCode::OK, record))
+}
+
+async fn archive(
+    State(state): State<AppState>,
+    Ids(id): Ids<AgentId>,
+) -> Result<Response, Problem> {
+    let record = state.sessions.archive_agent(id).await?;
+    Ok(shown(StatusCode::OK, record))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VersionsQuery {
+    limit: Option<i64>,
+    /// The last version of the page before.
+    cursor: Option<String>,
+}
+
+async fn versions(
+    State(state): State<AppState>,
+    Ids(id): Ids<AgentId>,
+    ApiQuery(q): ApiQuery<VersionsQuery>,
+) -> Result<Json<Page<AgentRecord>>, Problem> {
+    let limit = page_limit(q.limit)?;
+    let before = match q.cursor.as_deref() {
+        None | Some("") => None,
+        Some(c) => Some(
+            c.parse::<u32>()
+                .map_err(|_| Problem::bad_request("cursor is not valid"))?,
+        ),
+    };
+    let data = state
+        .sessions
+        .agent_versions(id, before, one_more(limit))
+        .await?;
+    Ok(Json(Page::new(data, limit, |a| a.version.to_string())))
+}
+
+async fn version(
+    State(state): State<AppState>,
+    Ids((id, Version(n))): Ids<(AgentId, Version)>,
+) -> Result<Response, Problem> {
+    let record = state.sessions.agent(id, Some(n)).await?;
+    Ok(shown(StatusCode::OK, record))
+}
