@@ -89,10 +89,10 @@ async fn refused_agents_are_400_problems_naming_the_fault_and_create_nothing() {
             vec!["client_tools", "name"],
         ),
     ];
+    let mut faults = Vec::new();
     for (what, body, names) in &cases {
         let reply = server.post_json("/v1/agents", body).await;
-        let problem = reply.expect_problem(StatusCode::BAD_REQUEST, what);
-        assert_names(&problem, names, what);
+        faults.extend(refusal_fault(&reply, StatusCode::BAD_REQUEST, names, what));
         // The same body refused as an update changes nothing either.
         let mut change = body.clone();
         if let Some(fields) = change.as_object_mut() {
@@ -101,8 +101,8 @@ async fn refused_agents_are_400_problems_naming_the_fault_and_create_nothing() {
         }
         if change.as_object().is_some_and(|f| !f.is_empty()) {
             let reply = update_agent(&server, &existing_id, &change, None).await;
-            let problem = reply.expect_problem(StatusCode::BAD_REQUEST, &format!("update: {what}"));
-            assert_names(&problem, names, &format!("update: {what}"));
+            let what = format!("update: {what}");
+            faults.extend(refusal_fault(&reply, StatusCode::BAD_REQUEST, names, &what));
         }
     }
     let listed = server.get_ok("/v1/agents?include_archived=true").await;
@@ -115,6 +115,7 @@ async fn refused_agents_are_400_problems_naming_the_fault_and_create_nothing() {
         .get_ok(&format!("/v1/agents/{existing_id}/versions"))
         .await;
     assert_eq!(versions["data"].as_array().map(Vec::len), Some(1));
+    assert_no_faults(&faults);
 }
 
 #[tokio::test]
@@ -199,25 +200,26 @@ async fn a_session_on_an_unknown_or_malformed_agent_is_refused_and_not_created()
             vec!["extra", "agent"],
         ),
     ];
+    let mut faults = Vec::new();
     for (body, status, names) in &cases {
         let what = format!("POST /v1/sessions {body}");
-        let problem = server
-            .post_json("/v1/sessions", body)
-            .await
-            .expect_problem(*status, &what);
-        assert_names(&problem, names, &what);
+        let reply = server.post_json("/v1/sessions", body).await;
+        faults.extend(refusal_fault(&reply, *status, names, &what));
     }
     // The session body may narrow the agent's tools, not widen them.
     let widened = json!({"agent": id, "tools": ["list_files", "shell"]});
-    let problem = server
-        .post_json("/v1/sessions", &widened)
-        .await
-        .expect_problem(StatusCode::BAD_REQUEST, "tools beyond the agent's");
-    assert_names(&problem, &["shell", "tools"], "tools beyond the agent's");
+    let reply = server.post_json("/v1/sessions", &widened).await;
+    faults.extend(refusal_fault(
+        &reply,
+        StatusCode::BAD_REQUEST,
+        &["shell", "tools"],
+        "tools beyond the agent's",
+    ));
 
     assert!(
         server.sessions().await.is_empty(),
         "a refused session was created"
     );
     assert_eq!(server.get_ok(&format!("/v1/agents/{id}")).await, agent);
+    assert_no_faults(&faults);
 }

@@ -72,13 +72,38 @@ pub async fn session_on(api: &Api, body: Value) -> Value {
     api.create_session_with(&body).await
 }
 
-/// Asserts that a problem's `detail` names one of `names` (the field or the thing at fault).
-#[track_caller]
-pub fn assert_names(problem: &Value, names: &[&str], what: &str) {
+/// What is wrong with a refusal, if anything: it must have `status`, be a problem+json with a
+/// detail, and the detail must name one of `names` (the field or the thing at fault).
+pub fn refusal_fault(
+    reply: &Reply,
+    status: StatusCode,
+    names: &[&str],
+    what: &str,
+) -> Option<String> {
+    if reply.status != status {
+        return Some(format!(
+            "{what}: expected {status}, got {} with {}",
+            reply.status,
+            reply.text()
+        ));
+    }
+    let problem = match check_problem(reply) {
+        Ok(problem) => problem,
+        Err(e) => return Some(format!("{what}: {e}")),
+    };
     let detail = problem["detail"].as_str().unwrap_or("");
+    (!names.iter().any(|name| detail.contains(name)))
+        .then(|| format!("{what}: the detail names none of {names:?}: {problem}"))
+}
+
+/// Asserts that no refusal was wrong, listing every one that was.
+#[track_caller]
+pub fn assert_no_faults(faults: &[String]) {
     assert!(
-        names.iter().any(|name| detail.contains(name)),
-        "{what}: the problem's detail names none of {names:?}: {problem}"
+        faults.is_empty(),
+        "{} refusals are wrong:\n- {}",
+        faults.len(),
+        faults.join("\n- ")
     );
 }
 
@@ -115,9 +140,10 @@ pub fn assert_steps_ran(views: &[Value], id: &str, version: u64, prompt: &str, t
     let mut expected_tools: Vec<&str> = tools.to_vec();
     expected_tools.sort_unstable();
     for view in views {
+        let agent = &view["projection"]["agent"];
         assert_eq!(
-            view["projection"]["agent"],
-            json!({"id": id, "version": version}),
+            (&agent["id"], &agent["version"]),
+            (&json!(id), &json!(version)),
             "the step's descriptor names another agent version: {view}"
         );
         let first = &view["request"]["messages"][0];
