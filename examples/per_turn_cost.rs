@@ -49,10 +49,10 @@ fn arg(name: &str, default: usize) -> usize {
 /// The metrics one turn records.
 fn metrics_of_a_turn(commits: usize, usage: Usage) {
     let took = Duration::from_micros(300);
-    let tool_reply = metrics::LlmRequestTimer::start("openai");
+    let tool_reply = metrics::LlmRequestTimer::start("openai", "default");
     tool_reply.finish("ok", Some(usage));
     metrics::tool_call("list_files", false, took);
-    let mut text_reply = metrics::LlmRequestTimer::start("openai");
+    let mut text_reply = metrics::LlmRequestTimer::start("openai", "default");
     for _ in 0..PIECES {
         text_reply.piece();
     }
@@ -60,7 +60,7 @@ fn metrics_of_a_turn(commits: usize, usage: Usage) {
     for _ in 0..commits {
         metrics::store_commit(1, took);
     }
-    metrics::run_ended("completed", took);
+    metrics::run_ended("completed", "default", took);
 }
 
 /// The spans one turn makes, and what is recorded on them.
@@ -73,7 +73,7 @@ fn spans_of_a_turn(session: Uuid, run: &RunRecord, call: &ToolCall, reply: &Mode
     let span = telemetry::run_span(&Span::none(), session, run.id, "openai", "fake", "default");
     let _entered = span.enter();
     for _ in 0..2 {
-        let chat = telemetry::chat_span(Some(session), "openai", "fake", &[]);
+        let chat = telemetry::chat_span(Some(session), ("openai", "fake", "default"), &[]);
         telemetry::chat_done(&chat, reply);
     }
     let tool = telemetry::tool_span(Some(session), call);

@@ -157,22 +157,26 @@ fn metrics() -> &'static Metrics {
     &METRICS
 }
 
-/// A run ended with `status` after `took`.
-pub fn run_ended(status: &str, took: Duration) {
+/// A run of `agent` (its name) ended with `status` after `took`.
+pub fn run_ended(status: &str, agent: &str, took: Duration) {
     let m = metrics();
     m.runs
-        .get_or_create(&vec![("status", status.to_string())])
+        .get_or_create(&vec![
+            ("status", status.to_string()),
+            ("agent", agent.to_string()),
+        ])
         .inc();
     m.run_duration.observe(took.as_secs_f64());
 }
 
-/// An LLM request ended (`outcome`: ok, error, cancelled).
-pub fn llm_request(provider: &str, outcome: &str, took: Duration) {
+/// An LLM request of `agent` ended (`outcome`: ok, error, cancelled).
+pub fn llm_request(provider: &str, agent: &str, outcome: &str, took: Duration) {
     let m = metrics();
     m.llm_requests
         .get_or_create(&vec![
             ("provider", provider.to_string()),
             ("outcome", outcome.to_string()),
+            ("agent", agent.to_string()),
         ])
         .inc();
     m.llm_duration
@@ -188,14 +192,15 @@ pub fn llm_first_token(provider: &str, after: Duration) {
         .observe(after.as_secs_f64());
 }
 
-/// Tokens an LLM reply reported.
-pub fn llm_tokens(provider: &str, input: u64, output: u64) {
+/// Tokens an LLM reply of `agent` reported.
+pub fn llm_tokens(provider: &str, agent: &str, input: u64, output: u64) {
     let m = metrics();
     for (direction, n) in [("input", input), ("output", output)] {
         m.tokens
             .get_or_create(&vec![
                 ("provider", provider.to_string()),
                 ("direction", direction.to_string()),
+                ("agent", agent.to_string()),
             ])
             .inc_by(n);
     }
@@ -204,14 +209,16 @@ pub fn llm_tokens(provider: &str, input: u64, output: u64) {
 /// Times one LLM request: its first piece and its end.
 pub struct LlmRequestTimer {
     provider: String,
+    agent: String,
     started: std::time::Instant,
     first_seen: bool,
 }
 
 impl LlmRequestTimer {
-    pub fn start(provider: &str) -> LlmRequestTimer {
+    pub fn start(provider: &str, agent: &str) -> LlmRequestTimer {
         LlmRequestTimer {
             provider: provider.to_string(),
+            agent: agent.to_string(),
             started: std::time::Instant::now(),
             first_seen: false,
         }
@@ -227,9 +234,14 @@ impl LlmRequestTimer {
 
     /// The request ended (`ok`, `error`, `cancelled`); a reply's usage counts its tokens.
     pub fn finish(self, outcome: &str, usage: Option<crate::model::Usage>) {
-        llm_request(&self.provider, outcome, self.started.elapsed());
+        llm_request(&self.provider, &self.agent, outcome, self.started.elapsed());
         if let Some(usage) = usage {
-            llm_tokens(&self.provider, usage.input_tokens, usage.output_tokens);
+            llm_tokens(
+                &self.provider,
+                &self.agent,
+                usage.input_tokens,
+                usage.output_tokens,
+            );
         }
     }
 }
@@ -298,11 +310,11 @@ mod tests {
 
     #[test]
     fn the_exposition_names_follow_prometheus_conventions() {
-        run_ended("completed", Duration::from_millis(5));
+        run_ended("completed", "default", Duration::from_millis(5));
         tool_call("read_file", false, Duration::from_millis(1));
         let text = render(3);
         for name in [
-            "tah_runs_total{status=\"completed\"}",
+            "tah_runs_total{status=\"completed\",agent=\"default\"}",
             "tah_run_duration_seconds_count",
             "tah_tool_calls_total{tool=\"read_file\",outcome=\"ok\"}",
             "tah_tool_duration_seconds_bucket",

@@ -243,8 +243,7 @@ fn finish_reasons(span: &Span, reason: &str) {
 /// `messages` are the request's, recorded with `--trace-content`.
 pub fn chat_span(
     conversation: Option<Uuid>,
-    provider: &str,
-    model: &str,
+    (provider, model, agent): (&str, &str, &str),
     messages: &[Cow<'_, Message>],
 ) -> Span {
     let span = operation_span!(
@@ -252,6 +251,7 @@ pub fn chat_span(
         "client",
         gen_ai.provider.name = provider,
         gen_ai.request.model = model,
+        gen_ai.agent.name = agent,
         gen_ai.usage.input_tokens = Empty,
         gen_ai.usage.output_tokens = Empty,
         error.type = Empty,
@@ -413,7 +413,7 @@ mod tests {
         };
         let id = Uuid::nil();
         assert!(run_span(&Span::none(), id, id, "mock", "mock", "default").is_disabled());
-        assert!(chat_span(Some(id), "mock", "mock", &[]).is_disabled());
+        assert!(chat_span(Some(id), ("mock", "mock", "default"), &[]).is_disabled());
         assert!(tool_span(Some(id), &call).is_disabled());
     }
 }

@@ -129,8 +129,12 @@ pub async fn run_turn<J: Journal>(
             tools: tools.iter().map(|t| t.name.clone()).collect(),
             trim: stats.clone(),
         };
-        let (provider, model) = (deps.model.name(), deps.model.model());
-        let span = telemetry::chat_span(journal.session_id(), provider, model, &messages);
+        let (provider, model) = (deps.model.name(), settings.model.model.as_str());
+        let span = telemetry::chat_span(
+            journal.session_id(),
+            (provider, model, &settings.agent.name),
+            &messages,
+        );
         let mut stream = deps.model.stream(ModelRequest {
             messages,
             tools: tools.into_iter().map(Cow::Borrowed).collect(),
@@ -141,7 +145,7 @@ pub async fn run_turn<J: Journal>(
             journal.context_trimmed(step_id, &stats).await?;
         }
         steps += 1;
-        let mut timer = crate::metrics::LlmRequestTimer::start(provider);
+        let mut timer = crate::metrics::LlmRequestTimer::start(provider, &settings.agent.name);
         let outcome = loop {
             // The pieces already received are taken at once; before waiting for more, what
             // was recorded of them is handed on. `None`: cancelled while waiting.

@@ -7,7 +7,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::extract::Ids;
@@ -36,11 +36,29 @@ impl PathId for Version {
     }
 }
 
+/// An agent version as served: the stored version and the provider its model is on.
+#[derive(Debug, Serialize)]
+pub struct AgentView {
+    #[serde(flatten)]
+    record: AgentRecord,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    provider: Option<String>,
+}
+
+impl AgentView {
+    fn of(state: &AppState, record: AgentRecord) -> AgentView {
+        AgentView {
+            provider: state.sessions.agent_provider(&record),
+            record,
+        }
+    }
+}
+
 /// An agent version with its `ETag`.
-fn shown(status: StatusCode, record: AgentRecord) -> Response {
+fn shown(state: &AppState, status: StatusCode, record: AgentRecord) -> Response {
     let etag = HeaderValue::from_str(&format!("\"{}\"", record.version))
         .unwrap_or(HeaderValue::from_static("\"0\""));
-    let mut response = (status, Json(record)).into_response();
+    let mut response = (status, Json(AgentView::of(state, record))).into_response();
     response.headers_mut().insert(header::ETAG, etag);
     response
 }
@@ -51,7 +69,7 @@ async fn create(
 ) -> Result<Response, Problem> {
     let record = state.sessions.create_agent(body).await?;
     let location = format!("/v1/agents/{}", record.id);
-    let mut response = shown(StatusCode::CREATED, record);
+    let mut response = shown(&state, StatusCode::CREATED, record);
     if let Ok(location) = HeaderValue::from_str(&location) {
         response.headers_mut().insert(header::LOCATION, location);
     }
@@ -70,7 +88,7 @@ struct ListQuery {
 async fn list(
     State(state): State<AppState>,
     ApiQuery(q): ApiQuery<ListQuery>,
-) -> Result<Json<Page<AgentRecord>>, Problem> {
+) -> Result<Json<Page<AgentView>>, Problem> {
     let limit = page_limit(q.limit)?;
     let query = AgentQuery {
         limit: one_more(limit),
@@ -78,12 +96,13 @@ async fn list(
         include_archived: q.include_archived,
     };
     let data = state.sessions.agents(&query).await?;
-    Ok(Json(Page::new(data, limit, |a| a.id.to_string())))
+    let page = Page::new(data, limit, |a| a.id.to_string());
+    Ok(Json(views(&state, page)))
 }
 
 async fn show(State(state): State<AppState>, Ids(id): Ids<AgentId>) -> Result<Response, Problem> {
     let record = state.sessions.agent(id, None).await?;
-    Ok(shown(StatusCode::OK, record))
+    Ok(shown(&state, StatusCode::OK, record))
 }
 
 /// `If-Match: "<version>"` (the quotes may be left out; `*` matches any version).
@@ -111,7 +130,7 @@ async fn update(
 ) -> Result<Response, Problem> {
     let expected = if_match(&headers)?;
     let record = state.sessions.update_agent(id, changes, expected).await?;
-    Ok(shown(StatusCode::OK, record))
+    Ok(shown(&state, StatusCode::OK, record))
 }
 
 async fn archive(
@@ -119,7 +138,7 @@ async fn archive(
     Ids(id): Ids<AgentId>,
 ) -> Result<Response, Problem> {
     let record = state.sessions.archive_agent(id).await?;
-    Ok(shown(StatusCode::OK, record))
+    Ok(shown(&state, StatusCode::OK, record))
 }
 
 #[derive(Debug, Deserialize)]
@@ -134,7 +153,7 @@ async fn versions(
     State(state): State<AppState>,
     Ids(id): Ids<AgentId>,
     ApiQuery(q): ApiQuery<VersionsQuery>,
-) -> Result<Json<Page<AgentRecord>>, Problem> {
+) -> Result<Json<Page<AgentView>>, Problem> {
     let limit = page_limit(q.limit)?;
     let before = match q.cursor.as_deref() {
         None | Some("") => None,
@@ -147,7 +166,8 @@ async fn versions(
         .sessions
         .agent_versions(id, before, one_more(limit))
         .await?;
-    Ok(Json(Page::new(data, limit, |a| a.version.to_string())))
+    let page = Page::new(data, limit, |a| a.version.to_string());
+    Ok(Json(views(&state, page)))
 }
 
 async fn version(
@@ -155,5 +175,16 @@ async fn version(
     Ids((id, Version(n))): Ids<(AgentId, Version)>,
 ) -> Result<Response, Problem> {
     let record = state.sessions.agent(id, Some(n)).await?;
-    Ok(shown(StatusCode::OK, record))
+    Ok(shown(&state, StatusCode::OK, record))
+}
+
+fn views(state: &AppState, page: Page<AgentRecord>) -> Page<AgentView> {
+    Page {
+        data: page
+            .data
+            .into_iter()
+            .map(|record| AgentView::of(state, record))
+            .collect(),
+        next_cursor: page.next_cursor,
+    }
 }

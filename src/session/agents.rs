@@ -107,6 +107,19 @@ impl Sessions {
         }
     }
 
+    /// The configured provider an agent version's model is on (`None`: no longer configured).
+    pub fn agent_provider(&self, record: &AgentRecord) -> Option<String> {
+        match record.id {
+            AgentId::Default => Some(crate::llm::providers::DEFAULT.to_string()),
+            _ => self
+                .deps
+                .providers
+                .resolve(&record.spec.model)
+                .ok()
+                .map(|model| model.provider),
+        }
+    }
+
     /// Creates an agent at version 1, after checking everything it names.
     pub async fn create_agent(&self, body: AgentBody) -> Result<AgentRecord, SessionError> {
         let spec = self.check_agent(body, None).await?;

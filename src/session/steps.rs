@@ -7,7 +7,9 @@ use uuid::Uuid;
 
 use super::lineage;
 use crate::agent::context;
-use crate::model::{client_tools_of, AgentStep, LlmRequestDescriptor, StepKind, ToolSchema};
+use crate::model::{
+    client_tools_of, AgentStep, AgentTag, LlmRequestDescriptor, StepKind, ToolSchema,
+};
 use crate::session::deps::SessionDeps;
 use crate::store::{StoreError, StoreResult};
 use crate::tools::{client::ClientSide, Tool};
@@ -35,7 +37,7 @@ pub(super) async fn with_request(
             .await?;
         let (messages, _) =
             context::prepare_context(&history, &descriptor.system_prompt, descriptor.budget);
-        let tools: Vec<_> = offered(deps, session_id, step.run_id)
+        let tools: Vec<_> = offered(deps, session_id, step.run_id, descriptor.agent.as_ref())
             .await?
             .into_iter()
             .filter(|t| descriptor.tools.contains(&t.name))
@@ -50,21 +52,35 @@ pub(super) async fn with_request(
     Ok(Some(view))
 }
 
-/// Every tool a step of the run may have offered: the server's, `task`, and the client tools
-/// (the run's own, then the session's).
+/// Every tool a step of the run may have offered: the server's, its MCP servers' (as they are
+/// now), `task`, and the client tools (the run's own, then the session's, then those of the
+/// agent version that made the step).
 async fn offered(
     deps: &SessionDeps,
     session_id: Uuid,
     run_id: Uuid,
+    agent: Option<&AgentTag>,
 ) -> StoreResult<Vec<ToolSchema>> {
     let mut tools: Vec<ToolSchema> = deps.agent.tools.schemas().into_iter().cloned().collect();
+    tools.extend(deps.mcp.tools(None).iter().map(|t| t.schema()));
     tools.push(lineage::task_schema());
     if let Some(record) = deps.store.session(session_id).await? {
         let run = deps.store.run(session_id, run_id).await?;
-        let client: Vec<_> = match &run {
+        let mut client: Vec<_> = match &run {
             Some(run) => client_tools_of(&record, run).cloned().collect(),
             None => record.options.client_tools.clone(),
         };
+        let version = match (agent.and_then(|a| a.id.stored()), deps.store.agents()) {
+            (Some(id), Some(agents)) => agents.agent(id, agent.map(|a| a.version)).await?,
+            _ => None,
+        };
+        if let Some(version) = version {
+            let own = version.spec.client_tools.into_iter();
+            let own: Vec<_> = own
+                .filter(|t| !client.iter().any(|c| c.name == t.name))
+                .collect();
+            client.extend(own);
+        }
         tools.extend(client.into_iter().map(|t| ClientSide(t).schema()));
     }
     Ok(tools)

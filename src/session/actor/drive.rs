@@ -208,6 +208,7 @@ impl SessionActor {
             }
         };
         let ended = Ended {
+            agent: prepared.settings.agent.name.clone(),
             deps: &self.deps,
             sink,
             run,
@@ -404,6 +405,8 @@ pub(super) async fn serve_while<F: std::future::Future>(
 
 /// What the end of a driven run is recorded with.
 struct Ended<'a> {
+    /// The name of the agent the run ran.
+    agent: String,
     deps: &'a SessionDeps,
     sink: Sink<'a>,
     run: RunRecord,
@@ -493,7 +496,7 @@ async fn record_end(
     core.last_run = Some(ending.run);
     match ended.sink.commit(batch).await {
         Ok(()) => {
-            crate::metrics::run_ended(status.as_str(), took);
+            crate::metrics::run_ended(status.as_str(), &ended.agent, took);
             let _ = ended.result_tx.send(Ok(result));
             Ok(next)
         }

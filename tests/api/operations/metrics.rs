@@ -92,11 +92,14 @@ async fn metrics_count_the_work_done() {
     assert!(text.trim_end().ends_with("# EOF"), "{text}");
     let m = parse(&text);
 
-    assert_eq!(m.value("tah_runs_total{status=\"completed\"}"), 2.0);
+    assert_eq!(
+        m.value("tah_runs_total{status=\"completed\",agent=\"default\"}"),
+        2.0
+    );
     assert_eq!(m.value("tah_run_duration_seconds_count"), 2.0);
     assert!(m.value("tah_run_duration_seconds_sum") > 0.0);
     assert_eq!(
-        m.value("tah_llm_requests_total{provider=\"mock\",outcome=\"ok\"}"),
+        m.value("tah_llm_requests_total{provider=\"mock\",outcome=\"ok\",agent=\"default\"}"),
         llm_steps
     );
     assert_eq!(
@@ -109,11 +112,11 @@ async fn metrics_count_the_work_done() {
         "the replies that streamed text: each turn's answer (tool-call replies have none)"
     );
     assert_eq!(
-        m.value("tah_llm_tokens_total{provider=\"mock\",direction=\"input\"}"),
+        m.value("tah_llm_tokens_total{provider=\"mock\",direction=\"input\",agent=\"default\"}"),
         input
     );
     assert_eq!(
-        m.value("tah_llm_tokens_total{provider=\"mock\",direction=\"output\"}"),
+        m.value("tah_llm_tokens_total{provider=\"mock\",direction=\"output\",agent=\"default\"}"),
         output
     );
     for (tool, calls) in &tools {
@@ -188,7 +191,7 @@ async fn metrics_listen_serves_metrics_apart_from_the_api() {
     assert_eq!(apart.status(), StatusCode::OK);
     let text = apart.text().await.unwrap();
     assert!(
-        text.contains("tah_runs_total{status=\"completed\"}"),
+        text.contains("tah_runs_total{status=\"completed\",agent=\"default\"}"),
         "{text}"
     );
     assert!(text.trim_end().ends_with("# EOF"), "{text}");

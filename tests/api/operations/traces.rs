@@ -225,6 +225,7 @@ async fn a_turn_is_a_run_span_with_a_chat_span_per_llm_call_and_a_tool_span_per_
     assert_eq!(run.attr("gen_ai.conversation.id"), id);
     assert_eq!(run.attr("gen_ai.provider.name"), "mock");
     assert_eq!(run.attr("gen_ai.request.model"), "mock");
+    assert_eq!(run.attr("gen_ai.agent.name"), "default");
     assert_eq!(run.attr("tah.run.status"), "completed");
     let usage = &result["usage"];
     assert_eq!(
@@ -255,6 +256,7 @@ async fn a_turn_is_a_run_span_with_a_chat_span_per_llm_call_and_a_tool_span_per_
         assert_eq!(chat.kind, SpanKind::Client as i32);
         assert_eq!(chat.attr("gen_ai.provider.name"), "mock");
         assert_eq!(chat.attr("gen_ai.request.model"), "mock");
+        assert_eq!(chat.attr("gen_ai.agent.name"), "default");
         assert_eq!(chat.attr("gen_ai.conversation.id"), id);
         assert!(!chat.attr("gen_ai.response.finish_reasons").is_empty());
         input += chat
