@@ -132,6 +132,14 @@ pub struct ServeArgs {
     #[arg(long, env = "TAH_API_KEY_ENV")]
     pub api_key_env: Option<String>,
 
+    /// A file of named model providers beside `default` (the one the flags above define),
+    /// JSON, or TOML when its name ends in .toml: {"providers": {NAME: {"type":
+    /// "openai"|"anthropic"|"mock", "base_url", "api_key_env", "headers", "max_output_tokens",
+    /// "prices": {MODEL: {"input_per_mtok", "output_per_mtok", "cache_read_per_mtok"}}}}}.
+    /// Agents name a model on one as "NAME/MODEL".
+    #[arg(long, env = "TAH_PROVIDERS")]
+    pub providers: Option<PathBuf>,
+
     /// System prompt of every run (current configuration wins, also for older sessions that
     /// did not set their own).
     #[arg(long, env = "TAH_SYSTEM_PROMPT", default_value = DEFAULT_SYSTEM_PROMPT, hide_default_value = true)]

@@ -14,6 +14,7 @@ use std::time::Duration;
 use crate::cli::ApprovalModeArg;
 pub use crate::cli::{LogFormat, Provider, ServeArgs, DEFAULT_SYSTEM_PROMPT};
 use crate::llm::guard::ReplyLimits;
+use crate::llm::providers::file::{self as providers_file, FileProvider};
 use crate::mcp::{McpConfig, McpConfigError, McpSettings};
 use crate::model::Rule;
 use crate::tools::builtin::shell::ShellSettings;
@@ -56,6 +57,8 @@ pub enum ConfigError {
 
     #[error("--mcp-config {path}: {why}")]
     Mcp { path: String, why: String },
+    #[error("--providers {path}: {why}")]
+    Providers { path: String, why: String },
     #[error("--webhook-url {url:?} is not an http or https URL ({reason})")]
     WebhookUrl { url: String, reason: String },
     #[error(
@@ -158,6 +161,8 @@ pub struct ModelSettings {
     pub llm_deadline: Option<Duration>,
     /// Bounds on every model reply.
     pub reply_limits: ReplyLimits,
+    /// The providers of `--providers` (none without it), checked, keys read.
+    pub providers: Vec<FileProvider>,
 }
 
 /// How runs go: the agent's defaults, the budgets, and how many runs and sub-agents at once.
@@ -274,6 +279,10 @@ impl Settings {
             Some(path) => read_mcp_config(path)?,
             None => McpConfig::default(),
         };
+        let providers = match &args.providers {
+            Some(path) => read_providers(path)?,
+            None => Vec::new(),
+        };
         let webhooks = webhook_settings(&args.webhook_urls, args.webhook_secret_env.as_deref())?;
         let provider = args.provider.unwrap_or_else(default_provider);
         let auto_resume = args
@@ -312,6 +321,7 @@ impl Settings {
                     max_tool_calls: args.max_tool_calls as usize,
                     max_argument_bytes: size(args.max_tool_argument_bytes),
                 },
+                providers,
             },
             run: RunSettings {
                 system_prompt: args.system_prompt,
@@ -457,6 +467,19 @@ fn read_mcp_config(path: &Path) -> Result<McpConfig, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
     McpConfig::parse(&text, |name| std::env::var(name).ok())
         .map_err(|e: McpConfigError| fail(e.to_string()))
+}
+
+/// The providers of a `--providers` file, keys read from this process's environment.
+fn read_providers(path: &Path) -> Result<Vec<FileProvider>, ConfigError> {
+    let fail = |why: String| ConfigError::Providers {
+        path: path.display().to_string(),
+        why,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
+    providers_file::parse(&text, providers_file::Format::of(path), |name| {
+        std::env::var(name).ok()
+    })
+    .map_err(|e| fail(e.to_string()))
 }
 
 /// An origin as browsers write it in `Origin`: `scheme://host[:port]` in lower case, without
@@ -762,5 +785,28 @@ mod tests {
             missing.to_string().starts_with("--mcp-config /nonexistent"),
             "{missing}"
         );
+    }
+
+    #[test]
+    fn a_providers_file_is_read_at_start_and_a_refusal_names_file_and_field() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("providers.toml");
+        let path = file.to_str().expect("utf-8 path");
+        std::fs::write(
+            &file,
+            "[providers.local]\ntype = \"openai\"\nbase_url = \"http://127.0.0.1:8000/v1\"\n",
+        )
+        .expect("write");
+        let settings = parse(&["--providers", path]).expect("ok");
+        assert_eq!(settings.model.providers.len(), 1);
+        assert_eq!(settings.model.providers[0].name, "local");
+        std::fs::write(&file, "[providers.default]\ntype = \"mock\"\n").expect("write");
+        let error = parse(&["--providers", path]).expect_err("reserved name");
+        let message = error.to_string();
+        assert!(
+            message.starts_with(&format!("--providers {path}: providers.default: ")),
+            "{message}"
+        );
+        assert!(parse(&[]).expect("ok").model.providers.is_empty());
     }
 }

@@ -18,7 +18,7 @@ use crate::llm::providers::{self, ProviderKind, ProviderSpec, Providers};
 use crate::llm::wire::Timeouts;
 use crate::llm::ModelClient;
 use crate::mcp::McpServers;
-use crate::session::{SessionDeps, Sessions, ToolPolicy};
+use crate::session::{AgentMcp, SessionDeps, Sessions, ToolPolicy};
 use crate::store::{self, writer::Writer, Cluster, Store};
 use crate::tools::{Sandbox, SandboxStatus, ToolContext, ToolRegistry, Workspace};
 
@@ -50,6 +50,7 @@ pub struct Runtime {
     cluster: Option<Arc<dyn Cluster>>,
     replica: Uuid,
     mcp: McpServers,
+    agent_mcp: AgentMcp,
 }
 
 impl Runtime {
@@ -119,12 +120,14 @@ impl Runtime {
         let model = agent.model.clone();
         let run = &settings.run;
         let policy = &settings.policy;
+        let agent_mcp = AgentMcp::new(settings.tools.mcp_timeouts);
         let sessions = Sessions::new(SessionDeps {
             store: opened.store,
             writer,
             agent,
             providers: providers.clone(),
             mcp: mcp.clone(),
+            agent_mcp: agent_mcp.clone(),
             settings: AgentSettings {
                 system_prompt: run.system_prompt.clone(),
                 max_steps: run.max_steps,
@@ -173,6 +176,7 @@ impl Runtime {
             cluster: opened.cluster,
             replica,
             mcp,
+            agent_mcp,
         })
     }
 
@@ -207,10 +211,12 @@ impl Runtime {
             cluster,
             replica,
             mcp,
+            agent_mcp,
             ..
         } = self;
         // After the runs: a call they dropped has told its server it was cancelled.
         mcp.shutdown().await;
+        agent_mcp.shutdown().await;
         // Dropping the last handles to the writer lets it drain its queue and end.
         drop(sessions);
         let _ = tokio::time::timeout(grace, writer_task).await;
@@ -253,7 +259,8 @@ async fn builtin_tools(settings: &ToolSettings) -> ToolRegistry {
     }
 }
 
-/// The providers: `default` from the model flags, then the `--providers` file's.
+/// The providers: `default` from the model flags, then the `--providers` file's. Each has the
+/// flags' timeouts, retries and reply limits, and its own connection pool.
 fn providers(model: &ModelSettings) -> Providers {
     if model.thinking_budget.is_some() && model.provider != Provider::Anthropic {
         tracing::warn!(
@@ -261,6 +268,10 @@ fn providers(model: &ModelSettings) -> Providers {
             "--thinking-budget applies to the anthropic provider only; ignored"
         );
     }
+    let timeouts = Timeouts {
+        total: model.llm_deadline,
+        ..Timeouts::default()
+    };
     let default = ProviderSpec {
         name: providers::DEFAULT.to_string(),
         kind: match model.provider {
@@ -273,19 +284,27 @@ fn providers(model: &ModelSettings) -> Providers {
         headers: Vec::new(),
         prices: Default::default(),
         max_output_tokens: model.max_output_tokens,
-        timeouts: Timeouts {
-            total: model.llm_deadline,
-            ..Timeouts::default()
-        },
+        timeouts: timeouts.clone(),
         limits: model.reply_limits.clone(),
         mock_delay: model.mock_delay,
     };
-    Providers::new(
-        default,
-        model.model.clone(),
-        model.thinking_budget,
-        Vec::new(),
-    )
+    let others = model
+        .providers
+        .iter()
+        .map(|p| ProviderSpec {
+            name: p.name.clone(),
+            kind: p.kind,
+            base_url: p.base_url.clone(),
+            api_key: p.api_key.clone(),
+            headers: p.headers.clone(),
+            prices: p.prices.clone(),
+            max_output_tokens: p.max_output_tokens.unwrap_or(model.max_output_tokens),
+            timeouts: timeouts.clone(),
+            limits: model.reply_limits.clone(),
+            mock_delay: model.mock_delay,
+        })
+        .collect();
+    Providers::new(default, model.model.clone(), model.thinking_budget, others)
 }
 
 /// The HTTP edge's own records, kept in the sessions' database: idempotency keys and the web

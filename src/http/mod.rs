@@ -28,6 +28,7 @@ pub mod idempotency;
 mod paging;
 mod params;
 mod problem;
+mod providers;
 mod runs;
 pub mod server;
 mod sessions;
@@ -99,13 +100,13 @@ impl Default for HttpOptions {
 
 pub fn router(state: AppState, options: &HttpOptions) -> Router {
     // Streaming and long-polling routes (SSE, runs, compaction) have no time limit.
-    let quick =
-        sessions::routes()
-            .merge(artifacts::routes())
-            .layer(TimeoutLayer::with_status_code(
-                StatusCode::REQUEST_TIMEOUT,
-                options.request_timeout,
-            ));
+    let quick = sessions::routes()
+        .merge(artifacts::routes())
+        .merge(providers::routes())
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            options.request_timeout,
+        ));
     let tokens = auth::Tokens::new(&options.api_tokens);
     let guard = guard::RequestGuard::new(
         options.listen,

@@ -101,6 +101,9 @@ pub struct Secrets {
 
 const REDACTED: &str = "[redacted]";
 
+/// The shortest header value scrubbed as a secret.
+pub const MIN_HEADER_SECRET: usize = 8;
+
 impl Secrets {
     pub fn new(api_key: Option<&str>, base_url: &str) -> Secrets {
         let mut values: Vec<String> = api_key
@@ -123,6 +126,22 @@ impl Secrets {
         values.sort_by_key(|v| std::cmp::Reverse(v.len()));
         values.dedup();
         Secrets { values }
+    }
+
+    /// These secrets and the values of configured headers. A value shorter than
+    /// [`MIN_HEADER_SECRET`] is left out: scrubbing `1` or `eu` would mangle any text and hide
+    /// nothing worth hiding.
+    pub fn and_header_values<'a>(mut self, values: impl IntoIterator<Item = &'a str>) -> Secrets {
+        self.values.extend(
+            values
+                .into_iter()
+                .map(str::trim)
+                .filter(|v| v.len() >= MIN_HEADER_SECRET)
+                .map(str::to_string),
+        );
+        self.values.sort_by_key(|v| std::cmp::Reverse(v.len()));
+        self.values.dedup();
+        self
     }
 
     /// `text` without any known secret and without bearer tokens.
@@ -384,6 +403,12 @@ mod tests {
             assert!(!clean.contains(leaked), "{leaked} in {clean}");
         }
         assert!(clean.contains("Bearer [redacted]"), "{clean}");
+        let headers = Secrets::new(None, "http://h").and_header_values(["org-0123456789", "eu"]);
+        assert_eq!(
+            headers.scrub("org-0123456789 in eu"),
+            "[redacted] in eu",
+            "short values are kept"
+        );
     }
 
     #[test]

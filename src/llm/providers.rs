@@ -3,6 +3,10 @@
 //! `model` is `"<provider>/<model>"`, or a bare model name for the default provider;
 //! [`Providers::resolve`] checks it and [`Providers::client`] answers the client that serves
 //! it, made once per provider, model and thinking budget and shared by every run that uses it.
+//! The clients of one provider share its connection pool; [`file`] reads the `--providers`
+//! file.
+
+pub mod file;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -11,7 +15,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::guard::ReplyLimits;
-use super::wire::{HttpModelConfig, Timeouts};
+use super::wire::{HttpModelConfig, HttpPool, Timeouts};
 use super::{anthropic, mock::MockModel, openai, LlmError, ModelClient};
 
 /// The name of the provider the flags define.
@@ -88,12 +92,16 @@ impl std::fmt::Debug for ProviderSpec {
         f.debug_struct("ProviderSpec")
             .field("name", &self.name)
             .field("kind", &self.kind)
-            .field("base_url", &self.base_url)
+            .field(
+                "base_url",
+                &self.base_url.as_deref().map(without_credentials),
+            )
             .finish_non_exhaustive()
     }
 }
 
-/// A provider as `GET /v1/providers` shows it: never a key or a header's value.
+/// A provider as `GET /v1/providers` shows it: never a key, a header's value or the
+/// credentials of a base URL.
 #[derive(Debug, Clone, Serialize)]
 pub struct ProviderInfo {
     pub name: String,
@@ -101,6 +109,9 @@ pub struct ProviderInfo {
     pub kind: ProviderKind,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub base_url: Option<String>,
+    /// The models with a price, in name order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub models: Vec<String>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub prices: BTreeMap<String, Price>,
 }
@@ -152,7 +163,15 @@ struct Inner {
     default_model: String,
     /// The default agent's thinking budget.
     default_thinking: Option<u32>,
-    clients: Mutex<HashMap<ClientKey, Arc<dyn ModelClient>>>,
+    made: Mutex<Made>,
+}
+
+/// What was made for the providers so far.
+#[derive(Default)]
+struct Made {
+    clients: HashMap<ClientKey, Arc<dyn ModelClient>>,
+    /// One connection pool per provider, by name, shared by the clients of its models.
+    pools: HashMap<String, HttpPool>,
 }
 
 impl Providers {
@@ -173,7 +192,7 @@ impl Providers {
                 specs,
                 default_model,
                 default_thinking,
-                clients: Mutex::new(HashMap::new()),
+                made: Mutex::new(Made::default()),
             }),
         }
     }
@@ -205,8 +224,10 @@ impl Providers {
                 kind: s.kind,
                 base_url: s
                     .base_url
-                    .clone()
+                    .as_deref()
+                    .map(without_credentials)
                     .or_else(|| s.kind.default_base_url().map(str::to_string)),
+                models: s.prices.keys().cloned().collect(),
                 prices: s.prices.clone(),
             })
             .collect()
@@ -248,8 +269,8 @@ impl Providers {
             model: model.clone(),
             thinking_budget,
         };
-        let mut clients = self.inner.clients.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(client) = clients.get(&key) {
+        let mut made = self.inner.made.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(client) = made.clients.get(&key) {
             return Ok(client.clone());
         }
         let spec = self.spec(&model.provider).ok_or_else(|| {
@@ -259,8 +280,17 @@ impl Providers {
                 format!("the provider {:?} is not configured", model.provider),
             )
         })?;
-        let client = make_client(spec, &model.model, thinking_budget)?;
-        clients.insert(key, client.clone());
+        let pool = match (spec.kind, made.pools.get(&spec.name)) {
+            (ProviderKind::Mock, _) => None,
+            (_, Some(pool)) => Some(pool.clone()),
+            (kind, None) => {
+                let pool = HttpPool::new(kind.as_str(), &spec.timeouts)?;
+                made.pools.insert(spec.name.clone(), pool.clone());
+                Some(pool)
+            }
+        };
+        let client = make_client(spec, &model.model, thinking_budget, pool)?;
+        made.clients.insert(key, client.clone());
         Ok(client)
     }
 
@@ -270,10 +300,24 @@ impl Providers {
     }
 }
 
+/// A base URL as it may be shown: without a user name or password.
+fn without_credentials(base_url: &str) -> String {
+    match reqwest::Url::parse(base_url.trim()) {
+        Ok(mut url) if !url.username().is_empty() || url.password().is_some() => {
+            // Both only fail for URLs that cannot have credentials, which these have.
+            let _ = url.set_username("");
+            let _ = url.set_password(None);
+            url.to_string()
+        }
+        _ => base_url.to_string(),
+    }
+}
+
 fn make_client(
     spec: &ProviderSpec,
     model: &str,
     thinking_budget: Option<u32>,
+    pool: Option<HttpPool>,
 ) -> Result<Arc<dyn ModelClient>, LlmError> {
     let http = |base: &str| HttpModelConfig {
         base_url: spec.base_url.clone().unwrap_or_else(|| base.to_string()),
@@ -284,6 +328,8 @@ fn make_client(
         timeouts: spec.timeouts.clone(),
         retry: Default::default(),
         limits: spec.limits.clone(),
+        headers: spec.headers.clone(),
+        pool: pool.clone(),
     };
     Ok(match spec.kind {
         ProviderKind::Mock => Arc::new(MockModel::new(spec.mock_delay)),
@@ -294,4 +340,86 @@ fn make_client(
             anthropic::DEFAULT_BASE_URL,
         ))?),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(name: &str, kind: ProviderKind, base_url: Option<&str>) -> ProviderSpec {
+        ProviderSpec {
+            name: name.to_string(),
+            kind,
+            base_url: base_url.map(str::to_string),
+            api_key: Some("sk-unit-test-key".to_string()),
+            headers: vec![("x-org".to_string(), "org-unit-secret".to_string())],
+            prices: BTreeMap::new(),
+            max_output_tokens: 1024,
+            timeouts: Timeouts::default(),
+            limits: ReplyLimits::default(),
+            mock_delay: Duration::ZERO,
+        }
+    }
+
+    fn providers() -> Providers {
+        let mut priced = spec(
+            "gw",
+            ProviderKind::Openai,
+            Some("http://user:pa55@127.0.0.1:9/v1"),
+        );
+        priced.prices.insert(
+            "m1".to_string(),
+            Price {
+                input_per_mtok: 1.0,
+                output_per_mtok: 2.0,
+                cache_read_per_mtok: None,
+            },
+        );
+        Providers::new(
+            spec(DEFAULT, ProviderKind::Mock, None),
+            None,
+            /*default_thinking*/ None,
+            vec![
+                priced,
+                spec(
+                    "claude",
+                    ProviderKind::Anthropic,
+                    Some("http://127.0.0.1:9"),
+                ),
+            ],
+        )
+    }
+
+    #[test]
+    fn the_clients_of_one_provider_share_its_pool() {
+        let providers = providers();
+        let model = |name: &str| providers.resolve(name).expect("resolves");
+        let a = providers.client(&model("gw/m1"), None).expect("client");
+        let again = providers.client(&model("gw/m1"), None).expect("client");
+        assert!(Arc::ptr_eq(&a, &again), "one client per model");
+        providers.client(&model("gw/m2"), None).expect("client");
+        providers
+            .client(&model("claude/c1"), Some(2048))
+            .expect("client");
+        providers.client(&model("mock"), None).expect("client");
+        let made = providers.inner.made.lock().expect("lock");
+        assert_eq!(made.clients.len(), 4);
+        let mut pools: Vec<&str> = made.pools.keys().map(String::as_str).collect();
+        pools.sort();
+        assert_eq!(pools, ["claude", "gw"], "a pool per real provider");
+    }
+
+    #[test]
+    fn the_list_shows_no_secret() {
+        let list = providers().list();
+        let names: Vec<&str> = list.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, [DEFAULT, "gw", "claude"]);
+        assert_eq!(list[1].base_url.as_deref(), Some("http://127.0.0.1:9/v1"));
+        assert_eq!(list[1].models, ["m1"]);
+        let shown = serde_json::to_string(&list).expect("json");
+        for secret in ["sk-unit-test-key", "org-unit-secret", "pa55", "user"] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        assert!(!format!("{:?}", providers().spec("gw")).contains("pa55"));
+    }
 }

@@ -8,8 +8,8 @@
 //! server's own `--policy` rules and the approval mode, MCP timeouts, run concurrency and the
 //! store: they are what the operator promises about the machine, not what an agent chooses.
 
-use std::collections::HashSet;
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -19,7 +19,7 @@ use super::errors::{ConflictKind, SessionError};
 use super::sessions::Sessions;
 use crate::llm::providers::ModelRef;
 use crate::llm::ModelClient;
-use crate::mcp::McpConfig;
+use crate::mcp::{McpConfig, McpServers, McpSettings};
 use crate::model::{
     self, AgentChoice, AgentId, AgentMcpServer, AgentRecord, AgentSpec, ClientTool, Rule,
     SessionAgent, SessionOptions, VersionChoice, DEFAULT_AGENT,
@@ -69,12 +69,74 @@ pub struct AgentBody {
     pub metadata: Option<Value>,
 }
 
-/// The agent version a run captured at its start, and the client that calls its model.
+/// The agent version a run captured at its start, the client that calls its model, and the
+/// MCP servers it defines for itself.
 #[derive(Clone)]
 pub struct RunAgent {
     pub record: Arc<AgentRecord>,
     pub model: ModelRef,
     pub client: Arc<dyn ModelClient>,
+    pub own_mcp: Option<McpServers>,
+}
+
+/// The MCP servers agents define for themselves: started at the first run of each agent
+/// version that has any, shared by the runs of that version, and ended at shutdown. Cheap
+/// to clone.
+#[derive(Clone)]
+pub struct AgentMcp {
+    settings: McpSettings,
+    started: Arc<Mutex<HashMap<(Uuid, u32), McpServers>>>,
+}
+
+impl AgentMcp {
+    pub fn new(settings: McpSettings) -> AgentMcp {
+        AgentMcp {
+            settings,
+            started: Arc::default(),
+        }
+    }
+
+    /// The servers `agent` defines for itself (started now if they were not), once each has
+    /// tried to connect or the handshake time has passed; `None` when it defines none.
+    async fn servers(&self, agent: &AgentRecord) -> Option<McpServers> {
+        let id = agent.id.stored()?;
+        let mut config = McpConfig::default();
+        for server in agent.spec.mcp_servers.iter().flatten() {
+            if let AgentMcpServer::Inline(inline) = server {
+                // Checked when the version was made.
+                if let Ok(one) = inline_config(inline) {
+                    config.servers.extend(one.servers);
+                }
+            }
+        }
+        if config.servers.is_empty() {
+            return None;
+        }
+        let (servers, fresh) = {
+            let mut started = self.started.lock().unwrap_or_else(|e| e.into_inner());
+            match started.get(&(id, agent.version)) {
+                Some(servers) => (servers.clone(), false),
+                None => {
+                    let servers = McpServers::start(&config, self.settings);
+                    started.insert((id, agent.version), servers.clone());
+                    (servers, true)
+                }
+            }
+        };
+        if fresh {
+            servers.settle(self.settings.handshake_timeout).await;
+        }
+        Some(servers)
+    }
+
+    /// Ends every agent's servers.
+    pub async fn shutdown(&self) {
+        let all: Vec<McpServers> = {
+            let mut started = self.started.lock().unwrap_or_else(|e| e.into_inner());
+            started.drain().map(|(_, servers)| servers).collect()
+        };
+        futures::future::join_all(all.iter().map(McpServers::shutdown)).await;
+    }
 }
 
 impl Sessions {
@@ -304,10 +366,12 @@ impl Sessions {
                 (model, client)
             }
         };
+        let own_mcp = self.deps.agent_mcp.servers(&record).await;
         Ok(RunAgent {
             record: Arc::new(record),
             model,
             client,
+            own_mcp,
         })
     }
 

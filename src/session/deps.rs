@@ -33,6 +33,8 @@ pub struct SessionDeps {
     pub providers: Providers,
     /// The MCP servers, whose tools a run adds to the built-in ones.
     pub mcp: McpServers,
+    /// The MCP servers agents define for themselves.
+    pub agent_mcp: super::agents::AgentMcp,
     pub settings: AgentSettings,
     /// Bytes one artifact may have; a larger file a tool produced is not kept.
     pub max_artifact_bytes: u64,

@@ -53,7 +53,7 @@ mod waiting;
 pub use crate::store::agents::AgentQuery;
 /// The store's read queries and its error, as the faces name them through the session layer.
 pub use crate::store::{ArtifactQuery, ArtifactVersions, SessionQuery, StoreError};
-pub use agents::{AgentBody, RunAgent};
+pub use agents::{AgentBody, AgentMcp, RunAgent};
 pub use command::{
     ApprovalAnswer, CancelOutcome, Compacted, IfBusy, Pending, RunRequest, RunStarted, RunStopped,
 };

@@ -10,6 +10,8 @@
 //! - `requests`: the exact shape of the requests sent.
 //! - `thinking`: Anthropic's thinking blocks and the reasoning deltas of OpenAI-compatible
 //!   servers, streamed and kept, and what of them each request sends back.
+//! - `file`: the `--providers` file: `GET /v1/providers`, two configured providers serving at
+//!   once with their own URLs, models and headers, and the refusals of a bad file.
 
 use std::time::Duration;
 
@@ -44,6 +46,8 @@ fn config(base_url: &str, retries: u32) -> HttpModelConfig {
             max_delay: Duration::from_millis(10),
         },
         limits: Default::default(),
+        headers: Vec::new(),
+        pool: None,
     }
 }
 
@@ -211,6 +215,7 @@ macro_rules! for_each_provider {
 }
 
 mod errors;
+mod file;
 mod requests;
 mod retries;
 mod streaming;

@@ -83,6 +83,7 @@ where
     }
 }
 
+mod agents;
 mod builders;
 mod cluster;
 mod commits;

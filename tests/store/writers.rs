@@ -1,11 +1,12 @@
-//! The store's other writers beside the batches: idempotency keys, sign-ins and the webhook
-//! queue write outside the sessions' batches (on SQLite through the read pool, beside the
-//! single batch connection), at the same time as batches commit, and every write of either
-//! side succeeds.
+//! The store's other writers beside the batches: idempotency keys, sign-ins, the webhook
+//! queue and the agents write outside the sessions' batches (on SQLite through the read pool,
+//! beside the single batch connection), at the same time as batches commit, and every write of
+//! either side succeeds.
 
 use std::sync::Arc;
 
-use tah::model::SessionState;
+use tah::model::{AgentId, AgentRecord, AgentSpec, SessionState};
+use tah::store::agents::{AgentQuery, Bumped};
 use tah::store::keys::{KeyClaim, StoredResponse};
 use tah::store::sign_ins::NewSignIn;
 use tah::store::Store;
@@ -44,6 +45,7 @@ async fn other_writers_and_batches_commit_side_by_side(store: Arc<dyn Store>) {
         .expect("the store keeps idempotency keys");
     let sign_ins = store.sign_ins().expect("the store keeps sign-ins");
     let webhooks = store.webhooks().expect("the store keeps a webhook queue");
+    let agents = store.agents().expect("the store keeps agents");
     let response = StoredResponse {
         status: 201,
         content_type: Some("application/json".into()),
@@ -66,6 +68,14 @@ async fn other_writers_and_batches_commit_side_by_side(store: Arc<dyn Store>) {
         };
         sign_ins.insert_sign_in(&sign_in).await.expect("records");
         webhooks.release_claims().await.expect("frees claims");
+        let first = new_agent(round);
+        agents.insert_agent(&first).await.expect("creates an agent");
+        let next = AgentRecord {
+            version: 2,
+            ..first.clone()
+        };
+        let bumped = agents.add_agent_version(&next, 1).await.expect("updates");
+        assert_eq!(bumped, Bumped::Done);
     }
     batches.await.expect("every batch commits");
 
@@ -81,4 +91,26 @@ async fn other_writers_and_batches_commit_side_by_side(store: Arc<dyn Store>) {
         sign_ins.purge_sign_ins(5_000).await.expect("purges"),
         ROUNDS as u64
     );
+    let listed = agents
+        .agents(&AgentQuery {
+            limit: 500,
+            before: None,
+            include_archived: false,
+        })
+        .await
+        .expect("lists agents");
+    assert_eq!(listed.len(), ROUNDS as usize);
+    assert!(listed.iter().all(|a| a.version == 2));
+}
+
+fn new_agent(round: i64) -> AgentRecord {
+    let at = tah::model::now();
+    AgentRecord {
+        id: AgentId::Stored(tah::model::new_id()),
+        version: 1,
+        spec: AgentSpec::named(format!("agent-{round}"), "mock"),
+        created_at: at,
+        updated_at: at,
+        archived_at: None,
+    }
 }

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use rand::Rng;
 
-use crate::llm::guard::ReplyLimits;
+use super::HttpPool;
+use crate::llm::guard::{self, ReplyLimits};
 
 /// How long to wait at each stage of a call.
 #[derive(Debug, Clone)]
@@ -75,9 +76,9 @@ impl RetryPolicy {
     }
 }
 
-/// What a real provider client needs: where to call, with which key and model, and how
-/// patiently.
-#[derive(Debug, Clone)]
+/// What a real provider client needs: where to call, with which key, headers and model, how
+/// patiently, and through which connection pool.
+#[derive(Clone)]
 pub struct HttpModelConfig {
     pub base_url: String,
     /// `None` for local servers that need no key; never logged or put into an error.
@@ -91,6 +92,37 @@ pub struct HttpModelConfig {
     pub timeouts: Timeouts,
     pub retry: RetryPolicy,
     pub limits: ReplyLimits,
+    /// Sent with every request besides the dialect's own (a gateway's organisation or route,
+    /// say): they may replace the dialect's headers but not `Content-Type`. Their values are
+    /// treated as secrets: never logged, shown or put into an error.
+    pub headers: Vec<(String, String)>,
+    /// The connection pool requests go through (`None`: a pool of the client's own). The
+    /// clients of one provider share one, so its models reuse its connections; the pool's
+    /// connect timeout is the one it was made with.
+    pub pool: Option<HttpPool>,
+}
+
+/// Shows where a configuration calls and what it carries, never a key, a header's value or
+/// the credentials of a base URL.
+impl std::fmt::Debug for HttpModelConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let base_url = reqwest::Url::parse(self.base_url.trim())
+            .map(|url| guard::shown_url(&url))
+            .unwrap_or_else(|_| "<not a URL>".to_string());
+        let headers: Vec<&str> = self.headers.iter().map(|(name, _)| name.as_str()).collect();
+        f.debug_struct("HttpModelConfig")
+            .field("base_url", &base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("model", &self.model)
+            .field("max_tokens", &self.max_tokens)
+            .field("thinking_budget", &self.thinking_budget)
+            .field("timeouts", &self.timeouts)
+            .field("retry", &self.retry)
+            .field("limits", &self.limits)
+            .field("headers", &headers)
+            .field("pool", &self.pool.is_some())
+            .finish()
+    }
 }
 
 impl HttpModelConfig {
@@ -109,6 +141,8 @@ impl HttpModelConfig {
             timeouts: Timeouts::default(),
             retry: RetryPolicy::default(),
             limits: ReplyLimits::default(),
+            headers: Vec::new(),
+            pool: None,
         }
     }
 }
@@ -134,5 +168,23 @@ mod tests {
             Duration::from_secs(1)
         );
         assert_eq!(policy.delay(3, Some(Duration::ZERO)), Duration::ZERO);
+    }
+
+    #[test]
+    fn debug_output_shows_no_secret() {
+        let mut config = HttpModelConfig::new(
+            "https://bob:pa55word@llm.example/v1",
+            Some("sk-secret-key".to_string()),
+            "m",
+        );
+        config.headers = vec![("x-org".to_string(), "org-secret-value".to_string())];
+        let shown = format!("{config:?}");
+        for secret in ["sk-secret-key", "org-secret-value", "pa55word", "bob"] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        assert!(
+            shown.contains("x-org") && shown.contains("llm.example"),
+            "{shown}"
+        );
     }
 }

@@ -1,7 +1,8 @@
-//! The HTTP plumbing shared by the real providers: configuration (timeouts, retry policy),
-//! one pooled `reqwest::Client` per provider client, retries with exponential backoff and full
-//! jitter (honouring `Retry-After`), first-byte and idle timeouts, SSE decoding and the mapping
-//! of HTTP statuses and transport failures to [`LlmError`](crate::llm::LlmError)s.
+//! The HTTP plumbing shared by the real providers: configuration (timeouts, retry policy,
+//! headers), one pooled `reqwest::Client` per provider ([`HttpPool`]), retries with
+//! exponential backoff and full jitter (honouring `Retry-After`), first-byte and idle
+//! timeouts, SSE decoding and the mapping of HTTP statuses and transport failures to
+//! [`LlmError`](crate::llm::LlmError)s.
 //!
 //! It lives apart from `openai.rs` and `anthropic.rs` so that both dialects get exactly the same
 //! robustness rules: a provider only says how to build its request body and how to read its
@@ -12,7 +13,7 @@
 //! - `config`: [`HttpModelConfig`], [`Timeouts`] and the [`RetryPolicy`] (backoff with full
 //!   jitter, capped, `Retry-After` first).
 //! - `transport`: the `Transport` of one endpoint: client, headers, the first answer of an
-//!   attempt.
+//!   attempt; the [`HttpPool`] the clients of one provider share.
 //! - `sse`: the call across its attempts: timed body, SSE decoding, retries.
 //! - `status`: what a failed attempt means (status, `Retry-After`, transport error).
 //! - `reply`: the `EventParser` a dialect implements, the `ReplyDraft` both assemble a
@@ -34,6 +35,7 @@ pub(crate) use reply::{
 };
 pub use sse::cut_into_lines;
 pub use status::parse_retry_after;
+pub use transport::HttpPool;
 pub(crate) use transport::{key_header, Transport};
 
 /// Why one attempt failed, and whether another attempt may help.

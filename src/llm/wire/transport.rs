@@ -7,7 +7,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
-use reqwest::header::{HeaderMap, HeaderValue, CONTENT_TYPE};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
 use reqwest::Url;
 use tokio::time::Instant;
 
@@ -21,6 +21,32 @@ use crate::llm::{LlmError, LlmErrorKind, ModelStream, Purpose};
 
 /// The largest error body read from a failed response.
 const MAX_ERROR_BODY: usize = 64 * 1024;
+
+/// A connection pool: one HTTP client with its connections, cheap to clone. The clients made
+/// for one provider's models share one, so a provider keeps its own pool apart from the
+/// others'.
+#[derive(Debug, Clone)]
+pub struct HttpPool {
+    http: reqwest::Client,
+}
+
+impl HttpPool {
+    /// A pool whose connections are made within `timeouts.connect`.
+    pub fn new(provider: &str, timeouts: &Timeouts) -> Result<HttpPool, LlmError> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(timeouts.connect)
+            .user_agent(concat!("tah/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| {
+                LlmError::new(
+                    provider,
+                    LlmErrorKind::Connection,
+                    format!("cannot build the HTTP client: {e}"),
+                )
+            })?;
+        Ok(HttpPool { http })
+    }
+}
 
 /// One provider endpoint with its pooled client, headers, timeouts and retry policy.
 pub(crate) struct Transport {
@@ -38,15 +64,16 @@ pub(crate) struct Transport {
 }
 
 impl Transport {
-    /// Builds the client for `{base_url}{path}`. `headers` are sent with every request (mark
-    /// the key's header sensitive).
+    /// Builds the client for `{base_url}{path}`. `headers` (the dialect's: mark the key's
+    /// header sensitive) and then the configuration's are sent with every request.
     pub fn new(
         provider: &'static str,
         config: &HttpModelConfig,
         path: &str,
         mut headers: HeaderMap,
     ) -> Result<Transport, LlmError> {
-        let secrets = Secrets::new(config.api_key.as_deref(), &config.base_url);
+        let secrets = Secrets::new(config.api_key.as_deref(), &config.base_url)
+            .and_header_values(config.headers.iter().map(|(_, value)| value.as_str()));
         let invalid = |message: String| {
             LlmError::new(provider, LlmErrorKind::Rejected, secrets.scrub(&message))
         };
@@ -62,21 +89,18 @@ impl Transport {
         if config.model.trim().is_empty() {
             return Err(invalid("no model configured".to_string()));
         }
+        for (name, value) in &config.headers {
+            let (name, value) = configured_header(name, value).map_err(invalid)?;
+            headers.insert(name, value);
+        }
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        let http = reqwest::Client::builder()
-            .connect_timeout(config.timeouts.connect)
-            .user_agent(concat!("tah/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| {
-                LlmError::new(
-                    provider,
-                    LlmErrorKind::Connection,
-                    format!("cannot build the HTTP client: {e}"),
-                )
-            })?;
+        let pool = match &config.pool {
+            Some(pool) => pool.clone(),
+            None => HttpPool::new(provider, &config.timeouts)?,
+        };
         Ok(Transport {
             provider,
-            http,
+            http: pool.http,
             shown_url: guard::shown_url(&url),
             url,
             headers,
@@ -168,6 +192,17 @@ impl Transport {
         let text = String::from_utf8_lossy(&bytes);
         self.secrets.scrub(&text)
     }
+}
+
+/// A configured header, its value marked sensitive so that it is never logged; an error names
+/// the header, never its value.
+fn configured_header(name: &str, value: &str) -> Result<(HeaderName, HeaderValue), String> {
+    let name = HeaderName::from_bytes(name.as_bytes())
+        .map_err(|_| format!("{name:?} is not a valid HTTP header name"))?;
+    let mut value = HeaderValue::from_str(value)
+        .map_err(|_| format!("the value of the header {name} is not a valid HTTP header value"))?;
+    value.set_sensitive(true);
+    Ok((name, value))
 }
 
 /// A header that carries the API key: marked sensitive so that it is never logged, and refused

@@ -125,6 +125,9 @@ impl SessionActor {
         }
         let servers = agent_mcp_servers(spec, record.options.mcp_servers.as_deref());
         let mut more = self.deps.mcp.tools(servers.as_deref());
+        if let Some(own) = &agent.own_mcp {
+            more.extend(own.tools(record.options.mcp_servers.as_deref()));
+        }
         let offered = |names: &Option<Vec<String>>| {
             names
                 .as_ref()
