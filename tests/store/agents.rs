@@ -8,7 +8,6 @@ use tah::model::{self, AgentId, AgentRecord, AgentSpec, ClientTool, Rule};
 use tah::store::agents::{AgentQuery, Bumped};
 use tah::store::Store;
 
-
 conformance!(
     agent_versions_round_trip_and_updates_are_conditional,
     agents_page_newest_first_and_hide_the_archived,
