@@ -341,3 +341,47 @@ async fn the_agents_client_tools_and_limits_apply_to_its_sessions() {
     assert_eq!(result["status"], "completed", "{result}");
     assert_eq!(result["steps"], 3, "{result}");
 }
+
+#[tokio::test]
+async fn a_run_keeps_the_version_it_started_with_when_the_agent_changes_mid_run() {
+    // Asked to think, the mock streams reasoning before each of its three replies, slowly.
+    let server = TestServer::start(ServerOptions::new().mock_delay_ms(25)).await;
+    let id = versioned_agent(&server, "steady").await;
+    let session = session_on(&server, json!({"agent": {"id": id, "version": "latest"}})).await;
+    let sid = id_of(&session);
+    let run = server.start_run(&sid, "think, then look").await;
+    let run_id = id_of(&run);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while server.llm_step_count(&sid).await == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "no LLM step began");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let v2 = updated(
+        &server,
+        &id,
+        &json!({"system_prompt": V2_PROMPT, "tools": V2_TOOLS}),
+    )
+    .await;
+    let ended = server.wait_run(&sid, &run_id).await;
+    assert_eq!(ended["status"], "completed", "{ended}");
+
+    let views = run_step_views(&server, &sid, &json!(run_id)).await;
+    assert_eq!(views.len(), 3, "list, read, answer: {views:?}");
+    let changed: chrono::DateTime<chrono::Utc> = v2["updated_at"]
+        .as_str()
+        .and_then(|t| t.parse().ok())
+        .expect("updated_at");
+    let last_began: chrono::DateTime<chrono::Utc> = views[2]["created_at"]
+        .as_str()
+        .and_then(|t| t.parse().ok())
+        .expect("created_at of the last step");
+    assert!(
+        changed < last_began,
+        "the update came after the run's last LLM step began ({changed} ≥ {last_began}); \
+         the test proves nothing: slow the mock down"
+    );
+    assert_steps_ran(&views, &id, 1, V1_PROMPT, &V1_TOOLS);
+    // The next run starts on the new version.
+    let views = turn(&server, &sid, "again").await;
+    assert_steps_ran(&views, &id, 2, V2_PROMPT, &V2_TOOLS);
+}
