@@ -275,7 +275,13 @@ impl TestServer {
         .map(|s| s.to_string())
         .collect();
         args.push(self.workspace.path().display().to_string());
-        let chosen = |flag: &str| self.options.args.iter().any(|a| a.starts_with(flag));
+        let chosen = |flag: &str| {
+            let with_value = format!("{flag}=");
+            self.options
+                .args
+                .iter()
+                .any(|a| a == flag || a.starts_with(&with_value))
+        };
         if self.pg_database.is_some() {
             // Auto-resume is on by default with PostgreSQL; the tests resume by themselves
             // unless they ask for it. A short lease lets a killed process's sessions be taken
