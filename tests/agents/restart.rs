@@ -45,11 +45,12 @@ async fn a_pinned_session_keeps_its_agent_version_across_a_restart() {
     assert_eq!(result["status"], "completed", "{result}");
     let views = run_step_views(&server, &following, &result["run_id"]).await;
     assert_steps_ran(&views, &id, 2, "After.", &["list_files"]);
+    // The steps of the runs before the restart still show what they sent.
+    let all = server.llm_step_views(&pinned).await;
+    assert_steps_ran(&all, &id, 1, "Before.", &["list_files", "read_file"]);
+    // The view shows the version its last run used.
     assert_eq!(
         server.session(&following).await["agent"],
         json!({"id": id, "version": 2, "name": "durable", "follows_latest": true})
     );
-    // The steps of the runs before the restart still show what they sent.
-    let all = server.llm_step_views(&pinned).await;
-    assert_steps_ran(&all, &id, 1, "Before.", &["list_files", "read_file"]);
 }

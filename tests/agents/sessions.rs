@@ -91,12 +91,6 @@ async fn latest_follows_updates_at_each_run() {
     make_v2(&server, &id).await;
     let views = turn(&server, &sid, "second turn").await;
     assert_steps_ran(&views, &id, 2, V2_PROMPT, &V2_TOOLS);
-    let session = server.session(&sid).await;
-    assert_eq!(
-        session["agent"],
-        json!({"id": id, "version": 2, "name": "follower", "follows_latest": true}),
-        "{session}"
-    );
     // The first run's steps still show version 1.
     let all = server.llm_step_views(&sid).await;
     let versions: Vec<&Value> = all
@@ -105,6 +99,13 @@ async fn latest_follows_updates_at_each_run() {
         .collect();
     assert_eq!(versions.first(), Some(&&json!(1)), "{versions:?}");
     assert_eq!(versions.last(), Some(&&json!(2)), "{versions:?}");
+    // The view shows the version its last run used.
+    let session = server.session(&sid).await;
+    assert_eq!(
+        session["agent"],
+        json!({"id": id, "version": 2, "name": "follower", "follows_latest": true}),
+        "{session}"
+    );
 }
 
 #[tokio::test]
