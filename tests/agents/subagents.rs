@@ -14,11 +14,6 @@ fn task_input(agent: &str) -> String {
     format!("call `task` with {arguments}")
 }
 
-async fn children_of(server: &TestServer, id: &str) -> Vec<Value> {
-    let page = server.get_ok(&format!("/v1/sessions?parent_id={id}")).await;
-    page["data"].as_array().cloned().unwrap_or_default()
-}
-
 /// A helper agent and a lead agent that may delegate to it (by `entry`, a function of the
 /// helper's view); returns `(lead id, helper id)`.
 async fn lead_and_helper(server: &TestServer, entry: fn(&Value) -> Value) -> (String, String) {
@@ -51,7 +46,7 @@ async fn task_runs_a_named_subagent_in_the_child_session() {
     let result = server.run_wait(&session, &task_input("helper")).await;
     assert_eq!(result["status"], "completed", "{result}");
 
-    let children = children_of(&server, &session).await;
+    let children = server.children(&session).await;
     assert_eq!(children.len(), 1, "{children:?}");
     let child = &children[0];
     assert_eq!(child["agent"]["id"], helper.as_str(), "{child}");
@@ -80,7 +75,7 @@ async fn task_takes_a_subagent_by_id_and_refuses_any_other() {
 
     let result = server.run_wait(&session, &task_input(&helper)).await;
     assert_eq!(result["status"], "completed", "{result}");
-    let children = children_of(&server, &session).await;
+    let children = server.children(&session).await;
     assert_eq!(children.len(), 1, "{children:?}");
     assert_eq!(
         children[0]["agent"]["id"],
@@ -94,7 +89,7 @@ async fn task_takes_a_subagent_by_id_and_refuses_any_other() {
         .await;
     assert_eq!(result["status"], "completed", "{result}");
     assert_eq!(
-        children_of(&server, &session).await.len(),
+        server.children(&session).await.len(),
         1,
         "a refused task started a child"
     );

@@ -414,6 +414,12 @@ impl Api {
             .await
     }
 
+    /// The child sessions (sub-agents) of a session, from `?parent_id=`.
+    pub async fn children(&self, id: &str) -> Vec<Value> {
+        self.pages(&format!("/v1/sessions?parent_id={id}"), "cursor")
+            .await
+    }
+
     pub async fn sessions(&self) -> Vec<Value> {
         self.pages("/v1/sessions", "cursor").await
     }
