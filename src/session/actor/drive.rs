@@ -100,6 +100,8 @@ struct Prepared {
     span: tracing::Span,
     /// Why the run cannot start (its workspace cannot be used).
     unusable: Option<String>,
+    /// The session follows its agent's updates, and this run runs a newer version.
+    agent_moved: bool,
 }
 
 impl SessionActor {
@@ -196,6 +198,11 @@ impl SessionActor {
         if let Some(opening) = begin.opening.take() {
             journal.batch = opening;
         }
+        if prepared.agent_moved {
+            // The session shows the version its run runs.
+            let record = journal.core.record.clone();
+            journal.batch.ops.push(WriteOp::UpdateSession(record));
+        }
         let (result, lease_lost) = match prepared.unusable {
             Some(error) => (Err(AgentError::NotStarted { error }), false),
             None => {
@@ -235,7 +242,7 @@ impl SessionActor {
             permit: RunPermit::unmetered(self.deps.run_permits.clone()),
         });
         let children = Arc::new(Children::new(lineage.tree));
-        let (agent, mut unusable) = self.capture_agent().await?;
+        let (agent, agent_moved, mut unusable) = self.capture_agent().await?;
         let core = self.core.as_ref().ok_or(Stop::Gone)?;
         let tools = self.run_tools(&core.record, run, &agent, (&children, &lineage.permit));
         let context = match self.tool_context(&core.record).await {
@@ -309,6 +316,7 @@ impl SessionActor {
             settings,
             span,
             unusable,
+            agent_moved,
         })
     }
 
@@ -316,22 +324,24 @@ impl SessionActor {
     /// follows its agent's updates (which the session then shows), else the one it is pinned
     /// to. When it cannot be had (its provider is no longer configured), the run does not
     /// start, saying why.
-    async fn capture_agent(&mut self) -> Result<(RunAgent, Option<String>), Stop> {
+    async fn capture_agent(&mut self) -> Result<(RunAgent, bool, Option<String>), Stop> {
         let sessions = Sessions::from_parts(self.deps.clone(), self.live.clone());
         let core = self.core.as_mut().ok_or(Stop::Gone)?;
         let chosen = core.record.options.agent.clone();
         match sessions.run_agent(&chosen).await {
             Ok(agent) => {
-                if chosen.follows_latest {
-                    core.record.options.agent.tag = agent.record.tag();
+                let tag = agent.record.tag();
+                let moved = chosen.follows_latest && tag != chosen.tag;
+                if moved {
+                    core.record.options.agent.tag = tag;
                 }
-                Ok((agent, None))
+                Ok((agent, moved, None))
             }
             Err(error) => {
                 let why = format!("the session's agent {} cannot run: {error}", chosen.tag.id);
                 let default = SessionAgent::default();
                 let agent = sessions.run_agent(&default).await.map_err(|_| Stop::Gone)?;
-                Ok((agent, Some(why)))
+                Ok((agent, false, Some(why)))
             }
         }
     }
