@@ -49,7 +49,8 @@ say "versions: node $(node --version), playwright-core" \
     "$(/usr/bin/chromium --version 2>/dev/null | head -n1)"
 install_done=$SECONDS
 
-export TAH_BIN=$PWD/$tah
+# An absolute path as given, a relative one from the repository's root.
+if [[ $tah == /* ]]; then export TAH_BIN=$tah; else export TAH_BIN=$PWD/$tah; fi
 status=0
 (cd "$dir" && node --test --test-concurrency=1) || status=$?
 if [[ -f target/screenshots/figures.json ]]; then

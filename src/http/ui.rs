@@ -62,6 +62,7 @@ static ASSETS: &[Asset] = &[
     asset!("/ui/diff.js", "diff.js", JS),
     asset!("/ui/inspector.js", "inspector.js", JS),
     asset!("/ui/sessions.js", "sessions.js", JS),
+    asset!("/ui/agents.js", "agents.js", JS),
 ];
 
 /// Each asset's ETag, computed once: FNV-1a over its bytes. Weak, because the bytes sent

@@ -107,15 +107,18 @@ pub(super) fn micros(at: DateTime<Utc>) -> i64 {
     at.timestamp_micros()
 }
 
-/// An agent version from its row's columns (in [`sql`]'s column order).
-pub(super) fn record_of(
-    id: String,
-    version: i64,
-    spec: String,
-    created_at: i64,
-    updated_at: i64,
-    archived_at: Option<i64>,
-) -> StoreResult<AgentRecord> {
+/// A version's row, in [`sql`]'s column order: id, version, spec, the agent's creation, the
+/// version's, the archiving.
+pub(super) type AgentRow = (String, i64, String, i64, i64, Option<i64>);
+
+/// Agent versions from their rows.
+pub(super) fn records_of(rows: Vec<AgentRow>) -> StoreResult<Vec<AgentRecord>> {
+    rows.into_iter().map(record_of).collect()
+}
+
+/// An agent version from its row.
+pub(super) fn record_of(row: AgentRow) -> StoreResult<AgentRecord> {
+    let (id, version, spec, created_at, updated_at, archived_at) = row;
     let corrupt = |what: &str| StoreError::Corrupt(format!("agent {id}: {what}"));
     let time = |t: i64| DateTime::from_timestamp_micros(t).ok_or_else(|| corrupt("a time"));
     let spec: AgentSpec =
@@ -212,7 +215,7 @@ macro_rules! agents_over_pool {
             ) -> $crate::store::StoreResult<Option<$crate::model::AgentRecord>> {
                 use $crate::store::agents::sql;
                 let q = $sql;
-                let row: Option<(String, i64, String, i64, i64, Option<i64>)> = match version {
+                let row: Option<$crate::store::agents::AgentRow> = match version {
                     None => {
                         sqlx::query_as(&q(&sql::latest()))
                             .bind(id.to_string())
@@ -227,8 +230,7 @@ macro_rules! agents_over_pool {
                             .await?
                     }
                 };
-                row.map(|(a, b, c, d, e, f)| $crate::store::agents::record_of(a, b, c, d, e, f))
-                    .transpose()
+                row.map($crate::store::agents::record_of).transpose()
             }
 
             async fn agents(
@@ -241,16 +243,13 @@ macro_rules! agents_over_pool {
                     .before
                     .map(|id| id.to_string())
                     .unwrap_or_else(|| TOP.to_string());
-                let rows: Vec<(String, i64, String, i64, i64, Option<i64>)> =
-                    sqlx::query_as(&q(&sql::page()))
-                        .bind(before)
-                        .bind(i64::from(query.include_archived))
-                        .bind(query.limit)
-                        .fetch_all(&self.pool)
-                        .await?;
-                rows.into_iter()
-                    .map(|(a, b, c, d, e, f)| $crate::store::agents::record_of(a, b, c, d, e, f))
-                    .collect()
+                let rows: Vec<$crate::store::agents::AgentRow> = sqlx::query_as(&q(&sql::page()))
+                    .bind(before)
+                    .bind(i64::from(query.include_archived))
+                    .bind(query.limit)
+                    .fetch_all(&self.pool)
+                    .await?;
+                $crate::store::agents::records_of(rows)
             }
 
             async fn agent_versions(
@@ -262,16 +261,14 @@ macro_rules! agents_over_pool {
                 use $crate::store::agents::sql;
                 let q = $sql;
                 let before = before.map(i64::from).unwrap_or(i64::MAX);
-                let rows: Vec<(String, i64, String, i64, i64, Option<i64>)> =
+                let rows: Vec<$crate::store::agents::AgentRow> =
                     sqlx::query_as(&q(&sql::versions()))
                         .bind(id.to_string())
                         .bind(before)
                         .bind(limit)
                         .fetch_all(&self.pool)
                         .await?;
-                rows.into_iter()
-                    .map(|(a, b, c, d, e, f)| $crate::store::agents::record_of(a, b, c, d, e, f))
-                    .collect()
+                $crate::store::agents::records_of(rows)
             }
 
             async fn archive_agent(

@@ -10,8 +10,8 @@ use crate::fixture::serve_http;
 use crate::support::fakes::start_openai;
 use crate::support::{check_problem, ServerOptions, TestServer};
 use crate::{
-    allow_all, asks, call, config_args, mcp_tools, model_calling, outcome, says, scratch, start,
-    stdio_server, strs, wait_tool,
+    allow_all, asks, call, config_args, mcp_tools, model_calling, offered, outcome, says, scratch,
+    start, stdio_server, strs, wait_tool,
 };
 
 const READY: Duration = Duration::from_secs(20);
@@ -134,19 +134,6 @@ pub async fn a_session_gets_the_servers_it_chose() {
     let later = offered(&model.body(2));
     assert!(later.iter().all(|t| !t.starts_with("mcp__")), "{later:?}");
     assert!(later.contains(&"read_file".to_string()), "{later:?}");
-}
-
-/// The names of the tools a model request offered.
-fn offered(body: &Value) -> Vec<String> {
-    body["tools"]
-        .as_array()
-        .map(|tools| {
-            tools
-                .iter()
-                .filter_map(|t| t["function"]["name"].as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 pub async fn unknown_servers_and_mcp_tool_names_are_refused() {

@@ -12,6 +12,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod agents;
 mod calls;
 mod fixture;
 mod lifecycle;
@@ -59,6 +60,7 @@ fn main() -> ExitCode {
         lifecycle::an_http_server_is_connected_when_it_comes_up_and_after_it_comes_back,
         lifecycle::shutdown_leaves_no_server_process,
         lifecycle::a_missing_variable_stops_the_start,
+        agents::an_agent_s_own_server_serves_its_sessions_only,
     ]);
     // The manual's example on the real server from npm, where it is installed (always in CI).
     let npm_missing = !npm::installed() && std::env::var_os("CI").is_none();
@@ -103,6 +105,19 @@ pub fn config_args(dir: &Path, servers: Value) -> Vec<String> {
 /// The flags as the `&[&str]` the launcher takes.
 pub fn strs(args: &[String]) -> Vec<&str> {
     args.iter().map(String::as_str).collect()
+}
+
+/// The names of the tools a model request offered.
+pub fn offered(body: &Value) -> Vec<String> {
+    body["tools"]
+        .as_array()
+        .map(|tools| {
+            tools
+                .iter()
+                .filter_map(|t| t["function"]["name"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// `GET /v1/tools`, the MCP tools only.

@@ -87,6 +87,20 @@ export const sessions = {
   eventsUrl: (id) => `${base(id)}/events`,
 };
 
+const agentBase = (id) => `/v1/agents/${encodeURIComponent(id)}`;
+
+export const agents = {
+  /** The stored agents, archived ones included, newest first (the default agent is not one). */
+  list: () => allPages("/v1/agents?include_archived=true"),
+  /** An agent's latest version; `default` is the one the server's flags define. */
+  get: (id) => api("GET", agentBase(id)),
+  /** Every version of an agent, newest first. */
+  versions: (id) => allPages(`${agentBase(id)}/versions`),
+};
+
+/** The model providers agents name (`GET /v1/providers`): names, types, base URLs; never a key. */
+export const providers = () => api("GET", "/v1/providers");
+
 export const auth = {
   status: () => api("GET", "/v1/auth/cookie"),
   signIn: (token) => api("POST", "/v1/auth/cookie", { token }),

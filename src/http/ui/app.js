@@ -1,6 +1,6 @@
 // The page: sign-in, the session list, one open session (its conversation, live), the input
-// and the session's actions. The address says which session is open (`#/s/<id>`), so the
-// back button and links work.
+// and the session's actions, and the agents page. The address says what is open (`#/s/<id>`,
+// `#/agents`, `#/agents/<id>`), so the back button and links work.
 
 import { api, ApiError, authEvents, auth, sessions } from "./api.js";
 import { h, clear, show, isId, clock, count } from "./dom.js";
@@ -8,6 +8,7 @@ import { EventFeed } from "./stream.js";
 import { Conversation } from "./conversation.js";
 import { Inspector } from "./inspector.js";
 import { SessionList } from "./sessions.js";
+import { AgentsPage, fillAgentPicker, drawSessionAgent, isAgentId } from "./agents.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -16,6 +17,9 @@ const ui = {
   sidebar: $("sidebar"),
   title: $("session-title"),
   meta: $("session-meta"),
+  agent: $("session-agent"),
+  agents: $("agents"),
+  agentsLink: $("agents-link"),
   state: $("session-state"),
   actions: $("session-actions"),
   banner: $("banner"),
@@ -41,6 +45,13 @@ const ui = {
 
 const list = new SessionList($("session-list"), $("session-list-empty"), { onError: (e) => toast(e.message, "error") });
 const inspector = new Inspector($("inspector-list"), $("inspector-hide-stream"));
+const agentsPage = new AgentsPage($("agent-list"), $("agent-detail"), $("provider-list"), {
+  onHeader: (title, meta) => {
+    setText(ui.title, title);
+    setText(ui.meta, meta);
+  },
+  onError: (e) => toast(e.message, "error"),
+});
 
 /** The open session: its record, conversation and feed. */
 let open = null;
@@ -58,7 +69,11 @@ function view(name) {
   show(ui.composer, name === "session");
   show(ui.actions, name === "session");
   show(ui.state, name === "session");
+  show(ui.agents, name === "agents");
+  if (name === "agents") ui.agentsLink.setAttribute("aria-current", "page");
+  else ui.agentsLink.removeAttribute("aria-current");
   if (name !== "session") {
+    show(ui.agent, false);
     show(ui.artifacts, false);
     setInspector(false);
   }
@@ -284,6 +299,10 @@ function drawHeader(session) {
   }
   setText(ui.title, r.title || "Untitled session");
   setText(ui.meta, parts.join(" · "));
+  if (session.drawnAgent !== r.agent) {
+    session.drawnAgent = r.agent;
+    drawSessionAgent(ui.agent, r.agent);
+  }
   setText(ui.state, session.state.replace("_", " "));
   ui.state.dataset.state = session.state;
   const title = `${r.title || "Session"} · tah`;
@@ -344,9 +363,22 @@ function showWelcome() {
   view("welcome");
 }
 
+function showAgents(id) {
+  open?.stop();
+  open = null;
+  setBanner(null);
+  list.select(null);
+  closeSidebar();
+  document.title = "Agents · tah";
+  view("agents");
+  return agentsPage.show(isAgentId(id) ? id : null);
+}
+
 async function route() {
-  const match = location.hash.match(/^#\/s\/([^/]+)$/);
-  if (match && isId(match[1])) await openSession(match[1]);
+  const session = location.hash.match(/^#\/s\/([^/]+)$/);
+  const agent = location.hash.match(/^#\/agents(?:\/([^/]+))?$/);
+  if (session && isId(session[1])) await openSession(session[1]);
+  else if (agent) await showAgents(agent[1]);
   else showWelcome();
 }
 
@@ -450,6 +482,7 @@ function newSession() {
   $("new-session-error").hidden = true;
   newDialog.showModal();
   $("new-title").focus();
+  fillAgentPicker($("new-agent")).catch(() => {});
 }
 $("new-session").addEventListener("click", newSession);
 $("welcome-new").addEventListener("click", newSession);
@@ -458,8 +491,11 @@ $("new-session-form").addEventListener("submit", async (event) => {
   event.preventDefault();
   const title = $("new-title").value.trim();
   const prompt = $("new-prompt").value.trim();
+  const agent = $("new-agent").value;
   const body = {};
   if (title) body.title = title;
+  // The default agent is the one a session gets without `agent`.
+  if (agent) body.agent = agent;
   if (prompt) body.system_prompt = prompt;
   try {
     const record = await sessions.create(body);

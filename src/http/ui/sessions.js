@@ -1,5 +1,5 @@
-// The session list in the sidebar: title, state and when it last changed; refreshed every few
-// seconds while the page is visible.
+// The session list in the sidebar: title, state, when it last changed and the agent it runs (when
+// not the default); refreshed every few seconds while the page is visible.
 
 import { h, clear, ago, isId } from "./dom.js";
 import { sessions } from "./api.js";
@@ -79,6 +79,7 @@ export class SessionList {
           h("span", { text: s.state.replace("_", " ") }),
           h("span", { class: "muted", text: ` · ${ago(s.updated_at)}` }),
           s.parent_id ? h("span", { class: "muted", text: " · fork" }) : null,
+          s.agent?.name && s.agent.id !== "default" ? h("span", { class: "muted" }, " · ", h("span", { dir: "auto", text: s.agent.name })) : null,
         ),
       );
       this.list.append(h("li", {}, link));
