@@ -70,7 +70,14 @@ fn spans_of_a_turn(session: Uuid, run: &RunRecord, call: &ToolCall, reply: &Mode
         is_error: false,
         artifacts: Vec::new(),
     };
-    let span = telemetry::run_span(&Span::none(), session, run.id, "openai", "fake", "default");
+    let span = telemetry::run_span(
+        &Span::none(),
+        session,
+        run.id,
+        "openai",
+        "fake",
+        &Default::default(),
+    );
     let _entered = span.enter();
     for _ in 0..2 {
         let chat = telemetry::chat_span(Some(session), ("openai", "fake", "default"), &[]);

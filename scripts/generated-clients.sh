@@ -9,8 +9,9 @@
 #      parsing every frame with the generated event models.
 #
 # Both create a session, run a turn (?wait=true), read the events as JSON pages, fork, compact
-# and cancel, and list and download the artifacts of a session in its own workspace, asserting
-# on the typed results. The server is started here (mock model, a
+# and cancel, list and download the artifacts of a session in its own workspace, and create an
+# agent, run a session pinned to it, update it (If-Match), follow its latest version and
+# archive it, asserting on the typed results. The server is started here (mock model, a
 # temporary SQLite database, a small workspace, an API token) and stopped at the end.
 #
 #   scripts/generated-clients.sh [path/to/tah]

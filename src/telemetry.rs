@@ -193,7 +193,7 @@ pub fn run_span(
     run: Uuid,
     provider: &str,
     model: &str,
-    agent: &str,
+    agent: &crate::model::AgentTag,
 ) -> Span {
     tracing::info_span!(
         target: TARGET,
@@ -204,7 +204,9 @@ pub fn run_span(
         gen_ai.conversation.id = %session,
         gen_ai.provider.name = provider,
         gen_ai.request.model = model,
-        gen_ai.agent.name = agent,
+        gen_ai.agent.name = agent.name.as_str(),
+        gen_ai.agent.id = %agent.id,
+        tah.agent.version = agent.version,
         tah.run.id = %run,
         tah.run.status = Empty,
         gen_ai.usage.input_tokens = Empty,
@@ -412,7 +414,7 @@ mod tests {
             arguments: json!({}),
         };
         let id = Uuid::nil();
-        assert!(run_span(&Span::none(), id, id, "mock", "mock", "default").is_disabled());
+        assert!(run_span(&Span::none(), id, id, "mock", "mock", &Default::default()).is_disabled());
         assert!(chat_span(Some(id), ("mock", "mock", "default"), &[]).is_disabled());
         assert!(tool_span(Some(id), &call).is_disabled());
     }

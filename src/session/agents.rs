@@ -32,6 +32,26 @@ const MAX_DESCRIPTION_CHARS: usize = 10_000;
 const MAX_PROMPT_CHARS: usize = 100_000;
 const MAX_SUBAGENTS: usize = 32;
 
+/// The fields of an agent's body, which an update may change.
+const FIELDS: &[&str] = &[
+    "name",
+    "description",
+    "model",
+    "system_prompt",
+    "tools",
+    "mcp_servers",
+    "tool_policy",
+    "client_tools",
+    "subagents",
+    "max_steps",
+    "context_chars",
+    "thinking_budget",
+    "max_tokens",
+    "max_run_tokens",
+    "max_cost_usd",
+    "metadata",
+];
+
 /// An agent as a request gives it (`POST /v1/agents`), or as an update leaves it.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -245,11 +265,30 @@ impl Sessions {
     }
 
     /// Makes a new version with `changes` applied (`null` clears a field), unless nothing
-    /// changes; `if_match` names the version the changes were made from.
+    /// changes; `if_match` names the version the changes were made from. Without it, an
+    /// update that another one overtook is made again over the newer version.
     pub async fn update_agent(
         &self,
         id: AgentId,
         changes: Map<String, Value>,
+        if_match: Option<u32>,
+    ) -> Result<AgentRecord, SessionError> {
+        const ATTEMPTS: usize = 5;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.update_once(id, &changes, if_match).await {
+                Err(SessionError::AgentStale { .. })
+                    if if_match.is_none() && attempt < ATTEMPTS => {}
+                other => return other,
+            }
+        }
+    }
+
+    async fn update_once(
+        &self,
+        id: AgentId,
+        changes: &Map<String, Value>,
         if_match: Option<u32>,
     ) -> Result<AgentRecord, SessionError> {
         let current = self.agent(id, None).await?;
@@ -264,14 +303,20 @@ impl Sessions {
                 latest: current.version,
             });
         }
-        let mut body = match serde_json::to_value(body_of(&current.spec)) {
-            Ok(Value::Object(body)) => body,
+        let mut body = match body_of(&current.spec) {
+            Value::Object(body) => body,
             _ => Map::new(),
         };
+        if let Some(unknown) = changes.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+            return Err(SessionError::BadInput(format!(
+                "agent: unknown field `{unknown}`, expected one of {}",
+                FIELDS.join(", ")
+            )));
+        }
         for (field, value) in changes {
             match value {
-                Value::Null => body.remove(&field),
-                value => body.insert(field, value),
+                Value::Null => body.remove(field),
+                value => body.insert(field.clone(), value.clone()),
             };
         }
         let body: AgentBody = serde_json::from_value(Value::Object(body))
@@ -682,4 +727,32 @@ fn no_agent(id: AgentId) -> SessionError {
 
 fn no_version(id: AgentId, version: u32) -> SessionError {
     SessionError::AgentNotFound(format!("agent {id} has no version {version}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn an_update_may_name_every_field_of_the_body_and_no_other() {
+        for field in FIELDS {
+            let mut body = json!({"name": "a", "model": "m"});
+            body[*field] = Value::Null;
+            let parsed = serde_json::from_value::<AgentBody>(body);
+            // `null` is not a name or a model, but it is a field the body knows.
+            if let Err(error) = parsed {
+                assert!(
+                    !error.to_string().contains("unknown field"),
+                    "{field}: {error}"
+                );
+            }
+        }
+        let error =
+            serde_json::from_value::<AgentBody>(json!({"name": "a", "model": "m", "zzz": 1}))
+                .unwrap_err()
+                .to_string();
+        let expected: Vec<String> = FIELDS.iter().map(|f| format!("`{f}`")).collect();
+        assert!(error.contains(&expected.join(", ")), "{error}");
+    }
 }

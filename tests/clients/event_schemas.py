@@ -41,6 +41,7 @@ RUST_TYPES = {
     "ResolvedBy": ("ref", "ResolvedBy"),
     "RunStatus": ("ref", "RunStatus"),
     "Rule": ("ref", "Rule"),
+    "AgentTag": ("ref", "AgentTag"),
 }
 
 
@@ -126,7 +127,8 @@ def main() -> int:
             nullable = "null" in types
             if nullable != (option and not skipped):
                 problems.append(f"{wire}.{name}: nullable should be {option and not skipped}")
-            how, what = RUST_TYPES.get(rust_type, ("?", rust_type))
+            # A type named by its path (`super::AgentTag`) is looked up by its last segment.
+            how, what = RUST_TYPES.get(rust_type.rsplit("::", 1)[-1], ("?", rust_type))
             if how == "type" and what not in types:
                 problems.append(f"{wire}.{name}: JSON type {sorted(types)} for Rust {rust_type}")
             if how == "ref" and not prop.get("$ref", "").endswith(f"/{what}"):

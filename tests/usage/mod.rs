@@ -17,6 +17,7 @@
 //! answers are shown (key order kept, fields left out as `…`), and a server started in a
 //! directory of its own with requests written as curl commands.
 
+mod agents;
 mod demo;
 mod examples;
 mod flags;

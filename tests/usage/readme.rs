@@ -70,7 +70,8 @@ pub fn manual() -> String {
 
 /// The scenarios that write checked blocks (`walkthrough.rs`, `examples.rs`, `tools.rs`); a
 /// marker naming another belongs to no test.
-pub const SCENARIOS: [&str; 8] = [
+pub const SCENARIOS: [&str; 9] = [
+    "agents",
     "walkthrough",
     "conflict",
     "context",

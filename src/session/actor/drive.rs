@@ -293,7 +293,7 @@ impl SessionActor {
             run.id,
             agent.client.name(),
             &agent.model.model,
-            &agent.record.spec.name,
+            &agent.record.tag(),
         );
         let agent = AgentDeps {
             model: agent.client.clone(),

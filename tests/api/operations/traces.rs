@@ -226,6 +226,7 @@ async fn a_turn_is_a_run_span_with_a_chat_span_per_llm_call_and_a_tool_span_per_
     assert_eq!(run.attr("gen_ai.provider.name"), "mock");
     assert_eq!(run.attr("gen_ai.request.model"), "mock");
     assert_eq!(run.attr("gen_ai.agent.name"), "default");
+    assert_eq!(run.attr("gen_ai.agent.id"), "default");
     assert_eq!(run.attr("tah.run.status"), "completed");
     let usage = &result["usage"];
     assert_eq!(

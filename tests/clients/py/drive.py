@@ -23,6 +23,16 @@ from typing import Any
 import httpx
 from httpx_sse import connect_sse
 from tah_client import AuthenticatedClient, Client
+from tah_client.api.agents import (
+    archive_agent,
+    create_agent,
+    get_agent,
+    get_agent_version,
+    list_agent_versions,
+    list_agents,
+    list_providers,
+    update_agent,
+)
 from tah_client.api.artifacts import get_artifact, get_artifact_content, list_artifacts
 from tah_client.api.events import events as events_api
 from tah_client.api.health import healthz
@@ -43,12 +53,16 @@ from tah_client.api.tools import (
     send_tool_result,
 )
 from tah_client.models import (
+    Agent,
     AgentCancelledData,
     AgentCancelledEvent,
     AgentFailedEvent,
     AgentFinishedData,
     AgentFinishedEvent,
+    AgentPage,
+    AgentPin,
     AgentStartedEvent,
+    AgentTag,
     ApprovalAnswer,
     ApprovalList,
     ApprovalProblem,
@@ -66,6 +80,7 @@ from tah_client.models import (
     ContextCompactedEvent,
     ContextCompactFailedEvent,
     ContextTrimmedEvent,
+    CreateAgent,
     CreateSession,
     Decision,
     EventPage,
@@ -79,6 +94,8 @@ from tah_client.models import (
     PendingMode,
     PolicyAction,
     Problem,
+    ProviderList,
+    ProviderType,
     Resolution,
     ResolvedBy,
     Role,
@@ -89,6 +106,7 @@ from tah_client.models import (
     RunResult,
     RunStatus,
     Session,
+    SessionAgent,
     SessionCreatedData,
     SessionCreatedEvent,
     SessionForkedData,
@@ -108,6 +126,7 @@ from tah_client.models import (
     ToolResultProblem,
     ToolSource,
     ToolStartedEvent,
+    UpdateAgent,
     UserInput,
     UserMessageEvent,
 )
@@ -594,6 +613,103 @@ def main() -> None:
         [e.data.artifact.id for e in made] == [a.id for a in every.data],
         "artifact.created for each version",
     )
+
+    # ---- agents: one on the default provider, a session pinned to it, a turn, an update
+    default = expect(get_agent.sync("default", client=client), Agent, "the default agent")
+    check(default.name == "default" and default.version == 1, "the default agent is version 1")
+    made = create_agent.sync_detailed(
+        client=client,
+        body=CreateAgent(
+            name="python reviewer",
+            model="default/mock",
+            system_prompt="You review code.",
+            tools=["list_files", "read_file"],
+            metadata=Metadata.from_dict({"client": "openapi-python-client"}),
+        ),
+    )
+    check(made.status_code == HTTPStatus.CREATED, "create agent answers 201")
+    agent = expect(made.parsed, Agent, "create agent")
+    check(agent.version == 1 and agent.model == "default/mock", "version 1, on the mock")
+    check(agent.provider == "default", "on the default provider")
+    check(agent.archived_at is None, "a new agent is not archived")
+    check(made.headers["etag"] == '"1"', "its ETag is its version")
+    check(made.headers["location"] == f"/v1/agents/{agent.id}", "create agent sets Location")
+    unknown = create_agent.sync_detailed(
+        client=client, body=CreateAgent(name="nowhere", model="no-such-provider/x")
+    )
+    check(unknown.status_code == HTTPStatus.BAD_REQUEST, "an unknown provider is a 400")
+    check(kind(unknown.parsed) == "bad-request", "a bad-request problem")
+    on_agent = expect(
+        create_session.sync(
+            client=client, body=CreateSession(title="python on an agent", agent=agent.id)
+        ),
+        Session,
+        "create on an agent",
+    )
+    check(isinstance(on_agent.agent, SessionAgent), "the session's agent is typed")
+    check(
+        on_agent.agent.id == agent.id and on_agent.agent.name == "python reviewer",
+        "the session names its agent",
+    )
+    check(on_agent.agent.version == 1, "and pins version 1")
+    ran = expect(
+        start_run.sync(
+            on_agent.id, client=client, body=RunInput(input_="hello on an agent"), wait=True
+        ),
+        RunResult,
+        "run on an agent",
+    )
+    check(ran.status == RunStatus.COMPLETED, f"a run on the agent completes ({ran.status})")
+    updated = update_agent.sync_detailed(
+        agent.id,
+        client=client,
+        body=UpdateAgent(system_prompt="You review code, briefly."),
+        if_match='"1"',
+    )
+    check(expect(updated.parsed, Agent, "update").version == 2, "an update makes version 2")
+    check(updated.headers["etag"] == '"2"', "its ETag follows")
+    stale = update_agent.sync_detailed(
+        agent.id, client=client, body=UpdateAgent(description="too late"), if_match="1"
+    )
+    check(stale.status_code == HTTPStatus.PRECONDITION_FAILED, "a stale If-Match is 412")
+    versions = expect(list_agent_versions.sync(agent.id, client=client), AgentPage, "versions")
+    check([v.version for v in versions.data] == [2, 1], "the versions, newest first")
+    first_version = expect(get_agent_version.sync(agent.id, 1, client=client), Agent, "version 1")
+    check(first_version.system_prompt == "You review code.", "version 1 is kept as it was")
+    pinned = expect(get_session.sync(on_agent.id, client=client), Session, "get on an agent")
+    check(
+        pinned.agent.name == "python reviewer" and pinned.agent.version == 1,
+        "the pinned session stays on version 1",
+    )
+    following = expect(
+        create_session.sync(
+            client=client, body=CreateSession(agent=AgentPin(id=agent.id, version="latest"))
+        ),
+        Session,
+        "create following the agent",
+    )
+    check(
+        following.agent.version == 2 and following.agent.follows_latest is True,
+        "a session that follows the agent shows its latest version",
+    )
+    opened = all_events(client, on_agent.id, 500)[0]
+    check(isinstance(opened, SessionCreatedEvent), "the log starts with session.created")
+    check(
+        isinstance(opened.data.agent, AgentTag)
+        and opened.data.agent.id == agent.id
+        and opened.data.agent.version == 1
+        and opened.data.model == "default/mock",
+        "session.created records the agent, its version and the model",
+    )
+    archived = expect(archive_agent.sync(agent.id, client=client), Agent, "archive")
+    check(archived.archived_at is not None, "archive sets archived_at")
+    refused_new = create_session.sync_detailed(client=client, body=CreateSession(agent=agent.id))
+    check(refused_new.status_code == HTTPStatus.CONFLICT, "a session on an archived agent is 409")
+    listed = expect(list_agents.sync(client=client, include_archived=True), AgentPage, "agents")
+    check(any(a.id == agent.id for a in listed.data), "include_archived lists it")
+    providers = expect(list_providers.sync(client=client), ProviderList, "providers")
+    check(providers.data[0].name == "default", "GET /v1/providers lists default first")
+    check(providers.data[0].type_ == ProviderType.MOCK, "the default provider is the mock here")
 
     # ---- problems are typed too
     missing = get_session.sync_detailed(uuid.UUID(int=0), client=client)

@@ -475,6 +475,120 @@ async function main(): Promise<void> {
     "artifact.created carries the record",
   );
 
+  // ---- agents: one on the default provider, a session pinned to it, a turn, an update
+  const defaultAgent = await client.GET("/v1/agents/{id}", { params: { path: { id: "default" } } });
+  if (defaultAgent.error) throw new Error(`default agent: ${defaultAgent.error.detail}`);
+  check(
+    defaultAgent.data.name === "default" && defaultAgent.data.version === 1,
+    "the default agent is version 1 of `default`",
+  );
+  const agentBody: Schemas["CreateAgent"] = {
+    name: "ts reviewer",
+    model: "default/mock",
+    system_prompt: "You review code.",
+    tools: ["list_files", "read_file"],
+    metadata: { client: "openapi-fetch" },
+  };
+  const madeAgent = await client.POST("/v1/agents", { body: agentBody });
+  if (madeAgent.error) throw new Error(`create agent: ${madeAgent.error.detail}`);
+  const agent: Schemas["Agent"] = madeAgent.data;
+  check(madeAgent.response.status === 201, "create agent answers 201");
+  check(agent.version === 1 && agent.model === "default/mock", "version 1, on the mock");
+  check(agent.provider === "default", "on the default provider");
+  check(agent.archived_at === null, "a new agent is not archived");
+  check(madeAgent.response.headers.get("etag") === '"1"', "its ETag is its version");
+  check(
+    madeAgent.response.headers.get("location") === `/v1/agents/${agent.id}`,
+    "create agent sets Location",
+  );
+  const badAgent = await client.POST("/v1/agents", {
+    body: { name: "nowhere", model: "no-such-provider/x" },
+  });
+  check(
+    badAgent.response.status === 400 && badAgent.error !== undefined,
+    "an unknown provider is a 400",
+  );
+  const agentSession = await client.POST("/v1/sessions", {
+    body: { title: "ts on an agent", agent: agent.id },
+  });
+  if (agentSession.error) throw new Error(`create on agent: ${agentSession.error.detail}`);
+  const sid = agentSession.data.id;
+  const onAgent: Schemas["SessionAgent"] = agentSession.data.agent;
+  check(onAgent.id === agent.id && onAgent.name === "ts reviewer", "the session names its agent");
+  check(onAgent.version === 1 && onAgent.follows_latest === undefined, "and pins version 1");
+  const agentRun = await client.POST("/v1/sessions/{id}/runs", {
+    params: { path: { id: sid }, query: { wait: true } },
+    body: { input: "hello from the agent's session" },
+  });
+  if (agentRun.error) throw new Error(`run on agent: ${agentRun.error.detail}`);
+  check(
+    "run_id" in agentRun.data && agentRun.data.status === "completed",
+    "a run on the agent completes",
+  );
+  const updated = await client.POST("/v1/agents/{id}", {
+    params: { path: { id: agent.id }, header: { "If-Match": '"1"' } },
+    body: { system_prompt: "You review code, briefly." },
+  });
+  if (updated.error) throw new Error(`update agent: ${updated.error.detail}`);
+  check(updated.data.version === 2, "an update makes version 2");
+  check(updated.response.headers.get("etag") === '"2"', "its ETag follows");
+  const stale = await client.POST("/v1/agents/{id}", {
+    params: { path: { id: agent.id }, header: { "If-Match": '"1"' } },
+    body: { description: "too late" },
+  });
+  check(stale.response.status === 412, "an update with a stale If-Match is 412");
+  const versions = await client.GET("/v1/agents/{id}/versions", {
+    params: { path: { id: agent.id } },
+  });
+  if (versions.error) throw new Error(`versions: ${versions.error.detail}`);
+  check(
+    versions.data.data.map((v) => v.version).join(",") === "2,1",
+    "the versions, newest first",
+  );
+  const v1 = await client.GET("/v1/agents/{id}/versions/{version}", {
+    params: { path: { id: agent.id, version: 1 } },
+  });
+  check(v1.data?.system_prompt === "You review code.", "version 1 is kept as it was");
+  const pinned = await client.GET("/v1/sessions/{id}", { params: { path: { id: sid } } });
+  if (pinned.error) throw new Error(`get on agent: ${pinned.error.detail}`);
+  check(
+    pinned.data.agent.name === "ts reviewer" && pinned.data.agent.version === 1,
+    "the pinned session stays on version 1",
+  );
+  const following = await client.POST("/v1/sessions", {
+    body: { agent: { id: agent.id, version: "latest" } },
+  });
+  if (following.error) throw new Error(`create following: ${following.error.detail}`);
+  check(
+    following.data.agent.version === 2 && following.data.agent.follows_latest === true,
+    "a session that follows the agent shows its latest version",
+  );
+  const agentLog = await allEvents(sid, 500);
+  checkLog(agentLog, "agent session");
+  const createdOnAgent = agentLog[0];
+  check(
+    createdOnAgent.type === "session.created" &&
+      createdOnAgent.data.agent?.id === agent.id &&
+      createdOnAgent.data.agent?.version === 1 &&
+      createdOnAgent.data.model === "default/mock",
+    "session.created records the agent, its version and the model",
+  );
+  const archived = await client.DELETE("/v1/agents/{id}", { params: { path: { id: agent.id } } });
+  if (archived.error) throw new Error(`archive: ${archived.error.detail}`);
+  check(typeof archived.data.archived_at === "string", "archive sets archived_at");
+  const refused = await client.POST("/v1/sessions", { body: { agent: agent.id } });
+  check(refused.response.status === 409, "a new session on an archived agent is 409");
+  const listed = await client.GET("/v1/agents", { params: { query: { include_archived: true } } });
+  check(
+    listed.data?.data.some((a) => a.id === agent.id) === true,
+    "include_archived lists the archived agent",
+  );
+  const providers = await client.GET("/v1/providers");
+  if (providers.error) throw new Error(`providers: ${providers.error.detail}`);
+  const firstProvider: Schemas["Provider"] = providers.data.data[0];
+  check(firstProvider.name === "default", "GET /v1/providers lists default first");
+  check(firstProvider.type === "mock", "the default provider is the mock here");
+
   // ---- problems are typed too
   const missing = await client.GET("/v1/sessions/{id}", {
     params: { path: { id: "00000000-0000-7000-8000-000000000000" } },
