@@ -298,11 +298,6 @@ impl Sessions {
         if current.archived_at.is_some() {
             return Err(SessionError::Conflict(ConflictKind::AgentArchived(id)));
         }
-        if if_match.is_some_and(|v| v != current.version) {
-            return Err(SessionError::AgentStale {
-                latest: current.version,
-            });
-        }
         let mut body = match body_of(&current.spec) {
             Value::Object(body) => body,
             _ => Map::new(),
@@ -322,6 +317,12 @@ impl Sessions {
         let body: AgentBody = serde_json::from_value(Value::Object(body))
             .map_err(|e| SessionError::BadInput(format!("agent: {e}")))?;
         let spec = self.check_agent(body, Some(stored)).await?;
+        // A bad body is refused as such, whichever version it was made from.
+        if if_match.is_some_and(|v| v != current.version) {
+            return Err(SessionError::AgentStale {
+                latest: current.version,
+            });
+        }
         if spec == current.spec {
             return Ok(current);
         }
