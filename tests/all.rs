@@ -3,6 +3,7 @@
 //! module path, e.g. `cargo test --test all api::` (the names of its tests start with it).
 //!
 //! - `api`: the HTTP and SSE API on the mock model (both backends, `TAH_TEST_BACKEND`).
+//! - `agents`: agents as versioned resources, sessions on them, several providers at once.
 //! - `faults`: storage faults, hostile providers, hostile pages and slow clients.
 //! - `hardening`: crash safety under kill -9, reconnect chaos, load, shutdown under load.
 //! - `replicas`: several processes on one PostgreSQL database.
@@ -18,6 +19,7 @@
 
 mod support;
 
+mod agents;
 mod api;
 mod faults;
 mod hardening;

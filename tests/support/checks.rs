@@ -69,6 +69,21 @@ pub fn id_of(value: &Value) -> String {
         .to_string()
 }
 
+/// The names of the tools an LLM step's rebuilt request offered, in the order they were sent.
+pub fn offered_tool_names(step_view: &Value) -> Vec<String> {
+    step_view["request"]["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no request.tools: {step_view}"))
+        .iter()
+        .map(|t| {
+            t["name"]
+                .as_str()
+                .unwrap_or_else(|| panic!("a tool without a name: {t}"))
+                .to_string()
+        })
+        .collect()
+}
+
 pub fn types(events: &[Value]) -> Vec<String> {
     events
         .iter()

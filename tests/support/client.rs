@@ -392,6 +392,17 @@ impl Api {
             .await
     }
 
+    /// The views (`GET …/steps/{step}`) of a session's LLM steps, in order: each with the
+    /// `projection` its request was built from and the `request` rebuilt from it.
+    pub async fn llm_step_views(&self, id: &str) -> Vec<Value> {
+        let mut views = Vec::new();
+        for step in self.steps(id).await.iter().filter(|s| s["type"] == "llm") {
+            let path = format!("/v1/sessions/{id}/steps/{}", id_of(step));
+            views.push(self.get_ok(&path).await);
+        }
+        views
+    }
+
     /// How many LLM calls a session's steps record.
     pub async fn llm_step_count(&self, id: &str) -> usize {
         let steps = self.steps(id).await;
@@ -400,6 +411,12 @@ impl Api {
 
     pub async fn runs(&self, id: &str) -> Vec<Value> {
         self.pages(&format!("/v1/sessions/{id}/runs"), "cursor")
+            .await
+    }
+
+    /// The child sessions (sub-agents) of a session, from `?parent_id=`.
+    pub async fn children(&self, id: &str) -> Vec<Value> {
+        self.pages(&format!("/v1/sessions?parent_id={id}"), "cursor")
             .await
     }
 
