@@ -65,8 +65,12 @@ fn shown(state: &AppState, status: StatusCode, record: AgentRecord) -> Response 
 
 async fn create(
     State(state): State<AppState>,
-    ApiJson(body): ApiJson<AgentBody>,
+    ApiJson(body): ApiJson<Value>,
 ) -> Result<Response, Problem> {
+    // A body that is no agent is bad input like an agent that names what does not exist:
+    // `400`, naming the field.
+    let body: AgentBody =
+        serde_json::from_value(body).map_err(|e| Problem::bad_request(format!("agent: {e}")))?;
     let record = state.sessions.create_agent(body).await?;
     let location = format!("/v1/agents/{}", record.id);
     let mut response = shown(&state, StatusCode::CREATED, record);

@@ -270,20 +270,15 @@ impl<'de> Deserialize<'de> for AgentChoice {
             id: String,
             version: Option<Version>,
         }
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Id(String),
-            Full(Full),
-        }
-        let raw = Raw::deserialize(d).map_err(|_| {
-            D::Error::custom(
-                "agent must be an agent id, {\"id\", \"version\": N} or {\"id\", \"version\": \"latest\"}",
-            )
-        })?;
-        let (id, version) = match raw {
-            Raw::Id(id) => (id, None),
-            Raw::Full(full) => (full.id, full.version),
+        const SHAPES: &str = "agent must be an agent id, {\"id\", \"version\": N} or {\"id\", \"version\": \"latest\"}";
+        let (id, version) = match Value::deserialize(d)? {
+            Value::String(id) => (id, None),
+            object @ Value::Object(_) => {
+                let full: Full = serde_json::from_value(object)
+                    .map_err(|e| D::Error::custom(format!("agent: {e} ({SHAPES})")))?;
+                (full.id, full.version)
+            }
+            _ => return Err(D::Error::custom(SHAPES)),
         };
         let id = id
             .parse()

@@ -1,6 +1,7 @@
 //! Refused agents and agent choices: each is a problem+json naming the field or the thing at
-//! fault (400 for bad input, 404 for an agent or version that does not exist), and none of
-//! them creates or changes anything.
+//! fault (400 for a bad agent, 422 for a session body whose `agent` is none of its three forms,
+//! as for every session body that does not parse, 404 for an agent or version that does not
+//! exist), and none of them creates or changes anything.
 
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
@@ -180,23 +181,27 @@ async fn a_session_on_an_unknown_or_malformed_agent_is_refused_and_not_created()
         ),
         (
             json!({"agent": {"id": id, "version": 0}}),
-            StatusCode::BAD_REQUEST,
+            StatusCode::UNPROCESSABLE_ENTITY,
             vec!["version"],
         ),
         (
             json!({"agent": {"id": id, "version": "newest"}}),
-            StatusCode::BAD_REQUEST,
+            StatusCode::UNPROCESSABLE_ENTITY,
             vec!["version", "newest"],
         ),
-        (json!({"agent": 7}), StatusCode::BAD_REQUEST, vec!["agent"]),
+        (
+            json!({"agent": 7}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            vec!["agent"],
+        ),
         (
             json!({"agent": {"version": 1}}),
-            StatusCode::BAD_REQUEST,
+            StatusCode::UNPROCESSABLE_ENTITY,
             vec!["agent", "id"],
         ),
         (
             json!({"agent": {"id": id, "version": 1, "extra": true}}),
-            StatusCode::BAD_REQUEST,
+            StatusCode::UNPROCESSABLE_ENTITY,
             vec!["extra", "agent"],
         ),
     ];
