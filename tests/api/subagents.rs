@@ -24,9 +24,9 @@ async fn delegating_session(server: &TestServer) -> String {
     id_of(&session)
 }
 
+/// The children of `id`, in the order of the calls that started them.
 async fn children_of(server: &TestServer, id: &str) -> Vec<Value> {
-    let page = server.get_ok(&format!("/v1/sessions?parent_id={id}")).await;
-    let mut children = page["data"].as_array().cloned().unwrap_or_default();
+    let mut children = server.children(id).await;
     children.sort_by_key(|c| c["task_call_id"].as_str().map(str::to_string));
     children
 }
@@ -63,27 +63,13 @@ fn at(event: &Value) -> DateTime<Utc> {
         .unwrap_or_else(|| panic!("an event without created_at: {event}"))
 }
 
-/// The tools an LLM step of `id` offered the model.
+/// The tools the first LLM step of `id` offered the model.
 async fn offered_tools(server: &TestServer, id: &str) -> Vec<String> {
-    let steps = server.steps(id).await;
-    let step = steps
-        .iter()
-        .find(|s| s["type"] == "llm")
-        .unwrap_or_else(|| panic!("session {id} has no LLM step: {steps:?}"));
-    let view = server
-        .get_ok(&format!("/v1/sessions/{id}/steps/{}", id_of(step)))
-        .await;
-    view["request"]["tools"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no request.tools: {view}"))
-        .iter()
-        .map(|t| {
-            t["name"]
-                .as_str()
-                .unwrap_or_else(|| panic!("a tool without a name: {t}"))
-                .to_string()
-        })
-        .collect()
+    let views = server.llm_step_views(id).await;
+    let first = views
+        .first()
+        .unwrap_or_else(|| panic!("session {id} has no LLM step"));
+    offered_tool_names(first)
 }
 
 #[tokio::test]
