@@ -114,12 +114,15 @@ async fn create(
     }
     let record = state
         .sessions
-        .create(NewSession {
-            system_prompt: body.system_prompt,
-            title: body.title,
-            metadata: body.metadata,
-            options,
-        })
+        .create(
+            NewSession {
+                system_prompt: body.system_prompt,
+                title: body.title,
+                metadata: body.metadata,
+                options,
+            },
+            &version,
+        )
         .await?;
     Ok(created(record))
 }

@@ -8,6 +8,7 @@
 //! server's own `--policy` rules and the approval mode, MCP timeouts, run concurrency and the
 //! store: they are what the operator promises about the machine, not what an agent chooses.
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
@@ -17,7 +18,7 @@ use uuid::Uuid;
 
 use super::errors::{ConflictKind, SessionError};
 use super::sessions::Sessions;
-use crate::llm::providers::ModelRef;
+use crate::llm::providers::{ModelRef, ModelRefError};
 use crate::llm::ModelClient;
 use crate::mcp::{McpConfig, McpServers, McpSettings};
 use crate::model::{
@@ -119,7 +120,10 @@ impl AgentMcp {
     /// The servers `agent` defines for itself (started now if they were not), once each has
     /// tried to connect or the handshake time has passed; `None` when it defines none.
     async fn servers(&self, agent: &AgentRecord) -> Option<McpServers> {
-        let id = agent.id.stored()?;
+        let key = (agent.id.stored()?, agent.version);
+        if let Some(servers) = self.lock().get(&key) {
+            return Some(servers.clone());
+        }
         let mut config = McpConfig::default();
         for server in agent.spec.mcp_servers.iter().flatten() {
             if let AgentMcpServer::Inline(inline) = server {
@@ -132,15 +136,12 @@ impl AgentMcp {
         if config.servers.is_empty() {
             return None;
         }
-        let (servers, fresh) = {
-            let mut started = self.started.lock().unwrap_or_else(|e| e.into_inner());
-            match started.get(&(id, agent.version)) {
-                Some(servers) => (servers.clone(), false),
-                None => {
-                    let servers = McpServers::start(&config, self.settings);
-                    started.insert((id, agent.version), servers.clone());
-                    (servers, true)
-                }
+        // Two first runs at once: the one that comes second uses the first one's servers.
+        let (servers, fresh) = match self.lock().entry(key) {
+            Entry::Occupied(started) => (started.get().clone(), false),
+            Entry::Vacant(slot) => {
+                let servers = McpServers::start(&config, self.settings);
+                (slot.insert(servers).clone(), true)
             }
         };
         if fresh {
@@ -149,12 +150,13 @@ impl AgentMcp {
         Some(servers)
     }
 
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(Uuid, u32), McpServers>> {
+        self.started.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Ends every agent's servers.
     pub async fn shutdown(&self) {
-        let all: Vec<McpServers> = {
-            let mut started = self.started.lock().unwrap_or_else(|e| e.into_inner());
-            started.drain().map(|(_, servers)| servers).collect()
-        };
+        let all: Vec<McpServers> = self.lock().drain().map(|(_, servers)| servers).collect();
         futures::future::join_all(all.iter().map(McpServers::shutdown)).await;
     }
 }
@@ -189,17 +191,18 @@ impl Sessions {
         }
     }
 
+    /// The model an agent version runs, on a configured provider (the default agent's is the
+    /// flags'); an error when the version's provider is no longer configured.
+    pub fn agent_model(&self, record: &AgentRecord) -> Result<ModelRef, ModelRefError> {
+        match record.id {
+            AgentId::Default => Ok(self.deps.providers.default_model()),
+            AgentId::Stored(_) => self.deps.providers.resolve(&record.spec.model),
+        }
+    }
+
     /// The configured provider an agent version's model is on (`None`: no longer configured).
     pub fn agent_provider(&self, record: &AgentRecord) -> Option<String> {
-        match record.id {
-            AgentId::Default => Some(crate::llm::providers::DEFAULT.to_string()),
-            _ => self
-                .deps
-                .providers
-                .resolve(&record.spec.model)
-                .ok()
-                .map(|model| model.provider),
-        }
+        self.agent_model(record).ok().map(|model| model.provider)
     }
 
     /// Creates an agent at version 1, after checking everything it names.
@@ -370,20 +373,12 @@ impl Sessions {
             VersionChoice::Pinned(n) => Some(n),
             VersionChoice::Current | VersionChoice::Latest => None,
         };
+        // Every version of an agent carries the agent's `archived_at`.
         let record = self.agent(choice.id, version).await?;
         if record.archived_at.is_some() {
             return Err(SessionError::Conflict(ConflictKind::AgentArchived(
                 choice.id,
             )));
-        }
-        // A pinned version of an agent: its latest version says whether it is archived.
-        if version.is_some() && choice.id != AgentId::Default {
-            let latest = self.agent(choice.id, None).await?;
-            if latest.archived_at.is_some() {
-                return Err(SessionError::Conflict(ConflictKind::AgentArchived(
-                    choice.id,
-                )));
-            }
         }
         let chosen = SessionAgent {
             tag: record.tag(),
@@ -395,22 +390,17 @@ impl Sessions {
     /// The agent version a run of a session on `chosen` runs, and its model's client.
     pub async fn run_agent(&self, chosen: &SessionAgent) -> Result<RunAgent, SessionError> {
         let version = (!chosen.follows_latest).then_some(chosen.tag.version);
-        let record = match chosen.tag.id {
-            AgentId::Default => self.default_agent(),
-            id => self.agent(id, version).await?,
-        };
-        let providers = &self.deps.providers;
-        let (model, client) = match record.id {
-            AgentId::Default => (providers.default_model(), self.deps.agent.model.clone()),
-            _ => {
-                let model = providers
-                    .resolve(&record.spec.model)
-                    .map_err(|e| SessionError::BadInput(format!("agent {}: {e}", record.id)))?;
-                let client = providers
-                    .client(&model, record.spec.thinking_budget)
-                    .map_err(SessionError::Upstream)?;
-                (model, client)
-            }
+        let record = self.agent(chosen.tag.id, version).await?;
+        let model = self
+            .agent_model(&record)
+            .map_err(|e| SessionError::BadInput(format!("agent {}: {e}", record.id)))?;
+        let client = match record.id {
+            AgentId::Default => self.deps.agent.model.clone(),
+            AgentId::Stored(_) => self
+                .deps
+                .providers
+                .client(&model, record.spec.thinking_budget)
+                .map_err(SessionError::Upstream)?,
         };
         let own_mcp = self.deps.agent_mcp.servers(&record).await;
         Ok(RunAgent {
@@ -436,23 +426,13 @@ impl Sessions {
                 "name must have 1 to {MAX_NAME_CHARS} characters besides spaces"
             ));
         }
-        if body
-            .description
-            .as_ref()
-            .is_some_and(|d| d.chars().count() > MAX_DESCRIPTION_CHARS)
-        {
-            return bad(format!(
-                "description is longer than {MAX_DESCRIPTION_CHARS} characters"
-            ));
-        }
-        if body
-            .system_prompt
-            .as_ref()
-            .is_some_and(|p| p.chars().count() > MAX_PROMPT_CHARS)
-        {
-            return bad(format!(
-                "system_prompt is longer than {MAX_PROMPT_CHARS} characters"
-            ));
+        for (field, text, max) in [
+            ("description", &body.description, MAX_DESCRIPTION_CHARS),
+            ("system_prompt", &body.system_prompt, MAX_PROMPT_CHARS),
+        ] {
+            if text.as_ref().is_some_and(|t| t.chars().count() > max) {
+                return bad(format!("{field} is longer than {max} characters"));
+            }
         }
         let model = self
             .deps

@@ -20,8 +20,8 @@ use super::stream::EventStream;
 use super::waiting::{self, ClientResult, PendingApproval, PendingClientCall, Waiting};
 use super::{coordination, steps};
 use crate::model::{
-    self, AgentChoice, AgentId, AgentRecord, Event, EventKind, Message, Published, Role,
-    SessionAgent, SessionOptions, SessionRecord, SessionState, Usage,
+    self, AgentChoice, AgentRecord, Event, EventKind, Message, Published, Role, SessionAgent,
+    SessionOptions, SessionRecord, SessionState, Usage,
 };
 use crate::session::deps::SessionDeps;
 use crate::session::errors::{ConflictKind, SessionError};
@@ -97,10 +97,16 @@ impl Sessions {
         ))
     }
 
-    /// Creates a session: its system message and its `session.created` event commit together.
-    pub async fn create(&self, new: NewSession) -> Result<SessionRecord, SessionError> {
+    /// Creates a session on `agent` (the version its options name, as
+    /// [`Sessions::choose_agent`] answered it): its system message and its `session.created`
+    /// event commit together.
+    pub async fn create(
+        &self,
+        new: NewSession,
+        agent: &AgentRecord,
+    ) -> Result<SessionRecord, SessionError> {
         let record = self.new_record(model::new_id(), None, new);
-        self.insert(record).await
+        self.insert(record, agent).await
     }
 
     /// Creates the child session a sub-agent works in: `parent`'s agent, prompt, tools, policy
@@ -112,11 +118,11 @@ impl Sessions {
         id: Uuid,
         call_id: &str,
         description: &str,
-        agent: Option<SessionAgent>,
+        agent: Option<(SessionAgent, AgentRecord)>,
     ) -> Result<SessionRecord, SessionError> {
         let depth = parent.options.depth + 1;
         let task_call_id = Some(call_id.to_string());
-        let (options, system_prompt) = match agent {
+        let (options, system_prompt) = match &agent {
             None => (
                 SessionOptions {
                     client_tools: Vec::new(),
@@ -126,12 +132,12 @@ impl Sessions {
                 },
                 parent.system_prompt.clone(),
             ),
-            Some(agent) => (
+            Some((chosen, _)) => (
                 SessionOptions {
                     workspace: parent.options.workspace.clone(),
                     depth,
                     task_call_id,
-                    agent,
+                    agent: chosen.clone(),
                     ..SessionOptions::default()
                 },
                 None,
@@ -144,7 +150,11 @@ impl Sessions {
             options,
         };
         let record = self.new_record(id, Some(parent.id), new);
-        self.insert(record).await
+        let agent = match agent {
+            Some((_, version)) => version,
+            None => self.agent_version(&record).await?,
+        };
+        self.insert(record, &agent).await
     }
 
     fn new_record(&self, id: Uuid, parent_id: Option<Uuid>, new: NewSession) -> SessionRecord {
@@ -161,20 +171,23 @@ impl Sessions {
         }
     }
 
-    /// Writes a new session with its system message and `session.created` event.
-    async fn insert(&self, record: SessionRecord) -> Result<SessionRecord, SessionError> {
+    /// Writes a new session on `agent` with its system message and `session.created` event.
+    async fn insert(
+        &self,
+        record: SessionRecord,
+        agent: &AgentRecord,
+    ) -> Result<SessionRecord, SessionError> {
         if self.deps.shutdown.is_cancelled() {
             return Err(SessionError::ShuttingDown);
         }
         let id = record.id;
-        let agent = self.agent_version(&record).await?;
         let prompt = record
             .system_prompt
             .clone()
             .or_else(|| agent.spec.system_prompt.clone())
             .unwrap_or_else(|| self.deps.settings.system_prompt.clone());
         let system = Message::new(Role::System, prompt);
-        let event = new_event(id, 1, self.created(&record, &agent));
+        let event = new_event(id, 1, self.created(&record, agent));
         let system = WriteOp::InsertMessage {
             session_id: id,
             message: system,
@@ -184,7 +197,7 @@ impl Sessions {
         Ok(record)
     }
 
-    /// The agent version a new session starts on.
+    /// The agent version a session's options name.
     async fn agent_version(&self, record: &SessionRecord) -> Result<AgentRecord, SessionError> {
         let tag = &record.options.agent.tag;
         self.agent(tag.id, Some(tag.version)).await
@@ -192,12 +205,9 @@ impl Sessions {
 
     /// A new session's `session.created`: its title, agent version and model.
     fn created(&self, record: &SessionRecord, agent: &AgentRecord) -> EventKind {
-        let model = match agent.id {
-            AgentId::Default => self.deps.providers.default_model().qualified(),
-            _ => match self.deps.providers.resolve(&agent.spec.model) {
-                Ok(model) => model.qualified(),
-                Err(_) => agent.spec.model.clone(),
-            },
+        let model = match self.agent_model(agent) {
+            Ok(model) => model.qualified(),
+            Err(_) => agent.spec.model.clone(),
         };
         EventKind::SessionCreated {
             session_id: record.id,
@@ -239,14 +249,18 @@ impl Sessions {
         if let Some(workspace) = workspace {
             parent.options.workspace = self.resolve_workspace(workspace).await?;
         }
-        if let Some(choice) = agent {
-            let (chosen, version) = self.choose_agent(Some(choice)).await?;
-            let options = SessionOptions {
-                agent: chosen,
-                ..parent.options.clone()
-            };
-            parent.options = self.check_options_on(options, &version)?;
-        }
+        let chosen = match agent {
+            Some(choice) => {
+                let (chosen, version) = self.choose_agent(Some(choice)).await?;
+                let options = SessionOptions {
+                    agent: chosen,
+                    ..parent.options.clone()
+                };
+                parent.options = self.check_options_on(options, &version)?;
+                Some(version)
+            }
+            None => None,
+        };
         let mut upto = match turns {
             Some(n) => self.deps.store.nth_user_message(source, n).await?,
             None => None,
@@ -285,7 +299,10 @@ impl Sessions {
             updated_at: now,
             ..parent
         };
-        let agent = self.agent_version(&record).await?;
+        let agent = match chosen {
+            Some(version) => version,
+            None => self.agent_version(&record).await?,
+        };
         let created = new_event(id, 1, self.created(&record, &agent));
         let forked = new_event(
             id,

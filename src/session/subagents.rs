@@ -20,7 +20,7 @@ use super::command::{RunRequest, RunStarted, RunStopped};
 use super::lineage::{input_schema, Child, Children, Lineage, DESCRIPTION, TASK};
 use super::run_permit::RunPermit;
 use super::sessions::Sessions;
-use crate::model::{AgentId, RunResult, RunStatus, SessionAgent, SessionRecord};
+use crate::model::{AgentId, AgentRecord, RunResult, RunStatus, SessionAgent, SessionRecord};
 use crate::session::errors::SessionError;
 use crate::tools::{Tool, ToolContext, ToolError, ToolResult};
 
@@ -114,17 +114,18 @@ fn failed(child_id: Uuid, what: &str, error: &dyn std::fmt::Display) -> ToolErro
 impl TaskTool {
     /// The sub-agent `wanted` (a name or an id) names among the parent agent's, at its
     /// latest version.
-    async fn subagent(&self, wanted: &str) -> Result<SessionAgent, ToolError> {
+    async fn subagent(&self, wanted: &str) -> Result<(SessionAgent, AgentRecord), ToolError> {
         let mut names = Vec::new();
         for id in &self.subagents {
             let Ok(agent) = self.sessions.agent(AgentId::Stored(*id), None).await else {
                 continue;
             };
             if agent.spec.name == wanted || id.to_string() == wanted {
-                return Ok(SessionAgent {
+                let chosen = SessionAgent {
                     tag: agent.tag(),
                     follows_latest: false,
-                });
+                };
+                return Ok((chosen, agent));
             }
             names.push(agent.spec.name);
         }
