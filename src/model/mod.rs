@@ -8,6 +8,7 @@
 //! - `message`: messages, tool calls and thinking blocks, the model-visible history.
 //! - `ids`: typed ids ([`SessionId`], [`RunId`], [`CallId`] …), serde-transparent.
 //! - `event`: [`Event`] and its typed [`EventKind`].
+//! - `principal`: who makes a request ([`Principal`]), tenants, roles and what they reach.
 //! - `published`: an event on its way out ([`Published`]): its wire JSON and SSE frame,
 //!   rendered once for the store, every subscriber and every webhook.
 //! - `session`: sessions, runs, steps and checkpoints as stored and served, and their states.
@@ -21,6 +22,7 @@ mod artifact;
 mod event;
 mod ids;
 mod message;
+mod principal;
 mod published;
 mod session;
 mod step;
@@ -37,6 +39,10 @@ pub use ids::{ArtifactId, CallId, PathId, RunId, SessionId, StepId, MAX_CALL_ID_
 pub use message::{
     Message, Role, SizeCache, ThinkingBlock, ToolCall, ToolSchema, SUMMARY_PREFIX,
     TRANSCRIPT_USER_MARKER,
+};
+pub use principal::{
+    valid_tenant, Denied, Principal, SessionNeed, TenantRole, TokenScope, DEFAULT_TENANT,
+    MAX_TENANT_BYTES, OPERATOR_ID,
 };
 pub use published::{Published, UncutEvent};
 pub use session::{
