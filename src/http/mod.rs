@@ -18,6 +18,7 @@
 
 mod adapters;
 mod agents;
+mod access;
 mod approvals;
 mod artifacts;
 mod auth;
