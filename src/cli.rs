@@ -361,6 +361,12 @@ pub struct ServeArgs {
     #[arg(long, env = "TAH_WEBHOOK_SECRET_ENV")]
     pub webhook_secret_env: Option<String>,
 
+    /// Name of the environment variable holding the vaults' master key: 32 bytes as 64 hex
+    /// characters or as base64. Vault secrets are sealed under it; without it the vault routes
+    /// answer 409. Keys are never taken from a flag value.
+    #[arg(long, env = "TAH_MASTER_KEY_ENV")]
+    pub master_key_env: Option<String>,
+
     /// Log format.
     #[arg(long, env = "TAH_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,

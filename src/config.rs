@@ -19,6 +19,7 @@ use crate::mcp::{McpConfig, McpConfigError, McpSettings};
 use crate::model::Rule;
 use crate::tools::builtin::shell::ShellSettings;
 use crate::tools::policy::{ApprovalMode, Rules};
+use crate::vault::{MasterKey, MasterKeyError};
 use crate::webhooks::{WebhookSecret, WebhookSettings};
 
 /// Why a configuration was refused.
@@ -70,6 +71,8 @@ pub enum ConfigError {
     WebhookSecretUnset(String),
     #[error("--webhook-secret-env {name}: the secret in {name} is unusable: {reason}")]
     WebhookSecretInvalid { name: String, reason: &'static str },
+    #[error("--master-key-env {0}")]
+    MasterKey(#[from] MasterKeyError),
 }
 
 /// The smallest thinking budget Anthropic accepts.
@@ -139,6 +142,8 @@ pub struct StoreSettings {
     pub lease_ttl: Duration,
     /// Bytes one artifact may have; a larger file is not kept.
     pub max_artifact_bytes: u64,
+    /// The key vault secrets are sealed under (`--master-key-env`); `None`: vaults are off.
+    pub master_key: Option<MasterKey>,
 }
 
 /// The model the runtime talks to, and the bounds of every call to it.
@@ -284,6 +289,13 @@ impl Settings {
             None => Vec::new(),
         };
         let webhooks = webhook_settings(&args.webhook_urls, args.webhook_secret_env.as_deref())?;
+        let master_key = args
+            .master_key_env
+            .as_deref()
+            .map(str::trim)
+            .filter(|name| !name.is_empty())
+            .map(MasterKey::from_env)
+            .transpose()?;
         let provider = args.provider.unwrap_or_else(default_provider);
         let auto_resume = args
             .auto_resume
@@ -304,6 +316,7 @@ impl Settings {
                 database_url: args.database_url,
                 lease_ttl: Duration::from_secs(args.lease_ttl_secs),
                 max_artifact_bytes: args.max_artifact_bytes,
+                master_key,
             },
             model: ModelSettings {
                 provider,

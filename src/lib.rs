@@ -40,6 +40,8 @@
 //! - [`protocols`]: the front-end protocols as pure views of a session's log: `ai_sdk` (the
 //!   Vercel AI SDK's UI message stream), `ag_ui` (AG-UI), and `calls` (their view of the calls
 //!   that wait for an answer, over `model::waiting`).
+//! - [`vault`]: the tenants' secrets: the master key, sealing and opening a value, the
+//!   `${vault:VAULT/NAME}` references.
 //! - [`runtime`]: ties store, model, tools and settings together; usable without HTTP.
 //! - [`http`]: the axum router, one module per resource (`sessions`, `runs`, `events`,
 //!   `artifacts`, `approvals`), the faces in `adapters/` (`ai_sdk`, `ag_ui`), `extract`
@@ -73,4 +75,5 @@ pub mod session;
 pub mod store;
 pub mod telemetry;
 pub mod tools;
+pub mod vault;
 pub mod webhooks;
