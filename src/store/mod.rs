@@ -19,6 +19,8 @@
 //! - `keys`: the idempotency keys of POST requests, on both backends.
 //! - `webhooks`: the webhook delivery queue and log, on both backends.
 //! - `sign_ins`: the sign-ins of the built-in page, on both backends.
+//! - `agents`: the agents and their versions, on both backends.
+//! - `vaults`: the tenants' sealed secrets, on both backends.
 
 pub mod agents;
 pub mod keys;
@@ -26,6 +28,7 @@ pub mod postgres;
 mod rows;
 pub mod sign_ins;
 pub mod sqlite;
+pub mod vaults;
 pub mod webhooks;
 pub mod writer;
 
@@ -333,7 +336,7 @@ pub trait Store: SessionHistory + Send + Sync + 'static {
     async fn blob(&self, sha256: &str) -> StoreResult<Option<Vec<u8>>>;
 
     /// The tables that belong to no session; `None` for a store without them. A store that
-    /// keeps them answers `Some(self)`, and the three accessors below follow.
+    /// keeps them answers `Some(self)`, and the accessors below follow.
     fn server_tables(&self) -> Option<&dyn ServerTables> {
         None
     }
@@ -362,6 +365,12 @@ pub trait Store: SessionHistory + Send + Sync + 'static {
             .map(|tables| tables as &dyn agents::AgentStore)
     }
 
+    /// The vaults' sealed secrets; `None` for a store without them.
+    fn vaults(&self) -> Option<&dyn vaults::VaultStore> {
+        self.server_tables()
+            .map(|tables| tables as &dyn vaults::VaultStore)
+    }
+
     /// Whether the database can be used now (for readiness): it answers a read, and whatever
     /// else the backend can check cheaply.
     async fn health(&self) -> StoreResult<()> {
@@ -370,16 +379,23 @@ pub trait Store: SessionHistory + Send + Sync + 'static {
 }
 
 /// The tables that belong to no session, written by their own statements rather than in a
-/// session's batches: the idempotency keys, the webhook queue and the sign-ins. Both backends
-/// keep all three; any type that implements the three is one.
+/// session's batches: the idempotency keys, the webhook queue, the sign-ins, the agents and the
+/// vaults' secrets. Both backends keep them all; any type that implements them all is one.
 pub trait ServerTables:
-    keys::IdempotencyKeys + webhooks::WebhookQueue + sign_ins::SignIns + agents::AgentStore
+    keys::IdempotencyKeys
+    + webhooks::WebhookQueue
+    + sign_ins::SignIns
+    + agents::AgentStore
+    + vaults::VaultStore
 {
 }
 
-impl<
-        T: keys::IdempotencyKeys + webhooks::WebhookQueue + sign_ins::SignIns + agents::AgentStore,
-    > ServerTables for T
+impl<T> ServerTables for T where
+    T: keys::IdempotencyKeys
+        + webhooks::WebhookQueue
+        + sign_ins::SignIns
+        + agents::AgentStore
+        + vaults::VaultStore
 {
 }
 

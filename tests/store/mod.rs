@@ -13,6 +13,7 @@
 //! - `hostile`: JSON of every shape and U+0000 in every text column.
 //! - `cluster`: replicas opening one fresh PostgreSQL database together.
 //! - `sign_ins`: the page's sign-ins: found until expired or deleted, purged.
+//! - `vaults`: sealed secrets per tenant and vault: replaced, listed, deleted.
 //! - `writers`: idempotency keys, sign-ins and the webhook queue written while batches commit.
 //! - `builders`: the records and ops the cases are made of.
 
@@ -93,4 +94,5 @@ mod messages;
 mod runs;
 mod sessions;
 mod sign_ins;
+mod vaults;
 mod writers;
