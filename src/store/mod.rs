@@ -25,6 +25,7 @@
 pub mod agents;
 pub mod keys;
 pub mod postgres;
+pub mod principals;
 mod rows;
 pub mod sign_ins;
 pub mod sqlite;
@@ -256,6 +257,10 @@ pub struct SessionQuery {
     pub state: Option<SessionState>,
     /// Only the children (forks and sub-agents) of this session.
     pub parent_id: Option<Uuid>,
+    /// Only the sessions of this tenant.
+    pub tenant: Option<String>,
+    /// Only the sessions this principal made.
+    pub owner: Option<String>,
 }
 
 /// What a session holds in order: its messages and events (by index and `seq`), and its
@@ -371,6 +376,12 @@ pub trait Store: SessionHistory + Send + Sync + 'static {
             .map(|tables| tables as &dyn vaults::VaultStore)
     }
 
+    /// The API keys and session tokens; `None` for a store without them.
+    fn principals(&self) -> Option<&dyn principals::PrincipalStore> {
+        self.server_tables()
+            .map(|tables| tables as &dyn principals::PrincipalStore)
+    }
+
     /// Whether the database can be used now (for readiness): it answers a read, and whatever
     /// else the backend can check cheaply.
     async fn health(&self) -> StoreResult<()> {
@@ -386,6 +397,7 @@ pub trait ServerTables:
     + webhooks::WebhookQueue
     + sign_ins::SignIns
     + agents::AgentStore
+    + principals::PrincipalStore
     + vaults::VaultStore
 {
 }
@@ -395,6 +407,7 @@ impl<T> ServerTables for T where
         + webhooks::WebhookQueue
         + sign_ins::SignIns
         + agents::AgentStore
+        + principals::PrincipalStore
         + vaults::VaultStore
 {
 }
