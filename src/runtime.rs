@@ -21,6 +21,7 @@ use crate::mcp::McpServers;
 use crate::session::{AgentMcp, SessionDeps, Sessions, ToolPolicy};
 use crate::store::{self, writer::Writer, Cluster, Store};
 use crate::tools::{Sandbox, SandboxStatus, ToolContext, ToolRegistry, Workspace};
+use crate::vault::Vaults;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
@@ -121,6 +122,7 @@ impl Runtime {
         let run = &settings.run;
         let policy = &settings.policy;
         let agent_mcp = AgentMcp::new(settings.tools.mcp_timeouts);
+        let vaults = Vaults::new(opened.store.clone(), settings.store.master_key.clone());
         let sessions = Sessions::new(SessionDeps {
             store: opened.store,
             writer,
@@ -128,6 +130,7 @@ impl Runtime {
             providers: providers.clone(),
             mcp: mcp.clone(),
             agent_mcp: agent_mcp.clone(),
+            vaults,
             settings: AgentSettings {
                 system_prompt: run.system_prompt.clone(),
                 max_steps: run.max_steps,

@@ -3,7 +3,8 @@
 //! Handlers are thin: they parse and validate input, call the session layer, and shape the
 //! answer. One module per resource; `router` merges them.
 //!
-//! - `sessions`, `runs`, `events`, `approvals`, `artifacts`: the resources.
+//! - `sessions`, `runs`, `events`, `approvals`, `artifacts`, `agents`, `vaults` (write-only
+//!   secrets): the resources.
 //! - `adapters/`: the faces, front-end protocols over the same sessions (`ai_sdk`: the Vercel
 //!   AI SDK's UI message stream; `ag_ui`: AG-UI), and what they share (streaming a run
 //!   through an adapter of [`crate::protocols`]).
@@ -36,6 +37,7 @@ pub mod server;
 mod sessions;
 pub mod sse;
 mod ui;
+mod vaults;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -137,6 +139,7 @@ pub fn router(state: AppState, options: &HttpOptions) -> Router {
     }
     open.merge(quick)
         .merge(agents::routes())
+        .merge(vaults::routes())
         .merge(runs::routes())
         .merge(approvals::routes())
         .merge(events::routes())

@@ -35,6 +35,8 @@ pub struct SessionDeps {
     pub mcp: McpServers,
     /// The MCP servers agents define for themselves.
     pub agent_mcp: super::agents::AgentMcp,
+    /// The tenants' secrets, which agents' MCP servers reference.
+    pub vaults: crate::vault::Vaults,
     pub settings: AgentSettings,
     /// Bytes one artifact may have; a larger file a tool produced is not kept.
     pub max_artifact_bytes: u64,
