@@ -20,7 +20,7 @@ use crate::model::Rule;
 use crate::tools::builtin::shell::ShellSettings;
 use crate::tools::policy::{ApprovalMode, Rules};
 use crate::vault::{MasterKey, MasterKeyError};
-use crate::webhooks::{WebhookSecret, WebhookSettings};
+use crate::webhooks::{SigningSecret, WebhookSecret, WebhookSettings};
 
 /// Why a configuration was refused.
 #[derive(Debug, thiserror::Error)]
@@ -439,11 +439,18 @@ fn webhook_settings(
         .ok()
         .filter(|v| !v.trim().is_empty())
         .ok_or_else(|| ConfigError::WebhookSecretUnset(name.to_string()))?;
-    let secret =
-        WebhookSecret::parse(&value).map_err(|reason| ConfigError::WebhookSecretInvalid {
-            name: name.to_string(),
-            reason,
-        })?;
+    let invalid = |reason| ConfigError::WebhookSecretInvalid {
+        name: name.to_string(),
+        reason,
+    };
+    // A vault reference is resolved once the store is open.
+    let secret = if crate::vault::reference::mentions(&value) {
+        crate::vault::reference::references(&value)
+            .map_err(|_| invalid("it holds a vault reference that is not ${vault:VAULT/NAME}"))?;
+        SigningSecret::Vault(value.trim().to_string())
+    } else {
+        SigningSecret::Value(WebhookSecret::parse(&value).map_err(invalid)?)
+    };
     let mut unique = Vec::new();
     for url in urls {
         if !unique.contains(&url) {

@@ -3,6 +3,7 @@
 //! validated [`Settings`]. Usable without HTTP: build one and drive sessions through
 //! [`Runtime::sessions`].
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,10 +19,12 @@ use crate::llm::providers::{self, ProviderKind, ProviderSpec, Providers};
 use crate::llm::wire::Timeouts;
 use crate::llm::ModelClient;
 use crate::mcp::McpServers;
+use crate::model::DEFAULT_TENANT;
 use crate::session::{AgentMcp, SessionDeps, Sessions, ToolPolicy};
 use crate::store::{self, writer::Writer, Cluster, Store};
 use crate::tools::{Sandbox, SandboxStatus, ToolContext, ToolRegistry, Workspace};
 use crate::vault::Vaults;
+use crate::webhooks::{SigningSecret, WebhookSecret};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
@@ -36,6 +39,9 @@ pub enum RuntimeError {
     Model(#[from] crate::llm::LlmError),
     #[error(transparent)]
     Session(#[from] crate::session::SessionError),
+    /// A vault reference of the configuration that cannot be resolved (never a value).
+    #[error("{0}")]
+    Vault(String),
 }
 
 /// How long start-up waits for MCP servers to answer their handshake before it goes on
@@ -59,10 +65,18 @@ impl Runtime {
     /// starts the sessions (and the scale-out tasks when replicas share the database) and takes
     /// over runs a dead process left behind.
     pub async fn build(settings: &Settings) -> Result<Runtime, RuntimeError> {
-        let providers = providers(&settings.model);
-        let model = providers.default_client()?;
         let replica = crate::model::new_id();
         let opened = store::open(&settings.store.database_url, replica).await?;
+        // The configuration's vault references (the providers file's keys, the webhook
+        // secret) are the tenant `default`'s, resolved now that the store is open.
+        let vaults = Vaults::new(opened.store.clone(), settings.store.master_key.clone());
+        let keys = provider_keys(&settings.model, &vaults).await?;
+        let webhook_secret = match &settings.webhooks {
+            Some(webhooks) => Some(webhook_secret(&webhooks.secret, &vaults).await?),
+            None => None,
+        };
+        let providers = providers(&settings.model, &keys);
+        let model = providers.default_client()?;
         // Before anything is written: events of this run of the process are queued for the
         // URLs it was started with.
         crate::webhooks::prepare(
@@ -86,19 +100,29 @@ impl Runtime {
         let mcp = McpServers::start(&settings.tools.mcp, mcp_timeouts);
         mcp.settle(MCP_START_WAIT.min(mcp_timeouts.handshake_timeout))
             .await;
-        let runtime =
-            match Runtime::start(settings, opened, agent, providers, mcp.clone(), replica).await {
-                Ok(runtime) => runtime,
-                // The servers are ended here, as a runtime's shutdown would have ended them.
-                Err(error) => {
-                    mcp.shutdown().await;
-                    return Err(error);
-                }
-            };
-        if let Some(webhooks) = &settings.webhooks {
+        let runtime = match Runtime::start(
+            settings,
+            opened,
+            agent,
+            providers,
+            vaults,
+            mcp.clone(),
+            replica,
+        )
+        .await
+        {
+            Ok(runtime) => runtime,
+            // The servers are ended here, as a runtime's shutdown would have ended them.
+            Err(error) => {
+                mcp.shutdown().await;
+                return Err(error);
+            }
+        };
+        if let (Some(webhooks), Some(secret)) = (&settings.webhooks, webhook_secret) {
             crate::webhooks::start(
                 store,
-                webhooks.clone(),
+                webhooks,
+                secret,
                 replica.to_string(),
                 runtime.shutdown_token(),
             );
@@ -112,6 +136,7 @@ impl Runtime {
         opened: store::Opened,
         agent: AgentDeps,
         providers: Providers,
+        vaults: Vaults,
         mcp: McpServers,
         replica: Uuid,
     ) -> Result<Runtime, RuntimeError> {
@@ -121,8 +146,7 @@ impl Runtime {
         let model = agent.model.clone();
         let run = &settings.run;
         let policy = &settings.policy;
-        let agent_mcp = AgentMcp::new(settings.tools.mcp_timeouts);
-        let vaults = Vaults::new(opened.store.clone(), settings.store.master_key.clone());
+        let agent_mcp = AgentMcp::new(settings.tools.mcp_timeouts, vaults.clone());
         let sessions = Sessions::new(SessionDeps {
             store: opened.store,
             writer,
@@ -262,9 +286,54 @@ async fn builtin_tools(settings: &ToolSettings) -> ToolRegistry {
     }
 }
 
-/// The providers: `default` from the model flags, then the `--providers` file's. Each has the
-/// flags' timeouts, retries and reply limits, and its own connection pool.
-fn providers(model: &ModelSettings) -> Providers {
+/// The keys of the `--providers` file's providers whose `api_key` is a vault reference, by
+/// provider name.
+async fn provider_keys(
+    model: &ModelSettings,
+    vaults: &Vaults,
+) -> Result<HashMap<String, String>, RuntimeError> {
+    let mut keys = HashMap::new();
+    for provider in &model.providers {
+        if let Some(reference) = &provider.api_key_ref {
+            let key = vaults
+                .resolve(DEFAULT_TENANT, reference)
+                .await
+                .map_err(|e| {
+                    RuntimeError::Vault(format!(
+                        "--providers: providers.{}.api_key: {e}",
+                        provider.name
+                    ))
+                })?;
+            keys.insert(provider.name.clone(), key);
+        }
+    }
+    Ok(keys)
+}
+
+/// The webhook signing secret, from its vault when the configuration references one.
+async fn webhook_secret(
+    secret: &SigningSecret,
+    vaults: &Vaults,
+) -> Result<WebhookSecret, RuntimeError> {
+    let reference = match secret {
+        SigningSecret::Value(secret) => return Ok(secret.clone()),
+        SigningSecret::Vault(reference) => reference,
+    };
+    let value = vaults
+        .resolve(DEFAULT_TENANT, reference)
+        .await
+        .map_err(|e| RuntimeError::Vault(format!("--webhook-secret-env: {e}")))?;
+    WebhookSecret::parse(&value).map_err(|why| {
+        RuntimeError::Vault(format!(
+            "--webhook-secret-env: the secret its vault reference names is unusable: {why}"
+        ))
+    })
+}
+
+/// The providers: `default` from the model flags, then the `--providers` file's (`keys`: those
+/// read from vaults). Each has the flags' timeouts, retries and reply limits, and its own
+/// connection pool.
+fn providers(model: &ModelSettings, keys: &HashMap<String, String>) -> Providers {
     if model.thinking_budget.is_some() && model.provider != Provider::Anthropic {
         tracing::warn!(
             provider = ?model.provider,
@@ -298,7 +367,7 @@ fn providers(model: &ModelSettings) -> Providers {
             name: p.name.clone(),
             kind: p.kind,
             base_url: p.base_url.clone(),
-            api_key: p.api_key.clone(),
+            api_key: p.api_key.clone().or_else(|| keys.get(&p.name).cloned()),
             headers: p.headers.clone(),
             prices: p.prices.clone(),
             max_output_tokens: p.max_output_tokens.unwrap_or(model.max_output_tokens),

@@ -100,7 +100,16 @@ impl fmt::Debug for WebhookSecret {
 #[derive(Debug, Clone)]
 pub struct WebhookSettings {
     pub urls: Vec<String>,
-    pub secret: WebhookSecret,
+    pub secret: SigningSecret,
+}
+
+/// The signing secret as configured: the secret itself, or a vault reference
+/// (`${vault:VAULT/NAME}`, of the tenant `default`) to a `whsec_<base64>` secret, resolved once
+/// the store is open.
+#[derive(Debug, Clone)]
+pub enum SigningSecret {
+    Value(WebhookSecret),
+    Vault(String),
 }
 
 /// Records the configured URLs (none: later events are not queued, and deliveries still
@@ -125,7 +134,8 @@ pub async fn prepare(
 /// Starts the dispatcher; it stops when `shutdown` is cancelled.
 pub fn start(
     store: Arc<dyn Store>,
-    settings: WebhookSettings,
+    settings: &WebhookSettings,
+    secret: WebhookSecret,
     claim: String,
     shutdown: CancellationToken,
 ) -> JoinHandle<()> {
@@ -138,7 +148,7 @@ pub fn start(
         .expect("an HTTP client without custom TLS settings builds");
     let dispatcher = Arc::new(Dispatcher {
         store,
-        secret: settings.secret,
+        secret,
         client,
         claim,
     });

@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 use uuid::Uuid;
 
-use super::journal::{AgentError, Journal};
+use super::journal::{AgentError, Journal, Redactor};
 use super::turn::AgentDeps;
 use crate::model::{ToolCall, Usage};
 use crate::tools::ToolOutput;
@@ -66,6 +66,7 @@ pub(super) async fn run_calls<J: Journal>(
     (usage, steps): (Usage, i64),
 ) -> Result<(), AgentError<J::Error>> {
     let cancelled = || AgentError::Cancelled { usage, steps };
+    let redactor = journal.redactor();
     let mut results: Vec<Option<ToolOutput>> = vec![None; calls.len()];
     let mut ready: VecDeque<(usize, Uuid, ToolCall, Option<String>)> = VecDeque::new();
     // Calls that wait for an answer, by call id: their position and step.
@@ -81,6 +82,7 @@ pub(super) async fn run_calls<J: Journal>(
                 decided,
             } => ready.push_back((index, step_id, call, decided)),
             Admission::Refused { step_id, output } => {
+                let output = redacted(redactor.as_ref(), output);
                 journal.tool_finished(step_id, call, &output).await?;
                 results[index] = Some(output);
             }
@@ -104,12 +106,15 @@ pub(super) async fn run_calls<J: Journal>(
             let tools = &deps.tools;
             let context = deps.tool_context.for_call(&call.id, decided.as_deref());
             let span = crate::telemetry::tool_span(journal.session_id(), &call);
+            let redactor = redactor.clone();
             running.push(Box::pin(async move {
                 let started = std::time::Instant::now();
                 let output = tools
                     .execute(&context, &call)
                     .instrument(span.clone())
                     .await;
+                // Before anything sees it: the trace, the journal, the model.
+                let output = redacted(redactor.as_ref(), output);
                 crate::metrics::tool_call(&call.name, output.is_error, started.elapsed());
                 crate::telemetry::tool_finished(&span, &output);
                 (index, step_id, call, output)
@@ -134,6 +139,7 @@ pub(super) async fn run_calls<J: Journal>(
                         ready.push_back((index, step_id, call, decided))
                     }
                     Verdict::Result(output) => {
+                        let output = redacted(redactor.as_ref(), output);
                         journal.tool_finished(step_id, &calls[index], &output).await?;
                         results[index] = Some(output);
                     }
@@ -144,6 +150,14 @@ pub(super) async fn run_calls<J: Journal>(
     }
     append_ready(journal, &calls, &results, appended).await?;
     Ok(())
+}
+
+/// `output` with the secrets `redactor` knows taken out.
+fn redacted(redactor: Option<&Redactor>, mut output: ToolOutput) -> ToolOutput {
+    if let Some(clean) = redactor.and_then(|redact| redact(&output.output)) {
+        output.output = clean;
+    }
+    output
 }
 
 /// Appends the results that are ready and follow every earlier call's; returns how many calls

@@ -1,6 +1,8 @@
 //! The loop's one interface to a session: it reads the history and records every fact through
 //! a [`Journal`], which a session's run implements; and how a run fails ([`AgentError`]).
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use uuid::Uuid;
 
@@ -20,6 +22,10 @@ pub struct Completion {
     pub usage: Usage,
 }
 
+/// Takes secrets back out of a tool's output: the text with each secret value the run's
+/// configuration was given replaced by a label, or `None` when it holds none.
+pub type Redactor = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
 /// Where the loop reads the history and records what happens. Every method persists before it
 /// returns (or queues the write in order, for deltas), so a crash loses at most the step in
 /// flight. A journal that cannot record a fact answers its own `Error`, which ends the run.
@@ -32,6 +38,11 @@ pub trait Journal: Send {
     fn history(&self) -> &[Message];
     /// The session this journal records, for the traces' `gen_ai.conversation.id`.
     fn session_id(&self) -> Option<Uuid> {
+        None
+    }
+    /// What every tool output passes through before it is traced, recorded or shown to the
+    /// model; `None`: outputs are kept as they are.
+    fn redactor(&self) -> Option<Redactor> {
         None
     }
     /// An LLM step begins; `request` describes how to rebuild the exact request.

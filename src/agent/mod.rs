@@ -16,5 +16,5 @@ mod journal;
 mod turn;
 
 pub use calls::{Admission, Answer, Verdict};
-pub use journal::{AgentError, Completion, Journal};
+pub use journal::{AgentError, Completion, Journal, Redactor};
 pub use turn::{run_turn, AgentDeps, AgentSettings, TurnOutcome};

@@ -16,6 +16,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
+use super::agent_secrets;
 use super::errors::{ConflictKind, SessionError};
 use super::sessions::Sessions;
 use crate::llm::providers::{ModelRef, ModelRefError};
@@ -27,6 +28,7 @@ use crate::model::{
 };
 use crate::store::agents::{AgentQuery, AgentStore, Bumped};
 use crate::tools::policy::Rules;
+use crate::vault::Vaults;
 
 const MAX_NAME_CHARS: usize = 200;
 const MAX_DESCRIPTION_CHARS: usize = 10_000;
@@ -106,23 +108,31 @@ pub struct RunAgent {
 #[derive(Clone)]
 pub struct AgentMcp {
     settings: McpSettings,
+    /// Where the servers' `${vault:…}` references are resolved.
+    vaults: Vaults,
     started: Arc<Mutex<HashMap<(Uuid, u32), McpServers>>>,
 }
 
 impl AgentMcp {
-    pub fn new(settings: McpSettings) -> AgentMcp {
+    pub fn new(settings: McpSettings, vaults: Vaults) -> AgentMcp {
         AgentMcp {
             settings,
+            vaults,
             started: Arc::default(),
         }
     }
 
     /// The servers `agent` defines for itself (started now if they were not), once each has
-    /// tried to connect or the handshake time has passed; `None` when it defines none.
-    async fn servers(&self, agent: &AgentRecord) -> Option<McpServers> {
-        let key = (agent.id.stored()?, agent.version);
+    /// tried to connect or the handshake time has passed; `None` when it defines none. An
+    /// error (which names the reference, never a value) when a vault reference in their
+    /// `env` or `headers` cannot be resolved in the agent's tenant.
+    async fn servers(&self, agent: &AgentRecord) -> Result<Option<McpServers>, String> {
+        let Some(id) = agent.id.stored() else {
+            return Ok(None);
+        };
+        let key = (id, agent.version);
         if let Some(servers) = self.lock().get(&key) {
-            return Some(servers.clone());
+            return Ok(Some(servers.clone()));
         }
         let mut config = McpConfig::default();
         for server in agent.spec.mcp_servers.iter().flatten() {
@@ -134,8 +144,9 @@ impl AgentMcp {
             }
         }
         if config.servers.is_empty() {
-            return None;
+            return Ok(None);
         }
+        agent_secrets::resolve(&mut config, &self.vaults, &agent.tenant).await?;
         // Two first runs at once: the one that comes second uses the first one's servers.
         let (servers, fresh) = match self.lock().entry(key) {
             Entry::Occupied(started) => (started.get().clone(), false),
@@ -147,7 +158,7 @@ impl AgentMcp {
         if fresh {
             servers.settle(self.settings.handshake_timeout).await;
         }
-        Some(servers)
+        Ok(Some(servers))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(Uuid, u32), McpServers>> {
@@ -434,7 +445,12 @@ impl Sessions {
                 .client(&model, record.spec.thinking_budget)
                 .map_err(SessionError::Upstream)?,
         };
-        let own_mcp = self.deps.agent_mcp.servers(&record).await;
+        let own_mcp = self
+            .deps
+            .agent_mcp
+            .servers(&record)
+            .await
+            .map_err(SessionError::BadInput)?;
         Ok(RunAgent {
             record: Arc::new(record),
             model,
@@ -710,18 +726,19 @@ impl Sessions {
 }
 
 /// An agent's own MCP server as the `mcpServers` configuration reads it. `${VAR}` is not
-/// expanded: an agent's values are its own, not the server's environment.
-pub(crate) fn inline_config(
-    inline: &model::InlineMcpServer,
-) -> Result<McpConfig, crate::mcp::McpConfigError> {
-    let mut entry = serde_json::to_value(inline).unwrap_or(Value::Null);
+/// expanded: an agent's values are its own, not the server's environment. Vault references in
+/// `env` and `headers` are kept (behind a marker) for [`agent_secrets::resolve`].
+pub(crate) fn inline_config(inline: &model::InlineMcpServer) -> Result<McpConfig, String> {
+    let inline =
+        agent_secrets::marked(inline).map_err(|why| format!("server {:?}: {why}", inline.name))?;
+    let mut entry = serde_json::to_value(&inline).unwrap_or(Value::Null);
     if let Value::Object(fields) = &mut entry {
         fields.remove("name");
     }
     let mut servers = Map::new();
     servers.insert(inline.name.clone(), entry);
     let text = serde_json::json!({ "mcpServers": servers }).to_string();
-    McpConfig::parse(&text, |_| None)
+    McpConfig::parse(&text, |_| None).map_err(|e| e.to_string())
 }
 
 /// The body that gives `spec` again (its sub-agents by id).

@@ -6,7 +6,8 @@
 //! the store, through [`Sessions`] (`reads`), so that the faces never touch the store.
 //!
 //! - [`Sessions`] (`sessions`): the API the HTTP layer uses; it sends commands to actors.
-//! - `agents`: agents created, versioned, archived, chosen by sessions and captured by runs.
+//! - `agents`: agents created, versioned, archived, chosen by sessions and captured by runs;
+//!   `agent_secrets`: the vault references in their own MCP servers, checked and resolved.
 //! - `deps`: what every session actor depends on ([`SessionDeps`], [`ToolPolicy`]).
 //! - `errors`: what a session refuses ([`SessionError`], [`ConflictKind`]).
 //! - `command`: the commands an actor takes, and their answers.
@@ -29,6 +30,7 @@
 //! - `waiting`: the calls of a run that wait for an answer (approvals, client tools).
 
 mod actor;
+mod agent_secrets;
 mod agents;
 mod command;
 mod coordination;

@@ -220,4 +220,12 @@ impl Vaults {
     pub fn redact(&self, tenant: &str, text: &str) -> Option<String> {
         self.inner.redactions.redact(tenant, text)
     }
+
+    /// [`Vaults::redact`] for one tenant, as a function (values handed out later are taken
+    /// out too).
+    pub fn redactor(&self, tenant: &str) -> Arc<dyn Fn(&str) -> Option<String> + Send + Sync> {
+        let redactions = self.inner.redactions.clone();
+        let tenant = tenant.to_string();
+        Arc::new(move |text: &str| redactions.redact(&tenant, text))
+    }
 }

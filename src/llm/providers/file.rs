@@ -9,8 +9,9 @@
 //!
 //! Everything is checked here, before the server starts: a refusal names the field
 //! (`providers.<name>.<field>`) and never shows a key or a header's value. Keys come from the
-//! environment (`api_key_env`); `api_key` takes a vault reference, which needs vaults this
-//! server does not have yet, so it is refused with a message that says so.
+//! environment (`api_key_env`) or from a vault: `api_key` takes only a reference,
+//! `${vault:VAULT/NAME}` (of the tenant `default`), which the runtime resolves once the store
+//! is open.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -29,6 +30,8 @@ pub struct FileProvider {
     pub base_url: Option<String>,
     /// The key read from the environment variable `api_key_env` names. Never shown.
     pub api_key: Option<String>,
+    /// `api_key`'s vault reference (`${vault:VAULT/NAME}`), for the runtime to resolve.
+    pub api_key_ref: Option<String>,
     /// Sent with every request; the values are never shown.
     pub headers: Vec<(String, String)>,
     /// `None`: the `--max-output-tokens` of the flags.
@@ -44,6 +47,7 @@ impl fmt::Debug for FileProvider {
             .field("kind", &self.kind)
             .field("base_url", &self.base_url.as_ref().map(|_| "<set>"))
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("api_key_ref", &self.api_key_ref)
             .field("headers", &headers)
             .field("max_output_tokens", &self.max_output_tokens)
             .field("prices", &self.prices)
@@ -206,12 +210,13 @@ fn provider(
         Some(url) => Some(check_url(url).map_err(|why| FileError::at(field("base_url"), why))?),
         None => None,
     };
-    let api_key = api_key(fields, &at, env)?;
+    let (api_key, api_key_ref) = api_key(fields, &at, env)?;
     Ok(FileProvider {
         name: name.to_string(),
         kind,
         base_url,
         api_key,
+        api_key_ref,
         headers: headers(fields, &at)?,
         max_output_tokens: max_output_tokens(fields, &at)?,
         prices: prices(fields, &at)?,
@@ -263,13 +268,13 @@ fn check_url(url: &str) -> Result<String, String> {
     Ok(url.trim().to_string())
 }
 
-/// The key: read from the variable `api_key_env` names. `api_key` holds a vault reference,
-/// which needs vaults.
+/// The key: read from the variable `api_key_env` names, or (second) the vault reference
+/// `api_key` holds, left for the runtime to resolve.
 fn api_key(
     fields: &Map<String, Value>,
     at: &str,
     env: &impl Fn(&str) -> Option<String>,
-) -> Result<Option<String>, FileError> {
+) -> Result<(Option<String>, Option<String>), FileError> {
     let variable = string(fields, "api_key_env", at)?;
     // Never echoed: a key written here by mistake must not reach a log.
     let reference = match fields.get("api_key") {
@@ -278,26 +283,31 @@ fn api_key(
         Some(_) => return Err(FileError::at(join(at, "api_key"), "must be a string")),
     };
     if let Some(reference) = reference {
+        let whole = crate::vault::reference::references(reference)
+            .ok()
+            .filter(|refs| refs.len() == 1 && reference == format!("${{vault:{}}}", refs[0]));
         let why = if variable.is_some() {
             "give api_key_env or api_key, not both"
+        } else if whole.is_some() {
+            return Ok((None, Some(reference.to_string())));
         } else if reference.starts_with("${vault:") && reference.ends_with('}') {
-            "vault references need vaults, which this server does not have yet: put the key \
-             in an environment variable and name it in api_key_env"
+            "a vault reference names a vault and a secret, ${vault:VAULT/NAME}, both 1 to 128 \
+             of A-Z a-z 0-9 _ . -"
         } else {
-            "takes only a vault reference (${vault:VAULT/NAME}), never a key: put the key in an \
-             environment variable and name it in api_key_env"
+            "takes only a vault reference (${vault:VAULT/NAME}), never a key: put the key in a \
+             vault, or in an environment variable named in api_key_env"
         };
         return Err(FileError::at(join(at, "api_key"), why));
     }
     let Some(variable) = variable else {
-        return Ok(None);
+        return Ok((None, None));
     };
     let variable = variable.trim();
     if variable.is_empty() {
         return Err(FileError::at(join(at, "api_key_env"), "must not be empty"));
     }
     match env(variable).filter(|v| !v.is_empty()) {
-        Some(key) => Ok(Some(key)),
+        Some(key) => Ok((Some(key), None)),
         None => Err(FileError::at(
             join(at, "api_key_env"),
             format!("the environment variable {variable} is not set"),
@@ -422,6 +432,7 @@ mod tests {
         let providers = json(&format!(
             r#"{{"providers": {{
                 "local": {{"type": "openai", "base_url": "http://127.0.0.1:8000/v1",
+                           "api_key": "${{vault:team/local-key}}",
                            "prices": {{"qwen": {{"input_per_mtok": 0, "output_per_mtok": 0}}}}}},
                 "claude": {{"type": "anthropic", "api_key_env": "GATEWAY_KEY",
                             "headers": {{"X-Org": "{HEADER_VALUE}"}}, "max_output_tokens": 4096,
@@ -456,6 +467,11 @@ mod tests {
             Some("http://127.0.0.1:8000/v1")
         );
         assert_eq!(providers[2].api_key, None);
+        assert_eq!(
+            providers[2].api_key_ref.as_deref(),
+            Some("${vault:team/local-key}")
+        );
+        assert_eq!(claude.api_key_ref, None);
         let shown = format!("{providers:?}");
         assert!(
             !shown.contains(KEY) && !shown.contains(HEADER_VALUE),
@@ -536,9 +552,14 @@ max_output_tokens = 2048
                 "NOT_SET_ANYWHERE is not set",
             ),
             (
-                r#""type": "openai", "api_key": "${vault:team/openai}""#,
+                r#""type": "openai", "api_key": "${vault:team}""#,
                 "providers.gw.api_key",
-                "vault references need vaults",
+                "names a vault and a secret",
+            ),
+            (
+                r#""type": "openai", "api_key": "Bearer ${vault:team/openai}""#,
+                "providers.gw.api_key",
+                "never a key",
             ),
             (
                 &format!(r#""type": "openai", "api_key": "{KEY}""#),

@@ -243,6 +243,8 @@ impl SessionActor {
         });
         let children = Arc::new(Children::new(lineage.tree));
         let (agent, agent_moved, mut unusable) = self.capture_agent().await?;
+        // The agent's secrets were resolved in its tenant.
+        let redactor = self.deps.vaults.redactor(&agent.record.tenant);
         let core = self.core.as_ref().ok_or(Stop::Gone)?;
         let tools = self.run_tools(&core.record, run, &agent, (&children, &lineage.permit));
         let context = match self.tool_context(&core.record).await {
@@ -307,6 +309,7 @@ impl SessionActor {
             children,
             notes: HashMap::new(),
             decided: std::mem::take(&mut begin.decided),
+            redactor: Some(redactor),
         };
         Ok(Prepared {
             activity,

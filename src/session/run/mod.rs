@@ -28,7 +28,7 @@ use uuid::Uuid;
 
 use crate::agent::compaction::Summary;
 use crate::agent::context::TrimStats;
-use crate::agent::{Admission, Answer, Completion, Journal};
+use crate::agent::{Admission, Answer, Completion, Journal, Redactor};
 use crate::model::{
     self, CharsBeforeAfter, EventKind, LlmRequestDescriptor, Message, Role, StepKind, StepStatus,
     ToolCall,
@@ -82,6 +82,9 @@ pub(in crate::session) struct RunTools {
     /// What people answered to the approvals of the run this one resumes, for its calls
     /// that run again: admitted as answered, not asked about again.
     pub decided: HashMap<String, Resolution>,
+    /// Takes the secrets handed to the run's agent (its tenant's vault values) out of tool
+    /// outputs.
+    pub redactor: Option<Redactor>,
 }
 
 impl<'a> Run<'a> {
@@ -186,6 +189,10 @@ impl Journal for Run<'_> {
 
     fn session_id(&self) -> Option<Uuid> {
         Some(self.id)
+    }
+
+    fn redactor(&self) -> Option<Redactor> {
+        self.calls.redactor.clone()
     }
 
     async fn llm_started(&mut self, request: LlmRequestDescriptor) -> Result<Uuid, StoreError> {
