@@ -28,6 +28,7 @@ mod extract;
 mod guard;
 pub mod idempotency;
 pub mod jwt;
+mod keys;
 mod paging;
 mod params;
 mod problem;
@@ -139,6 +140,7 @@ pub fn router(state: AppState, options: &HttpOptions) -> Router {
     }
     open.merge(quick)
         .merge(agents::routes())
+        .merge(keys::routes(principals))
         .merge(vaults::routes())
         .merge(runs::routes())
         .merge(approvals::routes())
