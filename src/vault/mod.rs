@@ -19,4 +19,4 @@ mod vaults;
 
 pub use cipher::{MasterKey, MasterKeyError, Sealed, NONCE_BYTES};
 pub use reference::{MalformedRef, SecretRef};
-pub use vaults::{SecretInfo, VaultError, Vaults, MAX_VALUE_BYTES};
+pub use vaults::{SecretInfo, TenantRedactor, VaultError, Vaults, MAX_VALUE_BYTES};

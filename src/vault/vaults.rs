@@ -42,6 +42,9 @@ pub enum VaultError {
     Store(#[from] StoreError),
 }
 
+/// Takes one tenant's handed-out values out of a text (`None`: it holds none).
+pub type TenantRedactor = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
 /// A secret as answered: where it is and when it was written, never its value.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SecretInfo {
@@ -223,7 +226,7 @@ impl Vaults {
 
     /// [`Vaults::redact`] for one tenant, as a function (values handed out later are taken
     /// out too).
-    pub fn redactor(&self, tenant: &str) -> Arc<dyn Fn(&str) -> Option<String> + Send + Sync> {
+    pub fn redactor(&self, tenant: &str) -> TenantRedactor {
         let redactions = self.inner.redactions.clone();
         let tenant = tenant.to_string();
         Arc::new(move |text: &str| redactions.redact(&tenant, text))
