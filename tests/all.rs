@@ -12,6 +12,7 @@
 //! - `providers` and `provider_e2e`: the OpenAI and Anthropic clients against fakes.
 //! - `usage`: the manual, checked against real servers.
 //! - `ui`: the web page's files and its sign-in.
+//! - `vaults`: write-only secrets, sealed at rest; who may use them; a provider key from one.
 //! - `support`: what the suites share, and its own tests (`support::tests`).
 //!
 //! The MCP suite (`tests/mcp`) is a binary of its own: it runs its own harness and is also the
@@ -30,3 +31,4 @@ mod store;
 mod tools;
 mod ui;
 mod usage;
+mod vaults;
