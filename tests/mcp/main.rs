@@ -1,7 +1,8 @@
 //! MCP tool servers through HTTP: tools listed from real servers (stdio and streamable HTTP),
 //! called by a scripted model, under the default policy (`ask`), narrowed per session; calls
 //! that time out, are cancelled, or meet a server that crashes; a server that never answers its
-//! handshake; and a shutdown that leaves no process behind.
+//! handshake; a shutdown that leaves no process behind; and an agent's server given a vault
+//! secret, which never shows in what is recorded.
 //!
 //! The servers are `fixture`, written with rmcp's server side. So that a stdio server needs no
 //! other build, this suite has its own `main` (`harness = false`): started with
@@ -19,6 +20,7 @@ mod lifecycle;
 mod listing;
 mod npm;
 mod overhead;
+mod vaults;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -61,6 +63,7 @@ fn main() -> ExitCode {
         lifecycle::shutdown_leaves_no_server_process,
         lifecycle::a_missing_variable_stops_the_start,
         agents::an_agent_s_own_server_serves_its_sessions_only,
+        vaults::a_vault_secret_reaches_the_server_and_never_the_record,
     ]);
     // The manual's example on the real server from npm, where it is installed (always in CI).
     let npm_missing = !npm::installed() && std::env::var_os("CI").is_none();
