@@ -3,13 +3,14 @@
 //! ciphertext; a server without a master key answers `409 vaults-disabled`, one with a bad key
 //! does not start; a member or viewer key is refused; an agent whose MCP server references a
 //! malformed secret is refused; a providers file's `api_key` taken from a vault reaches its
-//! provider. (An agent's MCP server given a secret, and the redaction of tool outputs, are in
+//! provider; the shell's sandbox sees neither the master key nor the provider key. (An agent's MCP server given a secret, and the redaction of tool outputs, are in
 //! the MCP suite, whose binary is the MCP server it needs.)
 
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
 use crate::support::fakes::{self, Reply as FakeReply};
+use crate::support::scripted::{allow_all, call, model_calling, options, output_of};
 use crate::support::*;
 
 /// The variable the tests' master key is in, and the key (32 bytes, hex).
@@ -325,4 +326,22 @@ async fn a_provider_key_comes_from_a_vault() {
         assert_hidden(&reply, &path);
     }
     assert!(!server.log().contains(VALUE), "the log shows the key");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shell_sandbox_gets_neither_the_master_key_nor_the_provider_key() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let policy = allow_all(dir.path());
+    let model = model_calling(vec![call("env", "shell", json!({"command": "env"}))]).await;
+    let launch = with_vaults(options(&model, &["--tool-policy", &policy]));
+    let server = TestServer::start(launch).await;
+    let id = server.create_session().await;
+    let result = server.run_wait(&id, "show the environment").await;
+    assert_eq!(result["status"], "completed", "{result}");
+    let output = output_of(&server.events(&id).await, "env");
+    assert!(output.contains("PATH="), "{output}");
+    // `options` gives the server process its provider key in OPENAI_API_KEY.
+    for hidden in [KEY_VAR, KEY_HEX, "OPENAI_API_KEY", "sk-tools-test-key"] {
+        assert!(!output.contains(hidden), "the sandbox sees {hidden}: {output}");
+    }
 }
