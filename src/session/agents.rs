@@ -343,7 +343,9 @@ impl Sessions {
         }
         let body: AgentBody = serde_json::from_value(Value::Object(body))
             .map_err(|e| SessionError::BadInput(format!("agent: {e}")))?;
-        let spec = self.check_agent(body, Some(stored), &current.tenant).await?;
+        let spec = self
+            .check_agent(body, Some(stored), &current.tenant)
+            .await?;
         // A bad body is refused as such, whichever version it was made from.
         if if_match.is_some_and(|v| v != current.version) {
             return Err(SessionError::AgentStale {
@@ -606,14 +608,19 @@ impl Sessions {
             let id = match Uuid::parse_str(&entry) {
                 Ok(id) => {
                     let found = self.agent_store()?.agent(id, None).await?;
-                    if !found.is_some_and(|agent| agent.tenant == tenant) {
+                    if found.is_none_or(|agent| agent.tenant != tenant) {
                         return Err(SessionError::BadInput(format!(
                             "subagents: no agent {entry}"
                         )));
                     }
                     id
                 }
-                Err(_) => match self.agent_store()?.agents_named(tenant, &entry).await?.as_slice() {
+                Err(_) => match self
+                    .agent_store()?
+                    .agents_named(tenant, &entry)
+                    .await?
+                    .as_slice()
+                {
                     [id] => *id,
                     [] => {
                         return Err(SessionError::BadInput(format!(
