@@ -16,9 +16,9 @@
 //!   query values; `paging`: limits, cursors and the page envelope.
 //! - [`server`]: the listener loop, with the connection limits a public server needs.
 
+mod access;
 mod adapters;
 mod agents;
-mod access;
 mod approvals;
 mod artifacts;
 mod auth;
@@ -26,6 +26,7 @@ mod events;
 mod extract;
 mod guard;
 pub mod idempotency;
+pub mod jwt;
 mod paging;
 mod params;
 mod problem;
