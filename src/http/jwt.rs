@@ -70,6 +70,8 @@ pub enum JwtError {
     Malformed,
     #[error("the token's algorithm {0} is not accepted: only RS256 and ES256 are")]
     Algorithm(String),
+    #[error("the token's header names critical extensions (crit), which are not supported")]
+    Critical,
     #[error("the token names an unknown key (kid {0})")]
     UnknownKey(String),
     #[error("the token names no key (kid) and the key set has no {0} key")]
@@ -103,6 +105,14 @@ pub enum JwtError {
 #[derive(Clone)]
 pub struct JwtVerifier {
     inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for JwtVerifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JwtVerifier")
+            .field("settings", &self.inner.settings)
+            .finish_non_exhaustive()
+    }
 }
 
 struct Inner {
@@ -346,6 +356,11 @@ fn read_header(token: &str) -> Result<(Algorithm, Option<String>), JwtError> {
         },
         _ => return Err(JwtError::Malformed),
     };
+    // RFC 7515 §4.1.11: a recipient that does not understand every extension listed as
+    // critical must refuse the token; none is understood here.
+    if header.contains_key("crit") {
+        return Err(JwtError::Critical);
+    }
     let kid = match header.get("kid") {
         None | Some(Value::Null) => None,
         Some(Value::String(kid)) => Some(kid.clone()),
@@ -422,9 +437,20 @@ fn alg_name(alg: Algorithm) -> &'static str {
     }
 }
 
-/// A value from the token, cut short for an error's text.
+/// A value from the token, cut short and with anything but printable ASCII replaced, for an
+/// error's text.
 fn shown(value: &str) -> String {
-    value.chars().take(MAX_KID_SHOWN).collect()
+    value
+        .chars()
+        .take(MAX_KID_SHOWN)
+        .map(|c| {
+            if c.is_ascii_graphic() || c == ' ' {
+                c
+            } else {
+                '?'
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -746,6 +772,22 @@ mod tests {
                     &claims(json!({})),
                 ),
                 "the token's key (kid \"rsa-1\") is not an ES256 key",
+            ),
+            (
+                format!(
+                    "{}.{}.c2ln",
+                    URL_SAFE_NO_PAD.encode(r#"{"alg":"RS256","kid":"rsa-1","crit":["exp"]}"#),
+                    URL_SAFE_NO_PAD.encode(claims(json!({})).to_string())
+                ),
+                "the token's header names critical extensions (crit)",
+            ),
+            (
+                format!(
+                    "{}.{}.c2ln",
+                    URL_SAFE_NO_PAD.encode(r#"{"alg":"RS\u0007256"}"#),
+                    URL_SAFE_NO_PAD.encode(claims(json!({})).to_string())
+                ),
+                "the token's algorithm RS?256 is not accepted",
             ),
             (
                 "e30.e30.c2ln".to_string(),
