@@ -5,6 +5,7 @@
 //! - `api`: the HTTP and SSE API on the mock model (both backends, `TAH_TEST_BACKEND`).
 //! - `agents`: agents as versioned resources, sessions on them, several providers at once.
 //! - `faults`: storage faults, hostile providers, hostile pages and slow clients.
+//! - `jwt`: bearer JWTs verified against a JWKS, end to end.
 //! - `hardening`: crash safety under kill -9, reconnect chaos, load, shutdown under load.
 //! - `replicas`: several processes on one PostgreSQL database.
 //! - `store`: the store conformance suite, on SQLite and PostgreSQL.
@@ -24,6 +25,7 @@ mod agents;
 mod api;
 mod faults;
 mod hardening;
+mod jwt;
 mod provider_e2e;
 mod providers;
 mod replicas;

@@ -342,6 +342,9 @@ async fn the_shell_sandbox_gets_neither_the_master_key_nor_the_provider_key() {
     assert!(output.contains("PATH="), "{output}");
     // `options` gives the server process its provider key in OPENAI_API_KEY.
     for hidden in [KEY_VAR, KEY_HEX, "OPENAI_API_KEY", "sk-tools-test-key"] {
-        assert!(!output.contains(hidden), "the sandbox sees {hidden}: {output}");
+        assert!(
+            !output.contains(hidden),
+            "the sandbox sees {hidden}: {output}"
+        );
     }
 }
