@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use axum::http::{HeaderMap, StatusCode as AxumStatus};
 use base64::Engine as _;
 use hmac::{Hmac, Mac};
-use serde_json::Value;
+use serde_json::{json, Value};
 use sha2::Sha256;
 
 use crate::support::*;
@@ -470,4 +470,52 @@ fn a_webhook_url_without_a_usable_secret_is_refused_at_start() {
         assert!(log.contains(says), "{args:?}: {says:?} not in {log}");
         assert!(!log.contains("c2hvcnQ"), "the secret is not logged: {log}");
     }
+}
+
+#[tokio::test]
+async fn a_secret_from_a_vault_signs_the_deliveries() {
+    use crate::vaults::{KEY_HEX, KEY_VAR};
+    let reference = "${vault:hooks/signing}";
+    let receiver = Receiver::start(&[]).await;
+    let hooks = [
+        "--webhook-url",
+        receiver.url.as_str(),
+        "--webhook-secret-env",
+        SECRET_ENV,
+    ];
+    // The referenced secret does not exist yet: the start fails, naming the reference.
+    let (status, log) = serve_expecting_exit(
+        &[&["--master-key-env", KEY_VAR][..], &hooks[..]].concat(),
+        &[(KEY_VAR, KEY_HEX), (SECRET_ENV, reference)],
+    );
+    assert!(!status.success());
+    assert!(log.contains(reference), "{log}");
+
+    let vaults = ServerOptions::new()
+        .process()
+        .env(KEY_VAR, KEY_HEX)
+        .env(SECRET_ENV, reference)
+        .args(&["--master-key-env", KEY_VAR]);
+    let mut server = TestServer::start(vaults.clone()).await;
+    server
+        .call(
+            reqwest::Method::PUT,
+            "/v1/vaults/hooks/secrets/signing",
+            Some(&json!({ "value": SECRET })),
+        )
+        .await
+        .expect("PUT")
+        .expect_json(reqwest::StatusCode::OK, "the signing secret");
+    server.restart_with(vaults.args(&hooks)).await;
+    let id = server.create_session().await;
+    let result = server.run_wait(&id, "hello hooks").await;
+    assert_eq!(result["status"], "completed", "{result}");
+    let hits = receiver
+        .wait_for("agent.finished", |h| {
+            !of_type(h, "agent.finished").is_empty()
+        })
+        .await;
+    let hit = of_type(&hits, "agent.finished")[0].clone();
+    verify(SECRET, &hit).unwrap_or_else(|e| panic!("{e}: {hit:#?}"));
+    assert!(!server.log().contains(SECRET), "the log shows the secret");
 }
