@@ -16,9 +16,9 @@
 //!   query values; `paging`: limits, cursors and the page envelope.
 //! - [`server`]: the listener loop, with the connection limits a public server needs.
 
+mod access;
 mod adapters;
 mod agents;
-mod access;
 mod approvals;
 mod artifacts;
 mod auth;
