@@ -116,6 +116,7 @@ impl Application {
         let router = http::router(
             state,
             &HttpOptions {
+                jwt: None,
                 max_body_bytes: http.max_body_bytes,
                 api_tokens: http
                     .api_tokens

@@ -67,6 +67,7 @@ pub mod llm;
 pub mod mcp;
 pub mod metrics;
 pub mod model;
+pub mod principals;
 pub mod protocols;
 pub mod runtime;
 pub mod session;

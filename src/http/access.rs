@@ -1,12 +1,21 @@
-//! Who is calling, for handlers: [`Caller`] is the [`Principal`] that authentication resolved
-//! for the request (an operator when the server requires no token).
+//! Who is calling, and what it may reach: [`Caller`] is the [`Principal`] that authentication
+//! resolved for the request (an operator when the server requires no token), and
+//! [`check_session`] refuses a request on a session its principal may not use, from the
+//! route's template alone, so no session route can forget it.
 
-use axum::extract::FromRequestParts;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use axum::extract::{FromRequestParts, MatchedPath, Request, State};
 use axum::http::request::Parts;
-use axum::http::StatusCode;
+use axum::http::{Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use uuid::Uuid;
 
 use super::problem::Problem;
-use crate::model::{Denied, Principal};
+use crate::model::{Denied, Principal, SessionId, SessionNeed};
+use crate::session::Sessions;
 
 /// The request's principal.
 #[derive(Debug, Clone)]
@@ -41,4 +50,180 @@ pub fn denied(denied: Denied, what: &str) -> Problem {
 /// A `403`: the principal is known, and may not do this.
 pub fn forbidden(detail: impl Into<String>) -> Problem {
     Problem::new(StatusCode::FORBIDDEN, "forbidden", detail)
+}
+
+/// What a route asks of its caller, from its method and path template.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RouteNeed {
+    /// Nothing: the handler decides (tenant reads, agents, keys, vaults, lists, creation).
+    Handler,
+    /// A session named by the path's `{id}`.
+    Session(SessionNeed),
+}
+
+/// The path segment after `/v1/sessions/{id}/` of the routes that a session token of scope
+/// `interact` (and a viewer never) may call with a method other than GET.
+const INTERACT_ROUTES: &[&str] = &[
+    "runs",
+    "resume",
+    "cancel",
+    "approvals",
+    "tool-results",
+    "ai-sdk",
+    "ag-ui",
+];
+
+/// What the route `template` (as axum matched it, e.g. `/v1/sessions/{id}/runs`) asks for
+/// `method`.
+pub fn route_need(method: &Method, template: &str) -> RouteNeed {
+    let Some(rest) = template.strip_prefix("/v1/sessions/{id}") else {
+        return RouteNeed::Handler;
+    };
+    if *method == Method::GET || *method == Method::HEAD {
+        return RouteNeed::Session(SessionNeed::Read);
+    }
+    let first = rest.trim_start_matches('/').split('/').next().unwrap_or("");
+    match INTERACT_ROUTES.contains(&first) {
+        true => RouteNeed::Session(SessionNeed::Interact),
+        false => RouteNeed::Session(SessionNeed::Own),
+    }
+}
+
+/// The tenant and owner of sessions, as checked for access: they never change, so they are
+/// kept once read (a deleted session's entry is harmless: its routes answer `404`).
+#[derive(Clone, Default)]
+pub struct SessionOwners(Arc<Mutex<HashMap<Uuid, (Arc<str>, Option<Arc<str>>)>>>);
+
+/// How many sessions' owners are kept before the map starts again.
+const MAX_KEPT_OWNERS: usize = 100_000;
+
+impl SessionOwners {
+    async fn of(
+        &self,
+        sessions: &Sessions,
+        id: Uuid,
+    ) -> Result<(Arc<str>, Option<Arc<str>>), Problem> {
+        if let Some(found) = self.0.lock().ok().and_then(|m| m.get(&id).cloned()) {
+            return Ok(found);
+        }
+        let record = sessions.get(id).await.map_err(Problem::from)?;
+        let found: (Arc<str>, Option<Arc<str>>) =
+            (record.tenant.into(), record.owner.map(Into::into));
+        if let Ok(mut map) = self.0.lock() {
+            if map.len() >= MAX_KEPT_OWNERS {
+                map.clear();
+            }
+            map.insert(id, found.clone());
+        }
+        Ok(found)
+    }
+}
+
+/// The state of [`check_session`].
+#[derive(Clone)]
+pub struct SessionAccess {
+    pub sessions: Sessions,
+    pub owners: SessionOwners,
+}
+
+/// Refuses a request on a session its principal may not reach (`404` when it may not see
+/// the session, `403` when it sees it but may not do this), before the handler reads the
+/// body. Routes that name no session pass to their handlers, which decide.
+pub async fn check_session(
+    State(access): State<SessionAccess>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let principal = request
+        .extensions()
+        .get::<Principal>()
+        .cloned()
+        .unwrap_or(Principal::Operator);
+    let need = match request.extensions().get::<MatchedPath>() {
+        Some(path) => route_need(request.method(), path.as_str()),
+        None => RouteNeed::Handler,
+    };
+    let RouteNeed::Session(need) = need else {
+        // Only session routes are open to a session token.
+        if matches!(principal, Principal::Session { .. }) {
+            return forbidden("a session token is valid only on its session's own routes")
+                .into_response();
+        }
+        return next.run(request).await;
+    };
+    if principal.is_operator() {
+        return next.run(request).await;
+    }
+    // A malformed id names no session: the handler answers it.
+    let Some(id) = session_id_of(request.uri().path()) else {
+        return next.run(request).await;
+    };
+    if let Principal::Session { session, .. } = &principal {
+        if session.0 != id {
+            return forbidden("this session token is valid only on its own session's routes")
+                .into_response();
+        }
+    }
+    let (tenant, owner) = match access.owners.of(&access.sessions, id).await {
+        Ok(found) => found,
+        Err(problem) => return problem.into_response(),
+    };
+    match principal.may_use_session(SessionId(id), &tenant, owner.as_deref(), need) {
+        Ok(()) => next.run(request).await,
+        Err(d) => denied(d, "session").into_response(),
+    }
+}
+
+/// The session id of a `/v1/sessions/{id}/…` path.
+fn session_id_of(path: &str) -> Option<Uuid> {
+    let rest = path.strip_prefix("/v1/sessions/")?;
+    Uuid::parse_str(rest.split('/').next()?).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_routes_ask_what_the_contract_says() {
+        let need = |m: Method, t: &str| route_need(&m, t);
+        use RouteNeed::*;
+        assert_eq!(need(Method::GET, "/v1/sessions"), Handler);
+        assert_eq!(need(Method::POST, "/v1/sessions"), Handler);
+        assert_eq!(need(Method::GET, "/v1/agents/{id}"), Handler);
+        assert_eq!(need(Method::GET, "/v1/sessions/{id}"), Session(SessionNeed::Read));
+        assert_eq!(
+            need(Method::GET, "/v1/sessions/{id}/events"),
+            Session(SessionNeed::Read)
+        );
+        for interact in [
+            "/v1/sessions/{id}/runs",
+            "/v1/sessions/{id}/cancel",
+            "/v1/sessions/{id}/resume",
+            "/v1/sessions/{id}/approvals/{call_id}",
+            "/v1/sessions/{id}/tool-results/{call_id}",
+            "/v1/sessions/{id}/ai-sdk/chat",
+            "/v1/sessions/{id}/ag-ui",
+        ] {
+            assert_eq!(
+                need(Method::POST, interact),
+                Session(SessionNeed::Interact),
+                "{interact}"
+            );
+        }
+        for own in [
+            "/v1/sessions/{id}/fork",
+            "/v1/sessions/{id}/compact",
+            "/v1/sessions/{id}/tokens",
+        ] {
+            assert_eq!(need(Method::POST, own), Session(SessionNeed::Own), "{own}");
+        }
+        assert_eq!(
+            need(Method::DELETE, "/v1/sessions/{id}"),
+            Session(SessionNeed::Own)
+        );
+        let id = uuid::Uuid::now_v7();
+        assert_eq!(session_id_of(&format!("/v1/sessions/{id}/runs")), Some(id));
+        assert_eq!(session_id_of("/v1/sessions/nope/runs"), None);
+    }
 }

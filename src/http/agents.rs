@@ -10,6 +10,7 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use super::access::{denied, Caller};
 use super::extract::Ids;
 use super::paging::{one_more, page_limit, parse_cursor, Page};
 use super::problem::{ApiJson, ApiQuery, Problem};
@@ -65,13 +66,18 @@ fn shown(state: &AppState, status: StatusCode, record: AgentRecord) -> Response 
 
 async fn create(
     State(state): State<AppState>,
+    Caller(caller): Caller,
     ApiJson(body): ApiJson<Value>,
 ) -> Result<Response, Problem> {
+    caller.may_administer().map_err(|d| denied(d, "agent"))?;
     // A body that is no agent is bad input like an agent that names what does not exist:
     // `400`, naming the field.
     let body: AgentBody =
         serde_json::from_value(body).map_err(|e| Problem::bad_request(format!("agent: {e}")))?;
-    let record = state.sessions.create_agent(body).await?;
+    let record = state
+        .sessions
+        .create_agent(body, caller.home_tenant())
+        .await?;
     let location = format!("/v1/agents/{}", record.id);
     let mut response = shown(&state, StatusCode::CREATED, record);
     if let Ok(location) = HeaderValue::from_str(&location) {
@@ -91,6 +97,7 @@ struct ListQuery {
 
 async fn list(
     State(state): State<AppState>,
+    Caller(caller): Caller,
     ApiQuery(q): ApiQuery<ListQuery>,
 ) -> Result<Json<Page<AgentView>>, Problem> {
     let limit = page_limit(q.limit)?;
@@ -98,14 +105,22 @@ async fn list(
         limit: one_more(limit),
         before: parse_cursor(q.cursor.as_deref())?,
         include_archived: q.include_archived,
+        tenant: caller.tenant().map(str::to_owned),
     };
     let data = state.sessions.agents(&query).await?;
     let page = Page::new(data, limit, |a| a.id.to_string());
     Ok(Json(views(&state, page)))
 }
 
-async fn show(State(state): State<AppState>, Ids(id): Ids<AgentId>) -> Result<Response, Problem> {
-    let record = state.sessions.agent(id, None).await?;
+async fn show(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Ids(id): Ids<AgentId>,
+) -> Result<Response, Problem> {
+    let record = state
+        .sessions
+        .agent_seen_by(id, None, caller.tenant())
+        .await?;
     Ok(shown(&state, StatusCode::OK, record))
 }
 
@@ -128,20 +143,27 @@ fn if_match(headers: &HeaderMap) -> Result<Option<u32>, Problem> {
 
 async fn update(
     State(state): State<AppState>,
+    Caller(caller): Caller,
     Ids(id): Ids<AgentId>,
     headers: HeaderMap,
     ApiJson(changes): ApiJson<Map<String, Value>>,
 ) -> Result<Response, Problem> {
+    caller.may_administer().map_err(|d| denied(d, "agent"))?;
     let expected = if_match(&headers)?;
-    let record = state.sessions.update_agent(id, changes, expected).await?;
+    let record = state
+        .sessions
+        .update_agent(id, changes, expected, caller.tenant())
+        .await?;
     Ok(shown(&state, StatusCode::OK, record))
 }
 
 async fn archive(
     State(state): State<AppState>,
+    Caller(caller): Caller,
     Ids(id): Ids<AgentId>,
 ) -> Result<Response, Problem> {
-    let record = state.sessions.archive_agent(id).await?;
+    caller.may_administer().map_err(|d| denied(d, "agent"))?;
+    let record = state.sessions.archive_agent(id, caller.tenant()).await?;
     Ok(shown(&state, StatusCode::OK, record))
 }
 
@@ -155,6 +177,7 @@ struct VersionsQuery {
 
 async fn versions(
     State(state): State<AppState>,
+    Caller(caller): Caller,
     Ids(id): Ids<AgentId>,
     ApiQuery(q): ApiQuery<VersionsQuery>,
 ) -> Result<Json<Page<AgentView>>, Problem> {
@@ -168,7 +191,7 @@ async fn versions(
     };
     let data = state
         .sessions
-        .agent_versions(id, before, one_more(limit))
+        .agent_versions(id, before, one_more(limit), caller.tenant())
         .await?;
     let page = Page::new(data, limit, |a| a.version.to_string());
     Ok(Json(views(&state, page)))
@@ -176,9 +199,13 @@ async fn versions(
 
 async fn version(
     State(state): State<AppState>,
+    Caller(caller): Caller,
     Ids((id, Version(n))): Ids<(AgentId, Version)>,
 ) -> Result<Response, Problem> {
-    let record = state.sessions.agent(id, Some(n)).await?;
+    let record = state
+        .sessions
+        .agent_seen_by(id, Some(n), caller.tenant())
+        .await?;
     Ok(shown(&state, StatusCode::OK, record))
 }
 

@@ -43,6 +43,9 @@ use subtle::ConstantTimeEq;
 
 use super::guard::{changes_state, is_loopback_host, request_host, sends_own_origin};
 use super::problem::{ApiJson, Problem};
+use super::jwt::JwtVerifier;
+use crate::model::Principal;
+use crate::principals::{PrincipalError, Principals};
 use crate::runtime::{EdgeRecords, NewSignIn, SignIns};
 
 /// The accepted tokens; empty = authentication is off.
@@ -86,16 +89,29 @@ impl Tokens {
     }
 }
 
-/// The tokens, and the records that keep the page's sign-ins.
+/// The tokens, the keys and session tokens, the JWT verifier, and the records that keep the
+/// page's sign-ins.
 #[derive(Clone)]
 pub struct Auth {
     tokens: Tokens,
     records: EdgeRecords,
+    principals: Principals,
+    jwt: Option<JwtVerifier>,
 }
 
 impl Auth {
-    pub fn new(tokens: Tokens, records: EdgeRecords) -> Auth {
-        Auth { tokens, records }
+    pub fn new(
+        tokens: Tokens,
+        records: EdgeRecords,
+        principals: Principals,
+        jwt: Option<JwtVerifier>,
+    ) -> Auth {
+        Auth {
+            tokens,
+            records,
+            principals,
+            jwt,
+        }
     }
 
     fn sign_ins(&self) -> Result<&dyn SignIns, Problem> {
@@ -118,6 +134,34 @@ impl Auth {
             .map_err(Problem::from)?;
         Ok(binding.is_some_and(|binding| self.tokens.bound(cookie, &binding)))
     }
+
+    /// Whether a request must carry a credential: deployment tokens or JWTs are configured,
+    /// or a key exists. Otherwise a request without one is an operator.
+    async fn required(&self) -> bool {
+        self.tokens.enabled() || self.jwt.is_some() || self.principals.any_live_key().await
+    }
+
+    /// The principal a bearer credential names; `Ok(None)` for one that is none of the
+    /// server's kinds (which an open server ignores).
+    async fn principal_of(&self, credential: &str) -> Result<Option<Principal>, Response> {
+        if self.tokens.accepts(credential.as_bytes()) {
+            return Ok(Some(Principal::Operator));
+        }
+        if let Some(resolved) = self.principals.resolve(credential).await {
+            return match resolved {
+                Ok(principal) => Ok(Some(principal)),
+                Err(PrincipalError::Store(error)) => Err(Problem::from(error).into_response()),
+                Err(error) => Err(unauthorized(&error.to_string())),
+            };
+        }
+        if let Some(jwt) = self.jwt.as_ref().filter(|_| JwtVerifier::looks_like_jwt(credential)) {
+            return match jwt.verify(credential).await {
+                Ok(principal) => Ok(Some(principal)),
+                Err(error) => Err(unauthorized(&error.to_string())),
+            };
+        }
+        Ok(None)
+    }
 }
 
 /// The token of an `Authorization: Bearer <token>` value; the scheme is case-insensitive.
@@ -132,10 +176,11 @@ fn bearer_token(value: &str) -> Option<&str> {
 /// The sign-in route, which takes no token itself.
 const COOKIE_ROUTE: &str = "/v1/auth/cookie";
 
-pub async fn require_token(State(auth): State<Auth>, request: Request, next: Next) -> Response {
-    let tokens = &auth.tokens;
+/// Resolves the request's [`Principal`] and puts it in the request's extensions (see
+/// [`super::access::Caller`]), or answers `401`.
+pub async fn authenticate(State(auth): State<Auth>, mut request: Request, next: Next) -> Response {
     let path = request.uri().path();
-    if !tokens.enabled() || !path.starts_with("/v1/") || path == COOKIE_ROUTE {
+    if !path.starts_with("/v1/") || path == COOKIE_ROUTE {
         return next.run(request).await;
     }
     let bearer = request
@@ -143,40 +188,49 @@ pub async fn require_token(State(auth): State<Auth>, request: Request, next: Nex
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(bearer_token)
-        .map(|t| t.as_bytes().to_vec());
-    if let Some(token) = bearer {
-        return match tokens.accepts(&token) {
-            true => next.run(request).await,
-            false => unauthorized("the API token is not valid"),
-        };
-    }
-    if let Some(cookie) = sign_in_cookie(request.headers()) {
-        match auth.signed_in(&cookie).await {
-            Ok(true) => {}
-            Ok(false) => {
-                return unauthorized("the sign-in cookie is not valid any more: sign in again")
+        .map(str::to_owned)
+        .or_else(|| sse_query_token(&request));
+    let required = auth.required().await;
+    let principal = match bearer {
+        Some(credential) => match auth.principal_of(&credential).await {
+            Ok(Some(principal)) => principal,
+            Ok(None) if !required => Principal::Operator,
+            Ok(None) => return unauthorized("the API token is not valid"),
+            Err(response) => return response,
+        },
+        None => match sign_in_cookie(request.headers()) {
+            Some(cookie) if auth.tokens.enabled() => {
+                match auth.signed_in(&cookie).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        return unauthorized(
+                            "the sign-in cookie is not valid any more: sign in again",
+                        )
+                    }
+                    Err(problem) => return problem.into_response(),
+                }
+                if changes_state(request.method()) && !sends_own_origin(request.headers()) {
+                    return Problem::new(
+                        StatusCode::FORBIDDEN,
+                        "origin-required",
+                        "a request that changes state and is signed in by cookie must come from \
+                         this server's own page (its Origin header); other clients send \
+                         Authorization: Bearer <token>",
+                    )
+                    .into_response();
+                }
+                Principal::Operator
             }
-            Err(problem) => return problem.into_response(),
-        }
-        if changes_state(request.method()) && !sends_own_origin(request.headers()) {
-            return Problem::new(
-                StatusCode::FORBIDDEN,
-                "origin-required",
-                "a request that changes state and is signed in by cookie must come from this \
-                 server's own page (its Origin header); other clients send \
-                 Authorization: Bearer <token>",
-            )
-            .into_response();
-        }
-        return next.run(request).await;
-    }
-    match sse_query_token(&request) {
-        Some(token) if tokens.accepts(&token) => next.run(request).await,
-        Some(_) => unauthorized("the API token is not valid"),
-        None => {
-            unauthorized("this server requires an API token: send Authorization: Bearer <token>")
-        }
-    }
+            _ if !required => Principal::Operator,
+            _ => {
+                return unauthorized(
+                    "this server requires an API token: send Authorization: Bearer <token>",
+                )
+            }
+        },
+    };
+    request.extensions_mut().insert(principal);
+    next.run(request).await
 }
 
 /// The name of the sign-in cookie.
@@ -399,14 +453,14 @@ fn transport(headers: &HeaderMap) -> Transport {
 }
 
 /// The `access_token` query parameter, accepted only on the SSE route (GET .../events).
-fn sse_query_token(request: &Request) -> Option<Vec<u8>> {
+fn sse_query_token(request: &Request) -> Option<String> {
     if request.method() != axum::http::Method::GET || !request.uri().path().ends_with("/events") {
         return None;
     }
     let query = request.uri().query()?;
     form_urlencoded::parse(query.as_bytes())
         .find(|(k, _)| k == "access_token")
-        .map(|(_, v)| v.into_owned().into_bytes())
+        .map(|(_, v)| v.into_owned())
 }
 
 fn unauthorized_problem(detail: &str) -> Problem {

@@ -151,6 +151,16 @@ pub async fn check(State(keys): State<Keys>, request: Request, next: Next) -> Re
              answered again); start the run without it and follow the session's events",
         );
     }
+    // A key is the principal's own: another principal's same key is another key, and never
+    // answers it what was answered to the first.
+    let key = match request.extensions().get::<crate::model::Principal>() {
+        Some(principal) => format!(
+            "{}/{}:{key}",
+            principal.tenant().unwrap_or("*"),
+            principal.id()
+        ),
+        None => key,
+    };
     let (parts, body) = request.into_parts();
     let body = match axum::body::to_bytes(body, keys.max_body_bytes).await {
         Ok(body) => body,

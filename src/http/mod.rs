@@ -26,6 +26,7 @@ mod events;
 mod extract;
 mod guard;
 pub mod idempotency;
+pub mod jwt;
 mod paging;
 mod params;
 mod problem;
@@ -56,6 +57,7 @@ use tracing::Instrument as _;
 pub use problem::{Problem, PROBLEM_JSON};
 pub use server::ConnectionLimits;
 
+use crate::principals::Principals;
 use crate::runtime::EdgeRecords;
 use crate::session::Sessions;
 
@@ -67,11 +69,14 @@ pub struct AppState {
     pub shutdown: CancellationToken,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct HttpOptions {
     pub max_body_bytes: usize,
-    /// Accepted API tokens; empty = no authentication.
+    /// Accepted API tokens (operators); none = no authentication unless keys exist or JWTs
+    /// are configured.
     pub api_tokens: Vec<String>,
+    /// Bearer JWTs, when configured.
+    pub jwt: Option<jwt::JwtVerifier>,
     /// Origins allowed by CORS; empty = no cross-origin access.
     pub cors_origins: Vec<String>,
     /// Time limit of ordinary requests (not SSE streams, not `?wait=true` runs).
@@ -90,6 +95,7 @@ impl Default for HttpOptions {
         HttpOptions {
             max_body_bytes: 1024 * 1024,
             api_tokens: Vec::new(),
+            jwt: None,
             cors_origins: Vec::new(),
             request_timeout: Duration::from_secs(30),
             listen: None,
@@ -115,7 +121,13 @@ pub fn router(state: AppState, options: &HttpOptions) -> Router {
         &options.cors_origins,
         tokens.enabled(),
     );
-    let auth = auth::Auth::new(tokens, EdgeRecords::of(&state.sessions));
+    let principals = Principals::new(state.sessions.store().clone());
+    let auth = auth::Auth::new(
+        tokens,
+        EdgeRecords::of(&state.sessions),
+        principals.clone(),
+        options.jwt.clone(),
+    );
     let mut open = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -132,13 +144,21 @@ pub fn router(state: AppState, options: &HttpOptions) -> Router {
         .merge(ui::routes())
         .merge(adapters::ai_sdk::routes())
         .merge(adapters::ag_ui::routes())
+        // After routing (it reads the matched route), before every handler.
+        .route_layer(middleware::from_fn_with_state(
+            access::SessionAccess {
+                sessions: state.sessions.clone(),
+                owners: access::SessionOwners::default(),
+            },
+            access::check_session,
+        ))
         .fallback(not_found)
         // Inside authentication: a kept response is only answered to a client with a token.
         .layer(middleware::from_fn_with_state(
             idempotency::Keys::new(EdgeRecords::of(&state.sessions), options.max_body_bytes),
             idempotency::check,
         ))
-        .layer(middleware::from_fn_with_state(auth, auth::require_token))
+        .layer(middleware::from_fn_with_state(auth, auth::authenticate))
         .layer(middleware::from_fn_with_state(guard, guard::check))
         .layer(middleware::from_fn(problem::problem_responses))
         .layer(middleware::from_fn(ui::api_policy))

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
+use super::access::{denied, Caller};
 use super::extract::Ids;
 use super::paging::{
     one_more, page_by_id, page_limit, parse_cursor, session_page, CursorQuery, Page,
@@ -64,8 +65,12 @@ struct CreateBody {
 
 async fn create(
     State(state): State<AppState>,
+    Caller(caller): Caller,
     OptionalJson(body): OptionalJson<CreateBody>,
 ) -> Result<Response, Problem> {
+    caller
+        .may_create_sessions()
+        .map_err(|d| denied(d, "session"))?;
     if body
         .title
         .as_ref()
@@ -106,7 +111,12 @@ async fn create(
         max_run_tokens: body.max_run_tokens,
         ..SessionOptions::default()
     };
-    let (agent, version) = state.sessions.choose_agent(body.agent.as_ref()).await?;
+    let (agent, version) = state
+        .sessions
+        .choose_agent(body.agent.as_ref(), caller.tenant())
+        .await?;
+    // An operator's session belongs to its agent's tenant; anyone else's to their own.
+    let tenant = caller.tenant().unwrap_or(&version.tenant).to_string();
     let options = SessionOptions { agent, ..options };
     let mut options = state.sessions.check_options_on(options, &version)?;
     if let Some(workspace) = &body.workspace {
@@ -120,6 +130,8 @@ async fn create(
                 title: body.title,
                 metadata: body.metadata,
                 options,
+                tenant,
+                owner: Some(caller.id().to_string()),
             },
             &version,
         )
@@ -167,8 +179,10 @@ struct ListQuery {
 
 async fn list(
     State(state): State<AppState>,
+    Caller(caller): Caller,
     ApiQuery(q): ApiQuery<ListQuery>,
 ) -> Result<Json<Page<SessionRecord>>, Problem> {
+    caller.may_read_tenant().map_err(|d| denied(d, "session"))?;
     let limit = page_limit(q.limit)?;
     let before = parse_cursor(q.cursor.as_deref())?;
     let state_filter = match q.state.as_deref() {
@@ -193,6 +207,8 @@ async fn list(
             before,
             state: state_filter,
             parent_id,
+            tenant: caller.tenant().map(str::to_owned),
+            owner: caller.listed_owner().map(str::to_owned),
         })
         .await?;
     Ok(Json(Page::new(data, limit, |s| s.id.to_string())))
@@ -230,6 +246,7 @@ struct ForkBody {
 
 async fn fork(
     State(state): State<AppState>,
+    Caller(caller): Caller,
     Ids(SessionId(id)): Ids<SessionId>,
     OptionalJson(body): OptionalJson<ForkBody>,
 ) -> Result<Response, Problem> {
@@ -247,7 +264,13 @@ async fn fork(
     };
     let record = state
         .sessions
-        .fork(id, turns, body.workspace.as_deref(), body.agent.as_ref())
+        .fork(
+            id,
+            turns,
+            body.workspace.as_deref(),
+            body.agent.as_ref(),
+            caller.id(),
+        )
         .await?;
     Ok(created(record))
 }

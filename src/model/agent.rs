@@ -193,9 +193,21 @@ pub struct AgentRecord {
     /// When this version was made.
     pub updated_at: DateTime<Utc>,
     pub archived_at: Option<DateTime<Utc>>,
+    /// The tenant it belongs to (SPEC §17); the default agent is every tenant's.
+    #[serde(default = "default_tenant")]
+    pub tenant: String,
+}
+
+fn default_tenant() -> String {
+    super::DEFAULT_TENANT.to_string()
 }
 
 impl AgentRecord {
+    /// Whether a principal of `tenant` (`None`: an operator) sees it.
+    pub fn seen_by(&self, tenant: Option<&str>) -> bool {
+        self.id == AgentId::Default || tenant.is_none_or(|t| t == self.tenant)
+    }
+
     /// Names this version: what sessions and steps record.
     pub fn tag(&self) -> AgentTag {
         AgentTag {

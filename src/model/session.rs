@@ -91,9 +91,21 @@ pub struct SessionRecord {
     pub last_run_id: Option<Uuid>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// The tenant it belongs to (SPEC §17); forks and sub-agents' sessions keep their
+    /// parent's.
+    #[serde(default = "default_tenant")]
+    pub tenant: String,
+    /// The principal that made it (a key's id, `jwt:<sub>`, `operator`); none for sessions
+    /// made before principals existed.
+    #[serde(default)]
+    pub owner: Option<String>,
     /// Served beside the other fields.
     #[serde(flatten)]
     pub options: SessionOptions,
+}
+
+fn default_tenant() -> String {
+    super::DEFAULT_TENANT.to_string()
 }
 
 /// What a session chose at creation beyond its prompt (a fork inherits it).
@@ -156,6 +168,8 @@ impl SessionRecord {
             last_run_id: None,
             created_at: at,
             updated_at: at,
+            tenant: default_tenant(),
+            owner: None,
             options: SessionOptions::default(),
         }
     }

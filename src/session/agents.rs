@@ -188,6 +188,7 @@ impl Sessions {
             created_at: self.deps.started_at,
             updated_at: self.deps.started_at,
             archived_at: None,
+            tenant: crate::model::DEFAULT_TENANT.to_string(),
         }
     }
 
@@ -205,9 +206,13 @@ impl Sessions {
         self.agent_model(record).ok().map(|model| model.provider)
     }
 
-    /// Creates an agent at version 1, after checking everything it names.
-    pub async fn create_agent(&self, body: AgentBody) -> Result<AgentRecord, SessionError> {
-        let spec = self.check_agent(body, None).await?;
+    /// Creates an agent of `tenant` at version 1, after checking everything it names.
+    pub async fn create_agent(
+        &self,
+        body: AgentBody,
+        tenant: &str,
+    ) -> Result<AgentRecord, SessionError> {
+        let spec = self.check_agent(body, None, tenant).await?;
         let at = model::now();
         let record = AgentRecord {
             id: AgentId::Stored(model::new_id()),
@@ -216,6 +221,7 @@ impl Sessions {
             created_at: at,
             updated_at: at,
             archived_at: None,
+            tenant: tenant.to_string(),
         };
         self.agent_store()?.insert_agent(&record).await?;
         Ok(record)
@@ -244,6 +250,21 @@ impl Sessions {
         }
     }
 
+    /// The agent at `version` (or its latest), if a principal of `tenant` (`None`: an
+    /// operator) sees it; another tenant's agent is not found, as if it did not exist.
+    pub async fn agent_seen_by(
+        &self,
+        id: AgentId,
+        version: Option<u32>,
+        tenant: Option<&str>,
+    ) -> Result<AgentRecord, SessionError> {
+        let record = self.agent(id, version).await?;
+        match record.seen_by(tenant) {
+            true => Ok(record),
+            false => Err(no_agent(id)),
+        }
+    }
+
     /// A page of agents at their latest versions, newest first.
     pub async fn agents(&self, query: &AgentQuery) -> Result<Vec<AgentRecord>, SessionError> {
         Ok(self.agent_store()?.agents(query).await?)
@@ -255,8 +276,9 @@ impl Sessions {
         id: AgentId,
         before: Option<u32>,
         limit: i64,
+        tenant: Option<&str>,
     ) -> Result<Vec<AgentRecord>, SessionError> {
-        let latest = self.agent(id, None).await?;
+        let latest = self.agent_seen_by(id, None, tenant).await?;
         if id == AgentId::Default {
             let keep = before.is_none_or(|b| b > 1) && limit > 0;
             return Ok(if keep { vec![latest] } else { Vec::new() });
@@ -275,7 +297,9 @@ impl Sessions {
         id: AgentId,
         changes: Map<String, Value>,
         if_match: Option<u32>,
+        tenant: Option<&str>,
     ) -> Result<AgentRecord, SessionError> {
+        self.agent_seen_by(id, None, tenant).await?;
         const ATTEMPTS: usize = 5;
         let mut attempt = 0;
         loop {
@@ -319,7 +343,7 @@ impl Sessions {
         }
         let body: AgentBody = serde_json::from_value(Value::Object(body))
             .map_err(|e| SessionError::BadInput(format!("agent: {e}")))?;
-        let spec = self.check_agent(body, Some(stored)).await?;
+        let spec = self.check_agent(body, Some(stored), &current.tenant).await?;
         // A bad body is refused as such, whichever version it was made from.
         if if_match.is_some_and(|v| v != current.version) {
             return Err(SessionError::AgentStale {
@@ -350,11 +374,15 @@ impl Sessions {
     }
 
     /// Archives an agent (again: no change); it stays readable.
-    pub async fn archive_agent(&self, id: AgentId) -> Result<AgentRecord, SessionError> {
+    pub async fn archive_agent(
+        &self,
+        id: AgentId,
+        tenant: Option<&str>,
+    ) -> Result<AgentRecord, SessionError> {
+        self.agent_seen_by(id, None, tenant).await?;
         let Some(stored) = id.stored() else {
             return Err(SessionError::Conflict(ConflictKind::DefaultAgent));
         };
-        self.agent(id, None).await?;
         self.agent_store()?
             .archive_agent(stored, model::now())
             .await?;
@@ -362,9 +390,11 @@ impl Sessions {
     }
 
     /// The agent a new session (or a fork that names one) runs: `None` is the default agent.
+    /// Only the agents a principal of `tenant` sees (`None`: an operator) can be chosen.
     pub async fn choose_agent(
         &self,
         choice: Option<&AgentChoice>,
+        tenant: Option<&str>,
     ) -> Result<(SessionAgent, AgentRecord), SessionError> {
         let Some(choice) = choice else {
             return Ok((SessionAgent::default(), self.default_agent()));
@@ -374,7 +404,7 @@ impl Sessions {
             VersionChoice::Current | VersionChoice::Latest => None,
         };
         // Every version of an agent carries the agent's `archived_at`.
-        let record = self.agent(choice.id, version).await?;
+        let record = self.agent_seen_by(choice.id, version, tenant).await?;
         if record.archived_at.is_some() {
             return Err(SessionError::Conflict(ConflictKind::AgentArchived(
                 choice.id,
@@ -413,11 +443,12 @@ impl Sessions {
 
     /// Checks what an agent version names (its provider, tools, MCP servers, sub-agents,
     /// rules, client tools and limits), and answers it as it is kept. `this` is the agent
-    /// being updated (it may not delegate to itself).
+    /// being updated (it may not delegate to itself); its sub-agents are `tenant`'s.
     async fn check_agent(
         &self,
         body: AgentBody,
         this: Option<Uuid>,
+        tenant: &str,
     ) -> Result<AgentSpec, SessionError> {
         let bad = |detail: String| Err(SessionError::BadInput(detail));
         let name = body.name.trim();
@@ -492,7 +523,7 @@ impl Sessions {
         let client_tools = body.client_tools.unwrap_or_default();
         self.check_run_tools(&client_tools)?;
         let subagents = self
-            .check_subagents(body.subagents.unwrap_or_default(), this)
+            .check_subagents(body.subagents.unwrap_or_default(), this, tenant)
             .await?;
         Ok(AgentSpec {
             name: name.to_string(),
@@ -563,6 +594,7 @@ impl Sessions {
         &self,
         entries: Vec<String>,
         this: Option<Uuid>,
+        tenant: &str,
     ) -> Result<Vec<Uuid>, SessionError> {
         if entries.len() > MAX_SUBAGENTS {
             return Err(SessionError::BadInput(format!(
@@ -574,14 +606,14 @@ impl Sessions {
             let id = match Uuid::parse_str(&entry) {
                 Ok(id) => {
                     let found = self.agent_store()?.agent(id, None).await?;
-                    if found.is_none() {
+                    if !found.is_some_and(|agent| agent.tenant == tenant) {
                         return Err(SessionError::BadInput(format!(
                             "subagents: no agent {entry}"
                         )));
                     }
                     id
                 }
-                Err(_) => match self.agent_store()?.agents_named(&entry).await?.as_slice() {
+                Err(_) => match self.agent_store()?.agents_named(tenant, &entry).await?.as_slice() {
                     [id] => *id,
                     [] => {
                         return Err(SessionError::BadInput(format!(

@@ -47,6 +47,10 @@ pub struct NewSession {
     pub metadata: Option<Value>,
     /// Validated by the caller against the server's tools.
     pub options: SessionOptions,
+    /// The tenant it belongs to.
+    pub tenant: String,
+    /// The principal that makes it.
+    pub owner: Option<String>,
 }
 
 /// How often a command is handed to a session's next actor when the one it reached stopped.
@@ -148,6 +152,8 @@ impl Sessions {
             title: Some(description.to_string()),
             metadata: None,
             options,
+            tenant: parent.tenant.clone(),
+            owner: parent.owner.clone(),
         };
         let record = self.new_record(id, Some(parent.id), new);
         let agent = match agent {
@@ -167,6 +173,8 @@ impl Sessions {
             message_count: 1,
             last_seq: 1,
             options: new.options,
+            tenant: new.tenant,
+            owner: new.owner,
             ..fresh
         }
     }
@@ -241,6 +249,7 @@ impl Sessions {
         turns: Option<u64>,
         workspace: Option<&str>,
         agent: Option<&AgentChoice>,
+        owner: &str,
     ) -> Result<SessionRecord, SessionError> {
         if self.deps.shutdown.is_cancelled() {
             return Err(SessionError::ShuttingDown);
@@ -251,7 +260,8 @@ impl Sessions {
         }
         let chosen = match agent {
             Some(choice) => {
-                let (chosen, version) = self.choose_agent(Some(choice)).await?;
+                let (chosen, version) =
+                    self.choose_agent(Some(choice), Some(&parent.tenant)).await?;
                 let options = SessionOptions {
                     agent: chosen,
                     ..parent.options.clone()
@@ -297,6 +307,7 @@ impl Sessions {
             last_run_id: None,
             created_at: now,
             updated_at: now,
+            owner: Some(owner.to_string()),
             ..parent
         };
         let agent = match chosen {

@@ -16,6 +16,8 @@ pub struct AgentQuery {
     pub limit: i64,
     pub before: Option<Uuid>,
     pub include_archived: bool,
+    /// Only this tenant's agents (`None`: every tenant's).
+    pub tenant: Option<String>,
 }
 
 /// What an update found.
@@ -48,16 +50,17 @@ pub trait AgentStore: Send + Sync {
     ) -> StoreResult<Vec<AgentRecord>>;
     /// Archives an agent; whether it was not archived before.
     async fn archive_agent(&self, id: Uuid, at: DateTime<Utc>) -> StoreResult<bool>;
-    /// The agents (not archived) whose latest version has this name.
-    async fn agents_named(&self, name: &str) -> StoreResult<Vec<Uuid>>;
+    /// The agents (not archived) of `tenant` whose latest version has this name.
+    async fn agents_named(&self, tenant: &str, name: &str) -> StoreResult<Vec<Uuid>>;
 }
 
 /// The statements, written for PostgreSQL (`$n`); SQLite takes the same as `?n`.
 pub(super) mod sql {
-    const COLUMNS: &str = "a.id, v.version, v.spec, a.created_at, v.created_at, a.archived_at";
+    const COLUMNS: &str =
+        "a.id, v.version, v.spec, a.created_at, v.created_at, a.archived_at, a.tenant";
 
-    pub const INSERT_AGENT: &str = "INSERT INTO agents (id, version, name, created_at) \
-                                    VALUES ($1, $2, $3, $4)";
+    pub const INSERT_AGENT: &str = "INSERT INTO agents (id, version, name, created_at, tenant) \
+                                    VALUES ($1, $2, $3, $4, $5)";
     pub const INSERT_VERSION: &str = "INSERT INTO agent_versions (agent_id, version, spec, \
                                       created_at) VALUES ($1, $2, $3, $4)";
     pub const BUMP: &str = "UPDATE agents SET version = $2, name = $3 \
@@ -65,8 +68,8 @@ pub(super) mod sql {
     pub const ARCHIVED: &str = "SELECT archived_at FROM agents WHERE id = $1";
     pub const ARCHIVE: &str =
         "UPDATE agents SET archived_at = $2 WHERE id = $1 AND archived_at IS NULL";
-    pub const NAMED: &str =
-        "SELECT id FROM agents WHERE name = $1 AND archived_at IS NULL ORDER BY id";
+    pub const NAMED: &str = "SELECT id FROM agents WHERE name = $1 AND tenant = $2 \
+                             AND archived_at IS NULL ORDER BY id";
 
     pub fn latest() -> String {
         format!(
@@ -82,12 +85,14 @@ pub(super) mod sql {
         )
     }
 
-    /// `$1`: the cursor (every id sorts below `~`), `$2`: 1 to include archived agents.
+    /// `$1`: the cursor (every id sorts below `~`), `$2`: 1 to include archived agents, `$4`:
+    /// the tenant, or NULL for all.
     pub fn page() -> String {
         format!(
             "SELECT {COLUMNS} FROM agents a JOIN agent_versions v \
              ON v.agent_id = a.id AND v.version = a.version \
-             WHERE a.id < $1 AND (a.archived_at IS NULL OR $2 = 1) ORDER BY a.id DESC LIMIT $3"
+             WHERE a.id < $1 AND (a.archived_at IS NULL OR $2 = 1) \
+             AND ($4 IS NULL OR a.tenant = $4) ORDER BY a.id DESC LIMIT $3"
         )
     }
 
@@ -108,8 +113,8 @@ pub(super) fn micros(at: DateTime<Utc>) -> i64 {
 }
 
 /// A version's row, in [`sql`]'s column order: id, version, spec, the agent's creation, the
-/// version's, the archiving.
-pub(super) type AgentRow = (String, i64, String, i64, i64, Option<i64>);
+/// version's, the archiving, the tenant.
+pub(super) type AgentRow = (String, i64, String, i64, i64, Option<i64>, String);
 
 /// Agent versions from their rows.
 pub(super) fn records_of(rows: Vec<AgentRow>) -> StoreResult<Vec<AgentRecord>> {
@@ -118,7 +123,7 @@ pub(super) fn records_of(rows: Vec<AgentRow>) -> StoreResult<Vec<AgentRecord>> {
 
 /// An agent version from its row.
 pub(super) fn record_of(row: AgentRow) -> StoreResult<AgentRecord> {
-    let (id, version, spec, created_at, updated_at, archived_at) = row;
+    let (id, version, spec, created_at, updated_at, archived_at, tenant) = row;
     let corrupt = |what: &str| StoreError::Corrupt(format!("agent {id}: {what}"));
     let time = |t: i64| DateTime::from_timestamp_micros(t).ok_or_else(|| corrupt("a time"));
     let spec: AgentSpec =
@@ -130,6 +135,7 @@ pub(super) fn record_of(row: AgentRow) -> StoreResult<AgentRecord> {
         created_at: time(created_at)?,
         updated_at: time(updated_at)?,
         archived_at: archived_at.map(time).transpose()?,
+        tenant,
     })
 }
 
@@ -158,6 +164,7 @@ macro_rules! agents_over_pool {
                     .bind(i64::from(agent.version))
                     .bind(&agent.spec.name)
                     .bind(micros(agent.created_at))
+                    .bind(&agent.tenant)
                     .execute(&mut *tx)
                     .await?;
                 sqlx::query(&q(sql::INSERT_VERSION))
@@ -247,6 +254,7 @@ macro_rules! agents_over_pool {
                     .bind(before)
                     .bind(i64::from(query.include_archived))
                     .bind(query.limit)
+                    .bind(query.tenant.as_deref())
                     .fetch_all(&self.pool)
                     .await?;
                 $crate::store::agents::records_of(rows)
@@ -288,12 +296,14 @@ macro_rules! agents_over_pool {
 
             async fn agents_named(
                 &self,
+                tenant: &str,
                 name: &str,
             ) -> $crate::store::StoreResult<Vec<uuid::Uuid>> {
                 use $crate::store::agents::sql;
                 let q = $sql;
                 let ids: Vec<String> = sqlx::query_scalar(&q(sql::NAMED))
                     .bind(name)
+                    .bind(tenant)
                     .fetch_all(&self.pool)
                     .await?;
                 Ok(ids

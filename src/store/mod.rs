@@ -24,6 +24,7 @@ pub mod agents;
 pub mod keys;
 pub mod postgres;
 mod rows;
+pub mod principals;
 pub mod sign_ins;
 pub mod sqlite;
 pub mod webhooks;
@@ -253,6 +254,10 @@ pub struct SessionQuery {
     pub state: Option<SessionState>,
     /// Only the children (forks and sub-agents) of this session.
     pub parent_id: Option<Uuid>,
+    /// Only the sessions of this tenant.
+    pub tenant: Option<String>,
+    /// Only the sessions this principal made.
+    pub owner: Option<String>,
 }
 
 /// What a session holds in order: its messages and events (by index and `seq`), and its
@@ -362,6 +367,12 @@ pub trait Store: SessionHistory + Send + Sync + 'static {
             .map(|tables| tables as &dyn agents::AgentStore)
     }
 
+    /// The API keys and session tokens; `None` for a store without them.
+    fn principals(&self) -> Option<&dyn principals::PrincipalStore> {
+        self.server_tables()
+            .map(|tables| tables as &dyn principals::PrincipalStore)
+    }
+
     /// Whether the database can be used now (for readiness): it answers a read, and whatever
     /// else the backend can check cheaply.
     async fn health(&self) -> StoreResult<()> {
@@ -373,12 +384,20 @@ pub trait Store: SessionHistory + Send + Sync + 'static {
 /// session's batches: the idempotency keys, the webhook queue and the sign-ins. Both backends
 /// keep all three; any type that implements the three is one.
 pub trait ServerTables:
-    keys::IdempotencyKeys + webhooks::WebhookQueue + sign_ins::SignIns + agents::AgentStore
+    keys::IdempotencyKeys
+    + webhooks::WebhookQueue
+    + sign_ins::SignIns
+    + agents::AgentStore
+    + principals::PrincipalStore
 {
 }
 
 impl<
-        T: keys::IdempotencyKeys + webhooks::WebhookQueue + sign_ins::SignIns + agents::AgentStore,
+        T: keys::IdempotencyKeys
+            + webhooks::WebhookQueue
+            + sign_ins::SignIns
+            + agents::AgentStore
+            + principals::PrincipalStore,
     > ServerTables for T
 {
 }

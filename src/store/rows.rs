@@ -27,7 +27,7 @@ use crate::model::{
 pub const SESSION_COLUMNS: &str =
     "s.id, s.parent_id, s.title, s.metadata, s.options, s.system_prompt, \
      s.state, s.error, s.input_tokens, s.output_tokens, s.last_run_id, s.created_at, \
-     s.updated_at, \
+     s.updated_at, s.tenant, s.owner, \
      COALESCE((SELECT MAX(idx) FROM messages m WHERE m.session_id = s.id) + 1, 0) \
        AS message_count, \
      COALESCE((SELECT MAX(seq) FROM events e WHERE e.session_id = s.id), 0) AS last_seq";
@@ -414,6 +414,8 @@ pub fn session_from<R: StoredRow>(row: &R) -> StoreResult<SessionRecord> {
         last_run_id: row.opt_uuid("last_run_id")?,
         created_at: row.time("created_at")?,
         updated_at: row.time("updated_at")?,
+        tenant: row.get("tenant")?,
+        owner: row.get("owner")?,
     })
 }
 

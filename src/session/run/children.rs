@@ -58,6 +58,7 @@ impl Run<'_> {
             before: None,
             state: None,
             parent_id: Some(self.core.record.id),
+            ..SessionQuery::default()
         };
         let children = self.sink.deps.store.sessions(&query).await?;
         Ok(children

@@ -100,6 +100,7 @@ crate::store::sign_ins::sign_ins_over_pool!(PostgresStore, |s: &str| s.to_string
 
 // The agents, in the pool (they are not part of a session's batches).
 crate::store::agents::agents_over_pool!(PostgresStore, |s: &str| s.to_string());
+crate::store::principals::principals_over_pool!(PostgresStore, |s: &str| s.to_string());
 
 // The webhook queue, in the pool (the trigger that fills it runs in the writer's commits).
 crate::store::webhooks::webhook_queue_over_pool!(PostgresStore, |s: &str| {

@@ -160,12 +160,15 @@ impl Store for PostgresStore {
             "SELECT {SESSION_COLUMNS} FROM sessions s \
              WHERE ($1::uuid IS NULL OR s.id < $1) AND ($2::text IS NULL OR s.state = $2) \
              AND ($4::uuid IS NULL OR s.parent_id = $4) \
+             AND ($5::text IS NULL OR s.tenant = $5) AND ($6::text IS NULL OR s.owner = $6) \
              ORDER BY s.id DESC LIMIT $3"
         ))
         .bind(query.before)
         .bind(query.state.map(SessionState::as_str))
         .bind(sql_limit(query.limit))
         .bind(query.parent_id)
+        .bind(query.tenant.as_deref())
+        .bind(query.owner.as_deref())
         .fetch_all(&self.pool)
         .await?;
         Ok(listed_sessions(&rows))

@@ -136,14 +136,17 @@ async fn insert_session(conn: &mut PgConnection, s: &SessionRecord) -> Result<()
     let options = options_value(s);
     let insert = sqlx::query(
         "INSERT INTO sessions (title, metadata, options, state, error, input_tokens, \
-         output_tokens, last_run_id, updated_at, id, parent_id, system_prompt, created_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+         output_tokens, last_run_id, updated_at, id, parent_id, system_prompt, created_at, \
+         tenant, owner) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
     );
     bind_mutable(insert, s, &options)
         .bind(s.id)
         .bind(s.parent_id)
         .bind(opt_text(&s.system_prompt))
         .bind(s.created_at)
+        .bind(&s.tenant)
+        .bind(&s.owner)
         .execute(conn)
         .await?;
     Ok(())

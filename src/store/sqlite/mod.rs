@@ -186,6 +186,11 @@ crate::store::agents::agents_over_pool!(SqliteStore, |s: &str| {
     crate::store::keys::sql::sqlite(s)
 });
 
+// The keys and session tokens, in the pool (they are not part of a session's batches).
+crate::store::principals::principals_over_pool!(SqliteStore, |s: &str| {
+    crate::store::keys::sql::sqlite(s)
+});
+
 // The webhook queue, in the pool (the trigger that fills it runs in the writer's commits).
 crate::store::webhooks::webhook_queue_over_pool!(SqliteStore, |s: &str| {
     crate::store::webhooks::sql::sqlite(s)

@@ -188,12 +188,15 @@ impl Store for SqliteStore {
             "SELECT {SESSION_COLUMNS} FROM sessions s \
              WHERE (?1 IS NULL OR s.id < ?1) AND (?2 IS NULL OR s.state = ?2) \
              AND (?4 IS NULL OR s.parent_id = ?4) \
+             AND (?5 IS NULL OR s.tenant = ?5) AND (?6 IS NULL OR s.owner = ?6) \
              ORDER BY s.id DESC LIMIT ?3"
         ))
         .bind(query.before.map(|id| id.to_string()))
         .bind(query.state.map(SessionState::as_str))
         .bind(query.limit)
         .bind(query.parent_id.map(|id| id.to_string()))
+        .bind(query.tenant.as_deref())
+        .bind(query.owner.as_deref())
         .fetch_all(&self.pool)
         .await
         .map_err(|e| self.read_failed(e))?;

@@ -186,11 +186,13 @@ fn insert_session(tx: &Transaction<'_>, s: &SessionRecord) -> rusqlite::Result<(
         s.parent_id.map(|id| id.to_string()).into(),
         s.system_prompt.clone().into(),
         s.created_at.to_rfc3339().into(),
+        s.tenant.clone().into(),
+        s.owner.clone().into(),
     ];
     tx.prepare_cached(
         "INSERT INTO sessions (title, metadata, options, state, error, input_tokens, \
-         output_tokens, last_run_id, updated_at, id, parent_id, system_prompt, created_at) \
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+         output_tokens, last_run_id, updated_at, id, parent_id, system_prompt, created_at, \
+         tenant, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     )?
     .execute(params_from_iter(
         mutable_columns(s).into_iter().chain(identity),
