@@ -10,9 +10,7 @@ use rand::RngCore;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::model::{
-    valid_tenant, Principal, SessionId, TenantRole, TokenScope, DEFAULT_TENANT,
-};
+use crate::model::{valid_tenant, Principal, SessionId, TenantRole, TokenScope, DEFAULT_TENANT};
 use crate::store::principals::{KeyRow, PrincipalStore, SessionTokenRow};
 use crate::store::{Store, StoreError};
 
@@ -267,10 +265,7 @@ impl Principals {
         }
         let corrupt = |what: &str| StoreError::Corrupt(format!("session token: {what}"));
         Ok(Principal::Session {
-            session: row
-                .session_id
-                .parse()
-                .map_err(|_| corrupt("session id"))?,
+            session: row.session_id.parse().map_err(|_| corrupt("session id"))?,
             scope: TokenScope::parse(&row.scope).ok_or_else(|| corrupt("scope"))?,
             tenant: row.tenant,
             issuer: row.issuer,

@@ -191,7 +191,10 @@ mod tests {
         assert_eq!(need(Method::GET, "/v1/sessions"), Handler);
         assert_eq!(need(Method::POST, "/v1/sessions"), Handler);
         assert_eq!(need(Method::GET, "/v1/agents/{id}"), Handler);
-        assert_eq!(need(Method::GET, "/v1/sessions/{id}"), Session(SessionNeed::Read));
+        assert_eq!(
+            need(Method::GET, "/v1/sessions/{id}"),
+            Session(SessionNeed::Read)
+        );
         assert_eq!(
             need(Method::GET, "/v1/sessions/{id}/events"),
             Session(SessionNeed::Read)

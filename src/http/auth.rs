@@ -42,8 +42,8 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::guard::{changes_state, is_loopback_host, request_host, sends_own_origin};
-use super::problem::{ApiJson, Problem};
 use super::jwt::JwtVerifier;
+use super::problem::{ApiJson, Problem};
 use crate::model::Principal;
 use crate::principals::{PrincipalError, Principals};
 use crate::runtime::{EdgeRecords, NewSignIn, SignIns};
@@ -154,7 +154,11 @@ impl Auth {
                 Err(error) => Err(unauthorized(&error.to_string())),
             };
         }
-        if let Some(jwt) = self.jwt.as_ref().filter(|_| JwtVerifier::looks_like_jwt(credential)) {
+        if let Some(jwt) = self
+            .jwt
+            .as_ref()
+            .filter(|_| JwtVerifier::looks_like_jwt(credential))
+        {
             return match jwt.verify(credential).await {
                 Ok(principal) => Ok(Some(principal)),
                 Err(error) => Err(unauthorized(&error.to_string())),

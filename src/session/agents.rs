@@ -343,7 +343,9 @@ impl Sessions {
         }
         let body: AgentBody = serde_json::from_value(Value::Object(body))
             .map_err(|e| SessionError::BadInput(format!("agent: {e}")))?;
-        let spec = self.check_agent(body, Some(stored), &current.tenant).await?;
+        let spec = self
+            .check_agent(body, Some(stored), &current.tenant)
+            .await?;
         // A bad body is refused as such, whichever version it was made from.
         if if_match.is_some_and(|v| v != current.version) {
             return Err(SessionError::AgentStale {
@@ -613,7 +615,12 @@ impl Sessions {
                     }
                     id
                 }
-                Err(_) => match self.agent_store()?.agents_named(tenant, &entry).await?.as_slice() {
+                Err(_) => match self
+                    .agent_store()?
+                    .agents_named(tenant, &entry)
+                    .await?
+                    .as_slice()
+                {
                     [id] => *id,
                     [] => {
                         return Err(SessionError::BadInput(format!(

@@ -260,8 +260,9 @@ impl Sessions {
         }
         let chosen = match agent {
             Some(choice) => {
-                let (chosen, version) =
-                    self.choose_agent(Some(choice), Some(&parent.tenant)).await?;
+                let (chosen, version) = self
+                    .choose_agent(Some(choice), Some(&parent.tenant))
+                    .await?;
                 let options = SessionOptions {
                     agent: chosen,
                     ..parent.options.clone()

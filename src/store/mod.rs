@@ -23,8 +23,8 @@
 pub mod agents;
 pub mod keys;
 pub mod postgres;
-mod rows;
 pub mod principals;
+mod rows;
 pub mod sign_ins;
 pub mod sqlite;
 pub mod webhooks;
