@@ -156,6 +156,8 @@ fn session_ops(id: Uuid, events: usize, at: &mut DateTime<Utc>, ops: &mut Vec<Wr
         last_run_id: None,
         created_at: *at,
         updated_at: *at,
+        tenant: tah::model::DEFAULT_TENANT.to_string(),
+        owner: None,
         options: Default::default(),
     };
     ops.push(WriteOp::InsertSession(record));

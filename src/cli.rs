@@ -43,6 +43,9 @@ pub enum Command {
     /// Probe a running server's GET /readyz: exit 0 when it answers 200, else 1, saying why
     /// (the container image's HEALTHCHECK).
     Healthcheck(HealthcheckArgs),
+    /// Make, list and revoke API keys (principals of one tenant, in a role) in the database
+    /// `tah serve` uses; a running server sees them at once.
+    Keys(KeysArgs),
 }
 
 /// How boolean flags and environment variables are read: `true`/`false`, `1`/`0`,
@@ -389,6 +392,49 @@ pub struct FakeReplyArgs {
     /// messages after the last user message).
     #[arg(long, default_value_t = 1)]
     pub tool_calls: usize,
+}
+
+/// `tah keys`' flags.
+#[derive(Debug, Clone, Args)]
+pub struct KeysArgs {
+    /// The database, as `tah serve --database-url`.
+    #[arg(
+        long,
+        env = "TAH_DATABASE_URL",
+        default_value = "sqlite://.tah/data.db",
+        global = true
+    )]
+    pub database_url: String,
+
+    #[command(subcommand)]
+    pub command: KeysCommand,
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum KeysCommand {
+    /// Make a key and print it once (only its hash is stored).
+    Create {
+        /// The tenant the key acts in (1–128 of A-Z a-z 0-9 - _ .).
+        #[arg(long)]
+        tenant: String,
+        /// admin (everything in the tenant), member (its own sessions), viewer (reads).
+        #[arg(long)]
+        role: String,
+        /// A name to know it by.
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// List the keys (never the keys themselves), newest first.
+    List {
+        /// Only this tenant's.
+        #[arg(long)]
+        tenant: Option<String>,
+    },
+    /// Revoke a key by its id: it is refused from the next request on.
+    Revoke {
+        /// The key's id (as `tah keys list` shows it).
+        id: String,
+    },
 }
 
 /// `tah healthcheck`'s flags.

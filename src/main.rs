@@ -11,7 +11,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use tah::app::{Application, ReadyLine};
-use tah::cli::{Cli, Command, LogFormat, ServeArgs};
+use tah::cli::{Cli, Command, KeysArgs, KeysCommand, LogFormat, ServeArgs};
 use tah::config::Settings;
 use tah::telemetry::{self, Traces};
 use tracing_subscriber::filter::{filter_fn, FilterExt as _};
@@ -41,6 +41,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => runtime.block_on(serve(*args)),
         Command::FakeModel(args) => runtime.block_on(bench::fake_model(args)),
         Command::Bench(args) => runtime.block_on(bench::bench(*args)),
+        Command::Keys(args) => runtime.block_on(keys(args)),
         Command::Healthcheck(args) => {
             // Docker keeps a probe's output: one line on stdout either way.
             return match runtime.block_on(healthcheck::probe(&args)) {
@@ -111,6 +112,62 @@ fn init_tracing(format: LogFormat, traces: Option<&Traces>) {
         .with(log.with_filter(filter.and(not_traces)))
         .with(traces.map(Traces::layer))
         .init();
+}
+
+/// `tah keys create|list|revoke`, straight on the database.
+async fn keys(args: KeysArgs) -> anyhow::Result<()> {
+    use tah::principals::Principals;
+    let opened = tah::store::open(&args.database_url, tah::model::new_id())
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", args.database_url))?;
+    let principals = Principals::new(opened.store);
+    match args.command {
+        KeysCommand::Create { tenant, role, name } => {
+            let role = role.parse().map_err(|e: String| anyhow::anyhow!(e))?;
+            let made = principals.create_key(&tenant, role, name).await?;
+            let mut stdout = std::io::stdout().lock();
+            writeln!(stdout, "{}", made.key)?;
+            eprintln!(
+                "key {} for tenant {} as {}: it is shown this once",
+                made.view.id, made.view.tenant, made.view.role
+            );
+        }
+        KeysCommand::List { tenant } => {
+            let mut stdout = std::io::stdout().lock();
+            let mut before: Option<String> = None;
+            loop {
+                let page = principals
+                    .keys(tenant.as_deref(), before.as_deref(), 500)
+                    .await?;
+                for key in &page {
+                    writeln!(
+                        stdout,
+                        "{}\t{}\t{}\t{}\t{}{}",
+                        key.id,
+                        key.tenant,
+                        key.role,
+                        key.name.as_deref().unwrap_or("-"),
+                        key.created_at.to_rfc3339(),
+                        if key.revoked_at.is_some() { "\trevoked" } else { "" }
+                    )?;
+                }
+                match page.last() {
+                    Some(last) if page.len() == 500 => before = Some(last.id.clone()),
+                    _ => break,
+                }
+            }
+        }
+        KeysCommand::Revoke { id } => {
+            principals.revoke_key(&id, None).await.map_err(|e| match e {
+                tah::principals::PrincipalError::NotFound => {
+                    anyhow::anyhow!("no key {id} that is not revoked already")
+                }
+                other => other.into(),
+            })?;
+            eprintln!("key {id} revoked");
+        }
+    }
+    Ok(())
 }
 
 /// Writes the ready line to stdout (the only thing written there). A closed stdout does not

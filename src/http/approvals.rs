@@ -10,6 +10,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::access::Caller;
 use super::extract::Ids;
 use super::params::NoQuery;
 use super::problem::{ApiJson, ApiQuery, Problem};
@@ -68,6 +69,7 @@ struct ApprovalBody {
 
 async fn approve(
     State(state): State<AppState>,
+    Caller(caller): Caller,
     Ids((SessionId(id), CallId(call))): Ids<(SessionId, CallId)>,
     ApiJson(body): ApiJson<ApprovalBody>,
 ) -> Result<Response, Problem> {
@@ -91,6 +93,7 @@ async fn approve(
         decision: body.decision,
         reason: body.reason,
         input: body.input,
+        answered_by: Some(caller.id().to_string()),
     };
     let resolution = state.sessions.approve(id, call, answer).await?;
     Ok(Json(resolution).into_response())

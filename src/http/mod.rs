@@ -27,6 +27,7 @@ mod extract;
 mod guard;
 pub mod idempotency;
 pub mod jwt;
+mod keys;
 mod paging;
 mod params;
 mod problem;
@@ -137,6 +138,7 @@ pub fn router(state: AppState, options: &HttpOptions) -> Router {
     }
     open.merge(quick)
         .merge(agents::routes())
+        .merge(keys::routes(principals))
         .merge(runs::routes())
         .merge(approvals::routes())
         .merge(events::routes())

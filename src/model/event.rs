@@ -154,6 +154,9 @@ pub enum EventKind {
         /// The input the call runs with, when the answer replaced it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         input: Option<Value>,
+        /// The principal that answered (`by: user`): a key's id, `jwt:<sub>`, `operator`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        answered_by: Option<String>,
     },
     /// An `always` answer added a session rule.
     #[serde(rename = "tool.policy-updated")]

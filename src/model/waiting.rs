@@ -193,6 +193,9 @@ pub struct Resolution {
     /// The input the call runs with, when the answer replaced it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub input: Option<Value>,
+    /// The principal that answered, for a person's answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answered_by: Option<String>,
 }
 
 /// What a client sent for a call of one of its tools (the data of the call's
@@ -352,9 +355,11 @@ impl Waiting {
                 by,
                 reason,
                 input,
+                answered_by,
             } => {
                 if let Some(item) = self.items.get_mut(call_id) {
                     item.resolution = Some(Resolution {
+                        answered_by: answered_by.clone(),
                         call_id: call_id.clone(),
                         decision: *decision,
                         by: *by,
@@ -504,6 +509,7 @@ impl Waiting {
         decision: Decision,
         reason: Option<String>,
         input: Option<Value>,
+        answered_by: Option<String>,
         check_input: impl Fn(&str, &Value) -> Result<(), String>,
     ) -> Result<Answered<Resolution>, Refusal> {
         let Some(item) = self.items.get_mut(call_id) else {
@@ -538,6 +544,7 @@ impl Waiting {
             by: ResolvedBy::User,
             reason,
             input,
+            answered_by,
         };
         item.resolution = Some(resolution.clone());
         item.in_transit = true;
@@ -684,6 +691,7 @@ pub(crate) mod tests {
                 by: ResolvedBy::User,
                 reason: None,
                 input: None,
+                answered_by: None,
             }),
             started("a"),
             finished("a"),
@@ -702,6 +710,7 @@ pub(crate) mod tests {
                 by,
                 reason: None,
                 input: None,
+                answered_by: None,
             })
         };
         let log = [
@@ -727,16 +736,16 @@ pub(crate) mod tests {
     fn an_answer_is_taken_once_repeated_idempotently_and_a_different_one_conflicts() {
         let mut waiting = Waiting::from_log(&[requested("a")]);
         let first = waiting
-            .answer_approval("a", Decision::Deny, Some("no".into()), None, no_check)
+            .answer_approval("a", Decision::Deny, Some("no".into()), None, None, no_check)
             .unwrap();
         assert!(matches!(first, Answered::Fresh(ref r) if r.decision == Decision::Deny));
         let again = waiting
-            .answer_approval("a", Decision::Deny, None, None, no_check)
+            .answer_approval("a", Decision::Deny, None, None, None, no_check)
             .unwrap();
         assert!(matches!(again, Answered::Repeat(ref r) if r.reason.as_deref() == Some("no")));
-        let other = waiting.answer_approval("a", Decision::Allow, None, None, no_check);
+        let other = waiting.answer_approval("a", Decision::Allow, None, None, None, no_check);
         assert!(matches!(other, Err(Refusal::AlreadyResolved { .. })));
-        let unknown = waiting.answer_approval("zz", Decision::Allow, None, None, no_check);
+        let unknown = waiting.answer_approval("zz", Decision::Allow, None, None, None, no_check);
         assert!(matches!(unknown, Err(Refusal::NoSuchCall(_))));
     }
 
@@ -744,16 +753,16 @@ pub(crate) mod tests {
     fn an_edited_input_is_checked_and_only_for_a_call_that_runs() {
         let mut waiting = Waiting::from_log(&[requested("a")]);
         let refuse = |_: &str, _: &Value| Err("command is required".to_string());
-        let bad = waiting.answer_approval("a", Decision::Allow, None, Some(json!({})), refuse);
+        let bad = waiting.answer_approval("a", Decision::Allow, None, Some(json!({})), None, refuse);
         assert!(matches!(bad, Err(Refusal::Invalid(_))));
         let pointless =
-            waiting.answer_approval("a", Decision::Deny, None, Some(json!({})), no_check);
+            waiting.answer_approval("a", Decision::Deny, None, Some(json!({})), None, no_check);
         assert!(matches!(pointless, Err(Refusal::Invalid(_))));
         // Neither answer was taken.
         assert!(waiting.has_pending());
         let edited = json!({"command": "ls -la"});
         let ok = waiting
-            .answer_approval("a", Decision::Allow, None, Some(edited.clone()), no_check)
+            .answer_approval("a", Decision::Allow, None, Some(edited.clone()), None, no_check)
             .unwrap();
         assert!(matches!(ok, Answered::Fresh(ref r) if r.input == Some(edited)));
     }
@@ -780,6 +789,7 @@ pub(crate) mod tests {
             by: ResolvedBy::Timeout,
             reason: None,
             input: None,
+            answered_by: None,
         });
         assert_eq!(waiting.next_expiry(), Some(("a".to_string(), at(30))));
     }

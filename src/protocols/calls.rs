@@ -190,6 +190,7 @@ pub(crate) mod tests {
                 by,
                 reason: None,
                 input: None,
+                answered_by: None,
             });
         }
 

@@ -67,6 +67,8 @@ pub struct ApprovalAnswer {
     pub reason: Option<String>,
     /// Replaces the call's input (checked against the tool's schema).
     pub input: Option<Value>,
+    /// The principal that answers.
+    pub answered_by: Option<String>,
 }
 
 /// What a new run does about calls of the active run that wait for an answer.

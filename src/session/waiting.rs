@@ -101,6 +101,7 @@ mod tests {
             by,
             reason: Some("too risky".into()),
             input: None,
+            answered_by: None,
         };
         let user = refusal_output(&resolution(ResolvedBy::User));
         assert!(

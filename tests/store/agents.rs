@@ -37,6 +37,7 @@ fn agent(name: &str) -> AgentRecord {
         created_at: at,
         updated_at: at,
         archived_at: None,
+        tenant: model::DEFAULT_TENANT.to_string(),
     }
 }
 
@@ -75,8 +76,8 @@ async fn agent_versions_round_trip_and_updates_are_conditional(store: Arc<dyn St
     );
     let older = agents.agent_versions(id, Some(2), 10).await.unwrap();
     assert_eq!(older, vec![first.clone()]);
-    assert_eq!(agents.agents_named("coder-2").await.unwrap(), vec![id]);
-    assert!(agents.agents_named("coder").await.unwrap().is_empty());
+    assert_eq!(agents.agents_named("default", "coder-2").await.unwrap(), vec![id]);
+    assert!(agents.agents_named("default", "coder").await.unwrap().is_empty());
 
     let at = model::now();
     assert!(agents.archive_agent(id, at).await.unwrap());
@@ -90,7 +91,7 @@ async fn agent_versions_round_trip_and_updates_are_conditional(store: Arc<dyn St
     let archived = agents.agent(id, None).await.unwrap().unwrap();
     assert_eq!(archived.version, 2);
     assert_eq!(archived.archived_at, Some(at));
-    assert!(agents.agents_named("coder-2").await.unwrap().is_empty());
+    assert!(agents.agents_named("default", "coder-2").await.unwrap().is_empty());
 }
 
 async fn agents_page_newest_first_and_hide_the_archived(store: Arc<dyn Store>) {
@@ -106,6 +107,7 @@ async fn agents_page_newest_first_and_hide_the_archived(store: Arc<dyn Store>) {
         limit: 3,
         before,
         include_archived,
+        tenant: None,
     };
     let ids = |records: Vec<AgentRecord>| {
         records

@@ -116,6 +116,7 @@ async fn negative_limit_means_no_limit(store: Arc<dyn Store>) {
             before: None,
             state: None,
             parent_id: None,
+            ..SessionQuery::default()
         })
         .await
         .expect("list");

@@ -190,6 +190,7 @@ async fn sessions_page_newest_first_with_cursor_and_state(store: Arc<dyn Store>)
                 before,
                 state: None,
                 parent_id: None,
+                ..SessionQuery::default()
             })
             .await
             .expect("list");
@@ -220,6 +221,7 @@ async fn sessions_page_newest_first_with_cursor_and_state(store: Arc<dyn Store>)
             before: None,
             state: Some(SessionState::Running),
             parent_id: None,
+            ..SessionQuery::default()
         })
         .await
         .expect("list running");
@@ -230,6 +232,7 @@ async fn sessions_page_newest_first_with_cursor_and_state(store: Arc<dyn Store>)
             before: first.last().map(|s| s.id),
             state: Some(SessionState::Running),
             parent_id: None,
+            ..SessionQuery::default()
         })
         .await
         .expect("list running");
@@ -240,6 +243,7 @@ async fn sessions_page_newest_first_with_cursor_and_state(store: Arc<dyn Store>)
             before: None,
             state: Some(SessionState::Cancelled),
             parent_id: None,
+            ..SessionQuery::default()
         })
         .await
         .expect("list cancelled");

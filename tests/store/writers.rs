@@ -96,6 +96,7 @@ async fn other_writers_and_batches_commit_side_by_side(store: Arc<dyn Store>) {
             limit: 500,
             before: None,
             include_archived: false,
+            tenant: None,
         })
         .await
         .expect("lists agents");
@@ -112,5 +113,6 @@ fn new_agent(round: i64) -> AgentRecord {
         created_at: at,
         updated_at: at,
         archived_at: None,
+        tenant: tah::model::DEFAULT_TENANT.to_string(),
     }
 }

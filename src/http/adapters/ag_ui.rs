@@ -24,6 +24,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::{sse_response, Driven, NoQuery};
+use crate::http::access::Caller;
 use crate::http::extract::Ids;
 use crate::http::problem::{ApiJson, ApiQuery, Problem};
 use crate::http::runs::input_text;
@@ -48,6 +49,7 @@ const MAX_ID_CHARS: usize = 256;
 
 async fn run(
     State(state): State<AppState>,
+    Caller(caller): Caller,
     Ids(SessionId(id)): Ids<SessionId>,
     ApiQuery(NoQuery {}): ApiQuery<NoQuery>,
     ApiJson(input): ApiJson<RunAgentInput>,
@@ -83,7 +85,7 @@ async fn run(
     for event in &so_far {
         calls.apply(event);
     }
-    let answers = Answers::of(&input, &calls)?;
+    let answers = Answers::of(&input, &calls, caller.id())?;
     one_input_one_purpose(active.as_ref(), !answers.is_empty(), new_input.is_some())?;
     let known_results = answers.give(&state, id).await?;
     // What the client sent that the history may not hold yet: its results, its new message.
@@ -159,7 +161,7 @@ struct Answers {
 impl Answers {
     /// Reads them, checking each against what waits: a resume for an interrupt that no
     /// longer waits is a replay and left alone.
-    fn of(input: &RunAgentInput, calls: &RunCalls) -> Result<Answers, Problem> {
+    fn of(input: &RunAgentInput, calls: &RunCalls, answered_by: &str) -> Result<Answers, Problem> {
         let waits = |id: &str, kind: fn(&Wait) -> bool| {
             calls
                 .waiting()
@@ -175,6 +177,7 @@ impl Answers {
                     decision: Decision::Deny,
                     reason: Some("the user cancelled the interrupt".to_string()),
                     input: None,
+                    answered_by: Some(answered_by.to_string()),
                 },
                 ResumeStatus::Resolved => {
                     let payload = entry.payload.clone().unwrap_or(Value::Null);
@@ -205,6 +208,7 @@ impl Answers {
                         },
                         reason: payload["reason"].as_str().map(str::to_string),
                         input: edited,
+                        answered_by: Some(answered_by.to_string()),
                     }
                 }
             };

@@ -23,6 +23,8 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::{sse_response, Driven, NoQuery};
+use crate::http::access::Caller;
+use crate::model::Principal;
 use crate::http::extract::Ids;
 use crate::http::problem::{ApiJson, ApiQuery, Problem};
 use crate::http::runs::{input_text, PendingParam};
@@ -86,6 +88,7 @@ struct ChatQuery {
 
 async fn chat(
     State(state): State<AppState>,
+    Caller(caller): Caller,
     Ids(SessionId(id)): Ids<SessionId>,
     ApiQuery(query): ApiQuery<ChatQuery>,
     ApiJson(body): ApiJson<ChatBody>,
@@ -130,7 +133,7 @@ async fn chat(
             };
             start(state, id, RunRequest::run(text, pending)).await
         }
-        UiRole::Assistant => continue_run(state, id, last).await,
+        UiRole::Assistant => continue_run(state, id, last, &caller).await,
         UiRole::System => Err(Problem::bad_request(
             "the last message must be the user's (a new turn) or the assistant's (answers to it)",
         )),
@@ -204,7 +207,12 @@ fn stream(
 /// Takes the answers an assistant message carries (approval responses on tool parts, the
 /// client's tool outputs) for the calls of its run that wait, then streams the rest of the
 /// run from where it waited.
-async fn continue_run(state: AppState, id: Uuid, last: &UiMessage) -> Result<Response, Problem> {
+async fn continue_run(
+    state: AppState,
+    id: Uuid,
+    last: &UiMessage,
+    caller: &Principal,
+) -> Result<Response, Problem> {
     let run = state.sessions.run_to_continue(id, &last.id).await?;
     let live = state.sessions.subscribe(id)?;
     let so_far = state.sessions.run_events(id, &run).await?;
@@ -218,7 +226,7 @@ async fn continue_run(state: AppState, id: Uuid, last: &UiMessage) -> Result<Res
         .unwrap_or(0);
     let mut known_outputs = HashSet::new();
     for part in &last.parts {
-        if let Some(output_of) = answer(&state, id, &calls, part).await? {
+        if let Some(output_of) = answer(&state, id, &calls, part, caller.id()).await? {
             known_outputs.insert(output_of);
         }
     }
@@ -235,6 +243,7 @@ async fn answer(
     id: Uuid,
     calls: &RunCalls,
     part: &Value,
+    answered_by: &str,
 ) -> Result<Option<String>, Problem> {
     let Some(kind) = part["type"].as_str() else {
         return Ok(None);
@@ -266,6 +275,7 @@ async fn answer(
                 },
                 reason,
                 input: None,
+                answered_by: Some(answered_by.to_string()),
             };
             state
                 .sessions

@@ -360,6 +360,7 @@ mod tests {
             by: ResolvedBy::User,
             reason: Some("not today".into()),
             input: None,
+            answered_by: None,
         });
         log.finished("b", "the user denied this call", true);
         log.resolve("c", Decision::Deny, ResolvedBy::Timeout);

@@ -213,6 +213,7 @@ impl Run<'_> {
             by: ResolvedBy::Policy,
             reason: Some(reason),
             input: None,
+            answered_by: None,
         };
         self.record_resolution(&resolution);
         self.flush_now().await?;
@@ -369,6 +370,7 @@ mod tests {
             by: ResolvedBy::User,
             reason: None,
             input: None,
+            answered_by: None,
         }
     }
 

@@ -142,6 +142,7 @@ impl Run<'_> {
                     by: ResolvedBy::Timeout,
                     reason: Some("nobody answered in time".to_string()),
                     input: None,
+                    answered_by: None,
                 };
                 self.record_resolution(&resolution);
                 self.flush_now().await?;
@@ -164,6 +165,7 @@ impl Run<'_> {
                 by: resolution.by,
                 reason: resolution.reason.clone(),
                 input: resolution.input.clone(),
+                answered_by: resolution.answered_by.clone(),
             },
         );
     }

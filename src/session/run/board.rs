@@ -191,6 +191,7 @@ impl CallBoard {
                     answer.decision,
                     answer.reason.clone(),
                     answer.input.clone(),
+                    answer.answered_by.clone(),
                     check_input,
                 )
                 .map(|a| map(a, Given::Approval)),
@@ -353,6 +354,7 @@ mod tests {
             decision,
             reason: None,
             input,
+            answered_by: None,
         })
     }
 
@@ -444,6 +446,7 @@ mod tests {
             by: ResolvedBy::User,
             reason: None,
             input: None,
+            answered_by: None,
         };
         let board = board_of(Phase::Ended, &[asked("a"), resolved, asked("b")]);
         let (_, told) = answer(&board, "b", &approval(Decision::Allow, None));
@@ -508,6 +511,7 @@ mod tests {
             by: ResolvedBy::Timeout,
             reason: None,
             input: None,
+            answered_by: None,
         });
         board.settle(ClientResult {
             call_id: "c".into(),

@@ -126,6 +126,7 @@ impl Run<'_> {
                         by,
                         reason: reason.map(str::to_string),
                         input: None,
+                        answered_by: None,
                     };
                     self.record_resolution(&resolution);
                     refusal_output(&resolution)
