@@ -11,6 +11,23 @@ export class ApiError extends Error {
   }
 }
 
+/**
+ * A session token (`tahs_…`, made by `POST /v1/sessions/{id}/tokens`) the page was opened
+ * with: sent as `Authorization: Bearer` on every request instead of the sign-in cookie. It is
+ * kept in this tab's sessionStorage only.
+ */
+let sessionToken = null;
+
+/** Uses `token` for every request from now on (`null`: the sign-in cookie again). */
+export function useSessionToken(token) {
+  sessionToken = token;
+}
+
+/** The headers that authenticate a request made with a session token (none otherwise). */
+export function authHeaders() {
+  return sessionToken ? { authorization: `Bearer ${sessionToken}` } : {};
+}
+
 /** Listeners of `unauthorized` (any 401: the page shows its sign-in form). */
 export const authEvents = new EventTarget();
 
@@ -19,7 +36,11 @@ export const authEvents = new EventTarget();
  * rejects with `ApiError` for an error status or `TypeError` when the server is unreachable.
  */
 export async function api(method, path, body) {
-  const init = { method, headers: { accept: "application/json" }, credentials: "same-origin" };
+  const init = {
+    method,
+    headers: { accept: "application/json", ...authHeaders() },
+    credentials: "same-origin",
+  };
   if (body !== undefined) {
     init.headers["content-type"] = "application/json";
     init.body = JSON.stringify(body);

@@ -1,8 +1,10 @@
 // The page: sign-in, the session list, one open session (its conversation, live), the input
 // and the session's actions, and the agents page. The address says what is open (`#/s/<id>`,
-// `#/agents`, `#/agents/<id>`), so the back button and links work.
+// `#/agents`, `#/agents/<id>`), so the back button and links work. Opened as
+// `#/s/<id>?token=tahs_…` with a session token, it shows that one session and nothing else,
+// authenticated by the token (an end user of an app needs no key and no sign-in).
 
-import { api, ApiError, authEvents, auth, sessions } from "./api.js";
+import { api, ApiError, authEvents, auth, sessions, useSessionToken } from "./api.js";
 import { h, clear, show, isId, clock, count } from "./dom.js";
 import { EventFeed } from "./stream.js";
 import { Conversation } from "./conversation.js";
@@ -109,6 +111,10 @@ async function showSignIn() {
 }
 
 authEvents.addEventListener("unauthorized", () => {
+  if (ui.app.dataset.mode === "session-token") {
+    setBanner("This link's session token has expired or is not valid: ask for a new link.");
+    return;
+  }
   if (ui.app.dataset.view !== "signin") showSignIn();
 });
 
@@ -583,7 +589,41 @@ document.addEventListener("keydown", (event) => {
 
 // ---- start -------------------------------------------------------------------------------
 
+/** Where a session token given in the address is kept: this tab only. */
+const TOKEN_KEY = "tah:session-token";
+
+/**
+ * The session token the page was opened with (`#/s/<id>?token=tahs_…`), moved out of the
+ * address (so it is not left in the history or shown) into this tab's storage; `null` when
+ * the page was not opened with one.
+ */
+function takeSessionToken() {
+  const given = location.hash.match(/^#\/s\/([^/?]+)\?token=(tahs_[0-9a-f]{64})$/);
+  if (given && isId(given[1])) {
+    sessionStorage.setItem(TOKEN_KEY, JSON.stringify({ id: given[1], token: given[2] }));
+    history.replaceState(null, "", `#/s/${given[1]}`);
+  }
+  try {
+    const kept = JSON.parse(sessionStorage.getItem(TOKEN_KEY) || "null");
+    return kept && location.hash === `#/s/${kept.id}` ? kept : null;
+  } catch {
+    return null;
+  }
+}
+
 async function start() {
+  const token = takeSessionToken();
+  if (token) {
+    // One session, by its token: no sign-in, no list, no agents page (the token reaches
+    // none of them).
+    useSessionToken(token.token);
+    ui.app.dataset.mode = "session-token";
+    ui.signOut.hidden = true;
+    ui.sidebar.hidden = true;
+    ui.agentsLink.hidden = true;
+    await route();
+    return;
+  }
   let status = { required: false, signed_in: false };
   try {
     status = await auth.status();

@@ -6,6 +6,8 @@
 // each, in `seq` order: one at or below the last seq passed on is dropped, so a replay that
 // overlaps what was seen shows nothing twice.
 
+import { authHeaders } from "./api.js";
+
 /** How long to wait before reconnecting: quick at first, then at most every few seconds. */
 const BACKOFF_MS = [250, 500, 1000, 2000, 3000];
 /** The server sends a heartbeat every 10 s; this long without a byte means the link is dead. */
@@ -57,7 +59,11 @@ export class EventFeed {
     try {
       touch();
       const response = await fetch(this.url, {
-        headers: { accept: "text/event-stream", "last-event-id": String(this.lastSeq) },
+        headers: {
+          accept: "text/event-stream",
+          "last-event-id": String(this.lastSeq),
+          ...authHeaders(),
+        },
         credentials: "same-origin",
         signal: controller.signal,
         cache: "no-store",
