@@ -148,7 +148,11 @@ async fn keys(args: KeysArgs) -> anyhow::Result<()> {
                         key.role,
                         key.name.as_deref().unwrap_or("-"),
                         key.created_at.to_rfc3339(),
-                        if key.revoked_at.is_some() { "\trevoked" } else { "" }
+                        if key.revoked_at.is_some() {
+                            "\trevoked"
+                        } else {
+                            ""
+                        }
                     )?;
                 }
                 match page.last() {
@@ -158,12 +162,15 @@ async fn keys(args: KeysArgs) -> anyhow::Result<()> {
             }
         }
         KeysCommand::Revoke { id } => {
-            principals.revoke_key(&id, None).await.map_err(|e| match e {
-                tah::principals::PrincipalError::NotFound => {
-                    anyhow::anyhow!("no key {id} that is not revoked already")
-                }
-                other => other.into(),
-            })?;
+            principals
+                .revoke_key(&id, None)
+                .await
+                .map_err(|e| match e {
+                    tah::principals::PrincipalError::NotFound => {
+                        anyhow::anyhow!("no key {id} that is not revoked already")
+                    }
+                    other => other.into(),
+                })?;
             eprintln!("key {id} revoked");
         }
     }

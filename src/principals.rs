@@ -193,23 +193,14 @@ impl Principals {
 
     /// The principal of a key, unless it is unknown or revoked.
     pub async fn key_principal(&self, key: &str) -> Result<Principal, PrincipalError> {
-        let row = self
-            .table()?
-            .key_by_hash(&digest(key))
-            .await?
-            .ok_or(PrincipalError::Unknown("the API key is not valid"))?;
-        if row.revoked_at.is_some() {
-            return Err(PrincipalError::Unknown("the API key was revoked"));
-        }
-        let role = row
-            .role
-            .parse()
-            .map_err(|_| StoreError::Corrupt(format!("key {}: role {:?}", row.id, row.role)))?;
-        Ok(Principal::Member {
-            id: row.id,
-            tenant: row.tenant,
-            role,
-        })
+        let row = self.table()?.key_by_hash(&digest(key)).await?;
+        principal_of_key(row)
+    }
+
+    /// The principal of the key `id`, unless it is unknown or revoked (a sign-in made with
+    /// it).
+    pub async fn key_principal_by_id(&self, id: &str) -> Result<Principal, PrincipalError> {
+        principal_of_key(self.table()?.key(id).await?)
     }
 
     /// Makes a session token for `session` (of `tenant`), made by `issuer`.
@@ -283,6 +274,23 @@ impl Principals {
             None
         }
     }
+}
+
+/// The principal of a key's row, unless there is none or it was revoked.
+fn principal_of_key(row: Option<KeyRow>) -> Result<Principal, PrincipalError> {
+    let row = row.ok_or(PrincipalError::Unknown("the API key is not valid"))?;
+    if row.revoked_at.is_some() {
+        return Err(PrincipalError::Unknown("the API key was revoked"));
+    }
+    let role = row
+        .role
+        .parse()
+        .map_err(|_| StoreError::Corrupt(format!("key {}: role {:?}", row.id, row.role)))?;
+    Ok(Principal::Member {
+        id: row.id,
+        tenant: row.tenant,
+        role,
+    })
 }
 
 /// The tenant a request names for a key: an operator's choice (default `default`), or the

@@ -92,7 +92,10 @@ pub fn route_need(method: &Method, template: &str) -> RouteNeed {
 /// The tenant and owner of sessions, as checked for access: they never change, so they are
 /// kept once read (a deleted session's entry is harmless: its routes answer `404`).
 #[derive(Clone, Default)]
-pub struct SessionOwners(Arc<Mutex<HashMap<Uuid, (Arc<str>, Option<Arc<str>>)>>>);
+pub struct SessionOwners(Arc<Mutex<HashMap<Uuid, TenantOwner>>>);
+
+/// A session's tenant and owner.
+type TenantOwner = (Arc<str>, Option<Arc<str>>);
 
 /// How many sessions' owners are kept before the map starts again.
 const MAX_KEPT_OWNERS: usize = 100_000;
@@ -102,12 +105,12 @@ impl SessionOwners {
         &self,
         sessions: &Sessions,
         id: Uuid,
-    ) -> Result<(Arc<str>, Option<Arc<str>>), Problem> {
+    ) -> Result<TenantOwner, Problem> {
         if let Some(found) = self.0.lock().ok().and_then(|m| m.get(&id).cloned()) {
             return Ok(found);
         }
         let record = sessions.get(id).await.map_err(Problem::from)?;
-        let found: (Arc<str>, Option<Arc<str>>) =
+        let found: TenantOwner =
             (record.tenant.into(), record.owner.map(Into::into));
         if let Ok(mut map) = self.0.lock() {
             if map.len() >= MAX_KEPT_OWNERS {

@@ -124,15 +124,29 @@ impl Auth {
         })
     }
 
-    /// Whether `cookie` names a sign-in that has not expired and whose token is still one of
-    /// the server's.
-    async fn signed_in(&self, cookie: &CookieValue) -> Result<bool, Problem> {
+    /// The principal `cookie` signed in as, while its sign-in has not expired and what it was
+    /// traded for is still valid: a deployment token that is still one of the server's, or a
+    /// key that is not revoked.
+    async fn signed_in(&self, cookie: &CookieValue) -> Result<Option<Principal>, Problem> {
         let binding = self
             .sign_ins()?
             .sign_in(&sign_in_id(cookie), now_ms())
             .await
             .map_err(Problem::from)?;
-        Ok(binding.is_some_and(|binding| self.tokens.bound(cookie, &binding)))
+        let Some(binding) = binding else {
+            return Ok(None);
+        };
+        if let Some(key_id) = binding.strip_prefix(KEY_BINDING) {
+            return match self.principals.key_principal_by_id(key_id).await {
+                Ok(principal) => Ok(Some(principal)),
+                Err(PrincipalError::Store(error)) => Err(Problem::from(error)),
+                Err(_) => Ok(None),
+            };
+        }
+        Ok(self
+            .tokens
+            .bound(cookie, &binding)
+            .then_some(Principal::Operator))
     }
 
     /// Whether a request must carry a credential: deployment tokens or JWTs are configured,
@@ -203,16 +217,16 @@ pub async fn authenticate(State(auth): State<Auth>, mut request: Request, next: 
             Err(response) => return response,
         },
         None => match sign_in_cookie(request.headers()) {
-            Some(cookie) if auth.tokens.enabled() => {
-                match auth.signed_in(&cookie).await {
-                    Ok(true) => {}
-                    Ok(false) => {
+            Some(cookie) if required => {
+                let principal = match auth.signed_in(&cookie).await {
+                    Ok(Some(principal)) => principal,
+                    Ok(None) => {
                         return unauthorized(
                             "the sign-in cookie is not valid any more: sign in again",
                         )
                     }
                     Err(problem) => return problem.into_response(),
-                }
+                };
                 if changes_state(request.method()) && !sends_own_origin(request.headers()) {
                     return Problem::new(
                         StatusCode::FORBIDDEN,
@@ -223,7 +237,7 @@ pub async fn authenticate(State(auth): State<Auth>, mut request: Request, next: 
                     )
                     .into_response();
                 }
-                Principal::Operator
+                principal
             }
             _ if !required => Principal::Operator,
             _ => {
@@ -236,6 +250,9 @@ pub async fn authenticate(State(auth): State<Auth>, mut request: Request, next: 
     request.extensions_mut().insert(principal);
     next.run(request).await
 }
+
+/// What a sign-in made with a key is bound to: this, then the key's id.
+const KEY_BINDING: &str = "key:";
 
 /// The name of the sign-in cookie.
 pub const COOKIE_NAME: &str = "tah_token";
@@ -307,10 +324,10 @@ pub fn routes<S>(auth: Auth) -> Router<S> {
 }
 
 async fn status(State(auth): State<Auth>, headers: HeaderMap) -> Response {
-    let required = auth.tokens.enabled();
+    let required = auth.required().await;
     let signed_in = match sign_in_cookie(&headers) {
         Some(cookie) if required => match auth.signed_in(&cookie).await {
-            Ok(signed_in) => signed_in,
+            Ok(signed_in) => signed_in.is_some(),
             Err(problem) => return problem.into_response(),
         },
         _ => false,
@@ -333,16 +350,30 @@ async fn sign_in(
     ApiJson(body): ApiJson<SignIn>,
 ) -> Result<Response, Problem> {
     let tokens = &auth.tokens;
-    if !tokens.enabled() {
+    if !auth.required().await {
         return Err(Problem::new(
             StatusCode::CONFLICT,
             "auth-disabled",
             "this server has no API tokens: every route is open, there is nothing to sign in to",
         ));
     }
-    if body.token.len() > MAX_TOKEN_BYTES || !tokens.accepts(body.token.as_bytes()) {
+    if body.token.len() > MAX_TOKEN_BYTES {
         return Err(unauthorized_problem("the API token is not valid"));
     }
+    // A deployment token is bound by an HMAC (the table tells nothing of it); a key by its id
+    // (its revocation ends the sign-in).
+    let value = new_cookie_value();
+    let binding = if tokens.accepts(body.token.as_bytes()) {
+        token_binding(&value, body.token.as_bytes())
+    } else if body.token.starts_with(crate::principals::KEY_PREFIX) {
+        match auth.principals.key_principal(&body.token).await {
+            Ok(principal) => format!("{KEY_BINDING}{}", principal.id()),
+            Err(PrincipalError::Store(error)) => return Err(Problem::from(error)),
+            Err(_) => return Err(unauthorized_problem("the API key is not valid")),
+        }
+    } else {
+        return Err(unauthorized_problem("the API token is not valid"));
+    };
     let secure = match transport(&request_headers) {
         Transport::Https => "; Secure",
         Transport::LoopbackHttp => "",
@@ -356,13 +387,12 @@ async fn sign_in(
             ))
         }
     };
-    let value = new_cookie_value();
     let now = now_ms();
     let sign_ins = auth.sign_ins()?;
     sign_ins
         .insert_sign_in(&NewSignIn {
             id: &sign_in_id(&value),
-            token_binding: &token_binding(&value, body.token.as_bytes()),
+            token_binding: &binding,
             created_at: now,
             expires_at: now + COOKIE_MAX_AGE as i64 * 1000,
         })

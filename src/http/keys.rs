@@ -153,13 +153,7 @@ async fn session_token(
         .ok_or_else(|| Problem::bad_request("scope must be \"read\" or \"interact\""))?;
     let session = state.sessions.get(id).await?;
     let token = principals
-        .create_session_token(
-            SessionId(id),
-            &session.tenant,
-            caller.id(),
-            scope,
-            ttl_s,
-        )
+        .create_session_token(SessionId(id), &session.tenant, caller.id(), scope, ttl_s)
         .await?;
     Ok((
         StatusCode::CREATED,

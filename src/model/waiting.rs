@@ -753,7 +753,8 @@ pub(crate) mod tests {
     fn an_edited_input_is_checked_and_only_for_a_call_that_runs() {
         let mut waiting = Waiting::from_log(&[requested("a")]);
         let refuse = |_: &str, _: &Value| Err("command is required".to_string());
-        let bad = waiting.answer_approval("a", Decision::Allow, None, Some(json!({})), None, refuse);
+        let bad =
+            waiting.answer_approval("a", Decision::Allow, None, Some(json!({})), None, refuse);
         assert!(matches!(bad, Err(Refusal::Invalid(_))));
         let pointless =
             waiting.answer_approval("a", Decision::Deny, None, Some(json!({})), None, no_check);
@@ -762,7 +763,14 @@ pub(crate) mod tests {
         assert!(waiting.has_pending());
         let edited = json!({"command": "ls -la"});
         let ok = waiting
-            .answer_approval("a", Decision::Allow, None, Some(edited.clone()), None, no_check)
+            .answer_approval(
+                "a",
+                Decision::Allow,
+                None,
+                Some(edited.clone()),
+                None,
+                no_check,
+            )
             .unwrap();
         assert!(matches!(ok, Answered::Fresh(ref r) if r.input == Some(edited)));
     }

@@ -608,7 +608,7 @@ impl Sessions {
             let id = match Uuid::parse_str(&entry) {
                 Ok(id) => {
                     let found = self.agent_store()?.agent(id, None).await?;
-                    if !found.is_some_and(|agent| agent.tenant == tenant) {
+                    if found.is_none_or(|agent| agent.tenant != tenant) {
                         return Err(SessionError::BadInput(format!(
                             "subagents: no agent {entry}"
                         )));

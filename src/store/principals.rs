@@ -34,6 +34,8 @@ pub struct SessionTokenRow {
 #[async_trait]
 pub trait PrincipalStore: Send + Sync {
     async fn insert_key(&self, key: &KeyRow) -> StoreResult<()>;
+    /// The key `id`, revoked or not.
+    async fn key(&self, id: &str) -> StoreResult<Option<KeyRow>>;
     /// The key whose value hashes to `hash`, revoked or not.
     async fn key_by_hash(&self, hash: &str) -> StoreResult<Option<KeyRow>>;
     /// Keys (revoked ones too) with `id < before`, newest first, of one tenant or of all.
@@ -60,6 +62,8 @@ pub trait PrincipalStore: Send + Sync {
 pub(super) mod sql {
     pub const INSERT_KEY: &str = "INSERT INTO api_keys (id, hash, tenant, role, name, created_at) \
                                   VALUES ($1, $2, $3, $4, $5, $6)";
+    pub const KEY: &str = "SELECT id, hash, tenant, role, name, created_at, revoked_at \
+                           FROM api_keys WHERE id = $1";
     pub const KEY_BY_HASH: &str = "SELECT id, hash, tenant, role, name, created_at, revoked_at \
                                    FROM api_keys WHERE hash = $1";
     /// `$1`: tenant or NULL for all; `$2`: the cursor (every id sorts below `~`).
@@ -138,6 +142,19 @@ macro_rules! principals_over_pool {
                     .execute(&self.pool)
                     .await?;
                 Ok(())
+            }
+
+            async fn key(
+                &self,
+                id: &str,
+            ) -> $crate::store::StoreResult<Option<$crate::store::principals::KeyRow>> {
+                let q = $sql;
+                let row: Option<$crate::store::principals::KeyTuple> =
+                    sqlx::query_as(&q($crate::store::principals::sql::KEY))
+                        .bind(id)
+                        .fetch_optional(&self.pool)
+                        .await?;
+                Ok(row.map($crate::store::principals::key_of))
             }
 
             async fn key_by_hash(

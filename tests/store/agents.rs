@@ -76,8 +76,15 @@ async fn agent_versions_round_trip_and_updates_are_conditional(store: Arc<dyn St
     );
     let older = agents.agent_versions(id, Some(2), 10).await.unwrap();
     assert_eq!(older, vec![first.clone()]);
-    assert_eq!(agents.agents_named("default", "coder-2").await.unwrap(), vec![id]);
-    assert!(agents.agents_named("default", "coder").await.unwrap().is_empty());
+    assert_eq!(
+        agents.agents_named("default", "coder-2").await.unwrap(),
+        vec![id]
+    );
+    assert!(agents
+        .agents_named("default", "coder")
+        .await
+        .unwrap()
+        .is_empty());
 
     let at = model::now();
     assert!(agents.archive_agent(id, at).await.unwrap());
@@ -91,7 +98,11 @@ async fn agent_versions_round_trip_and_updates_are_conditional(store: Arc<dyn St
     let archived = agents.agent(id, None).await.unwrap().unwrap();
     assert_eq!(archived.version, 2);
     assert_eq!(archived.archived_at, Some(at));
-    assert!(agents.agents_named("default", "coder-2").await.unwrap().is_empty());
+    assert!(agents
+        .agents_named("default", "coder-2")
+        .await
+        .unwrap()
+        .is_empty());
 }
 
 async fn agents_page_newest_first_and_hide_the_archived(store: Arc<dyn Store>) {

@@ -72,7 +72,7 @@ async fn an_allowed_call_runs_and_the_answer_is_idempotent() {
     let resolution = reply.expect_json(StatusCode::OK, "allow");
     assert_eq!(
         resolution,
-        json!({"call_id": "w1", "decision": "allow", "by": "user"})
+        json!({"call_id": "w1", "decision": "allow", "by": "user", "answered_by": "operator"})
     );
     let session = ended(&server, &id).await;
     assert_eq!(session["state"], "completed", "{session}");

@@ -24,11 +24,11 @@ use uuid::Uuid;
 
 use super::{sse_response, Driven, NoQuery};
 use crate::http::access::Caller;
-use crate::model::Principal;
 use crate::http::extract::Ids;
 use crate::http::problem::{ApiJson, ApiQuery, Problem};
 use crate::http::runs::{input_text, PendingParam};
 use crate::http::AppState;
+use crate::model::Principal;
 use crate::model::SessionId;
 use crate::model::{Decision, RunRecord};
 use crate::protocols::ai_sdk::history::{self, UiHistory};
