@@ -311,3 +311,48 @@ async fn the_first_key_ends_requests_without_a_credential() {
     let own = api.create_session().await;
     assert_eq!(ids(&api.sessions().await), vec![own]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotency_key_replays_only_for_the_principal_that_sent_it() {
+    let server = TestServer::start(operated()).await;
+    let m1 = create_key(&server, "a", "member").await;
+    let m2 = create_key(&server, "a", "member").await;
+    let b = create_key(&server, "b", "admin").await;
+    let create = |key: &Key| {
+        let api = key.client(&server);
+        async move {
+            let request = api
+                .request(Method::POST, "/v1/sessions")
+                .header("Idempotency-Key", "one-key-for-all")
+                .json(&json!({"title": "keyed"}));
+            let reply = api.send(request).await;
+            let replayed = reply
+                .headers
+                .get("idempotent-replayed")
+                .is_some_and(|v| v == "true");
+            (
+                id_of(&reply.expect_json(StatusCode::CREATED, "a keyed create")),
+                replayed,
+            )
+        }
+    };
+    let (first, replayed) = create(&m1).await;
+    assert!(!replayed);
+    let (again, replayed) = create(&m1).await;
+    assert_eq!(
+        (again, replayed),
+        (first.clone(), true),
+        "m1's retry replays"
+    );
+    for key in [&m2, &b] {
+        let (theirs, replayed) = create(key).await;
+        assert!(
+            theirs != first && !replayed,
+            "the same Idempotency-Key from another principal ({} of {}) is its own request",
+            key.role,
+            key.id
+        );
+        let session = key.client(&server).session(&theirs).await;
+        assert_eq!(session["owner"], key.id.as_str(), "{session}");
+    }
+}

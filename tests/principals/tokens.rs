@@ -244,6 +244,17 @@ async fn a_revoked_key_is_401_at_once_and_keys_stay_in_their_tenant() {
             .await
             .expect_problem(StatusCode::BAD_REQUEST, &format!("a key of {body}"));
     }
+    // Without a tenant: the operator's key goes to `default`, an admin's to its own.
+    let made = server
+        .post_json("/v1/keys", &json!({"role": "viewer"}))
+        .await
+        .expect_json(StatusCode::CREATED, "the operator's key without a tenant");
+    assert_eq!(made["tenant"], "default", "{made}");
+    let made = admin
+        .post_json("/v1/keys", &json!({"role": "viewer"}))
+        .await
+        .expect_json(StatusCode::CREATED, "A's admin's key without a tenant");
+    assert_eq!(made["tenant"], "a", "{made}");
     let b = b_admin.client(&server);
     b.send(b.request(Method::DELETE, &format!("/v1/keys/{}", m1.id)))
         .await
