@@ -37,6 +37,8 @@ pub enum AppError {
     },
     #[error("serving HTTP: {0}")]
     Serve(std::io::Error),
+    #[error("cannot make the HTTP client that fetches the JWKS: {0}")]
+    JwksClient(reqwest::Error),
 }
 
 /// Connections the `--metrics-listen` listener holds at once at most.
@@ -104,9 +106,22 @@ impl Application {
         if let Some((_, metrics_addr)) = &metrics_listener {
             tracing::info!("serving /metrics on http://{metrics_addr}");
         }
-        if http.api_tokens.is_empty() {
-            tracing::info!("no API tokens configured: the API is open to anyone who can reach it");
+        if http.api_tokens.is_empty() && http.jwt.is_none() {
+            tracing::info!(
+                "no API tokens or JWTs configured: the API is open to anyone who can reach it \
+                 until a key is made (tah keys create)"
+            );
         }
+        let jwt = match http.jwt.clone() {
+            Some(settings) => {
+                let client = reqwest::Client::builder()
+                    .timeout(std::time::Duration::from_secs(10))
+                    .build()
+                    .map_err(AppError::JwksClient)?;
+                Some(http::jwt::JwtVerifier::new(settings, client))
+            }
+            None => None,
+        };
         let state = AppState {
             sessions: runtime.sessions().clone(),
             shutdown: runtime.shutdown_token(),
@@ -116,7 +131,7 @@ impl Application {
         let router = http::router(
             state,
             &HttpOptions {
-                jwt: None,
+                jwt,
                 max_body_bytes: http.max_body_bytes,
                 api_tokens: http
                     .api_tokens

@@ -192,6 +192,29 @@ pub struct ServeArgs {
     #[arg(long, env = "TAH_ALLOW_UNAUTHENTICATED", value_parser = boolish())]
     pub allow_unauthenticated: bool,
 
+    /// URL of the JSON Web Key Set that bearer JWTs (RS256, ES256) are verified against, such
+    /// as an OpenID Connect provider's jwks_uri. Needs --jwt-issuer and --jwt-audience; with
+    /// them, a JWT's `sub` is a member of the tenant its tenant claim names.
+    #[arg(long, env = "TAH_JWT_JWKS_URL")]
+    pub jwt_jwks_url: Option<String>,
+
+    /// The `iss` every bearer JWT must carry (with --jwt-jwks-url).
+    #[arg(long, env = "TAH_JWT_ISSUER")]
+    pub jwt_issuer: Option<String>,
+
+    /// A value a bearer JWT's `aud` (a string or an array) must hold (with --jwt-jwks-url).
+    #[arg(long, env = "TAH_JWT_AUDIENCE")]
+    pub jwt_audience: Option<String>,
+
+    /// The JWT claim that names the principal's tenant (required in every token).
+    #[arg(long, env = "TAH_JWT_TENANT_CLAIM", default_value = "tenant")]
+    pub jwt_tenant_claim: String,
+
+    /// The JWT claim that names the principal's role: admin, member or viewer (absent:
+    /// member).
+    #[arg(long, env = "TAH_JWT_ROLE_CLAIM", default_value = "role")]
+    pub jwt_role_claim: String,
+
     /// Origin allowed to call the API from a browser: scheme://host[:port], such as
     /// http://localhost:5173 (a trailing / is dropped; a path or query is refused), or * for
     /// any (repeatable; the env var takes a comma-separated list). None: no cross-origin

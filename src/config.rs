@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use crate::cli::ApprovalModeArg;
 pub use crate::cli::{LogFormat, Provider, ServeArgs, DEFAULT_SYSTEM_PROMPT};
+use crate::http::jwt::JwtSettings;
 use crate::llm::guard::ReplyLimits;
 use crate::llm::providers::file::{self as providers_file, FileProvider};
 use crate::mcp::{McpConfig, McpConfigError, McpSettings};
@@ -70,6 +71,15 @@ pub enum ConfigError {
     WebhookSecretUnset(String),
     #[error("--webhook-secret-env {name}: the secret in {name} is unusable: {reason}")]
     WebhookSecretInvalid { name: String, reason: &'static str },
+    #[error(
+        "bearer JWTs need --jwt-jwks-url, --jwt-issuer and --jwt-audience together \
+         (or TAH_JWT_JWKS_URL, TAH_JWT_ISSUER, TAH_JWT_AUDIENCE): {} missing", .0.join(", ")
+    )]
+    JwtPartial(Vec<&'static str>),
+    #[error("--jwt-jwks-url {url:?} is not an http or https URL ({reason})")]
+    JwtJwksUrl { url: String, reason: String },
+    #[error("{0} must name a claim: it is empty")]
+    JwtClaim(&'static str),
 }
 
 /// The smallest thinking budget Anthropic accepts.
@@ -117,6 +127,9 @@ pub struct HttpSettings {
     pub metrics_listen: Option<SocketAddr>,
     /// The accepted API tokens, none empty; no tokens = no authentication.
     pub api_tokens: Vec<Secret>,
+    /// Where bearer JWTs are verified, and the claims read from them (`--jwt-*`); `None`: JWTs
+    /// are not accepted.
+    pub jwt: Option<JwtSettings>,
     /// Origins allowed by CORS: `*`, or `http(s)://host[:port]` as browsers send it (lower
     /// case, no default port, no trailing slash); none = no cross-origin access.
     pub cors_origins: Vec<String>,
@@ -225,12 +238,15 @@ impl Settings {
     /// the derived values. The environment is read here for the provider's key and the default
     /// provider, as `--provider` documents.
     pub fn parse(args: ServeArgs) -> Result<Settings, ConfigError> {
+        let jwt = jwt_settings(&args)?;
         let tokens: Vec<String> = args
             .api_tokens
             .into_iter()
             .filter(|t| !t.is_empty())
             .collect();
-        if tokens.is_empty() && !args.listen.ip().is_loopback() && !args.allow_unauthenticated {
+        // JWTs authenticate requests as tokens do.
+        let authenticated = !tokens.is_empty() || jwt.is_some();
+        if !authenticated && !args.listen.ip().is_loopback() && !args.allow_unauthenticated {
             return Err(ConfigError::ExposedWithoutTokens(args.listen));
         }
         let weak =
@@ -238,7 +254,7 @@ impl Settings {
         if tokens.iter().any(weak) {
             return Err(ConfigError::WeakToken);
         }
-        if tokens.is_empty() && args.shell_network {
+        if !authenticated && args.shell_network {
             return Err(ConfigError::ShellNetworkWithoutTokens);
         }
         let cors_origins = args
@@ -293,6 +309,7 @@ impl Settings {
                 listen: args.listen,
                 metrics_listen: args.metrics_listen,
                 api_tokens: tokens.into_iter().map(Secret).collect(),
+                jwt,
                 cors_origins,
                 allowed_hosts: args.allowed_hosts,
                 max_body_bytes: args.max_body_bytes,
@@ -364,6 +381,62 @@ impl Settings {
             },
         })
     }
+}
+
+/// The `--jwt-*` flags: all three of the key set's URL, the issuer and the audience, or none
+/// (an empty value counts as none).
+fn jwt_settings(args: &ServeArgs) -> Result<Option<JwtSettings>, ConfigError> {
+    let given = |value: &Option<String>| {
+        value
+            .as_deref()
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(str::to_string)
+    };
+    let (url, issuer, audience) = (
+        given(&args.jwt_jwks_url),
+        given(&args.jwt_issuer),
+        given(&args.jwt_audience),
+    );
+    let (url, issuer, audience) = match (url, issuer, audience) {
+        (None, None, None) => return Ok(None),
+        (Some(url), Some(issuer), Some(audience)) => (url, issuer, audience),
+        (url, issuer, audience) => {
+            let missing = [
+                (url.is_none(), "--jwt-jwks-url"),
+                (issuer.is_none(), "--jwt-issuer"),
+                (audience.is_none(), "--jwt-audience"),
+            ];
+            return Err(ConfigError::JwtPartial(
+                missing
+                    .into_iter()
+                    .filter_map(|(gone, flag)| gone.then_some(flag))
+                    .collect(),
+            ));
+        }
+    };
+    let fail = |reason: String| ConfigError::JwtJwksUrl {
+        url: url.clone(),
+        reason,
+    };
+    let parsed = reqwest::Url::parse(&url).map_err(|e| fail(e.to_string()))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(fail(format!("the scheme is {}", parsed.scheme())));
+    }
+    if parsed.host_str().is_none_or(str::is_empty) {
+        return Err(fail("no host".into()));
+    }
+    let claim = |value: &str, flag| match value.trim() {
+        "" => Err(ConfigError::JwtClaim(flag)),
+        name => Ok(name.to_string()),
+    };
+    Ok(Some(JwtSettings {
+        jwks_url: url,
+        issuer,
+        audience,
+        tenant_claim: claim(&args.jwt_tenant_claim, "--jwt-tenant-claim")?,
+        role_claim: claim(&args.jwt_role_claim, "--jwt-role-claim")?,
+    }))
 }
 
 /// The first provider whose key is present, else the mock.
@@ -599,6 +672,68 @@ mod tests {
         let token = "a-token-of-enough-length";
         let settings = parse(&["--shell-network", "--api-token", token]).expect("ok");
         assert!(settings.tools.shell.network);
+    }
+
+    #[test]
+    fn jwt_flags_come_all_three_or_not_at_all() {
+        let jwks = [
+            "--jwt-jwks-url",
+            "https://idp.example.com/.well-known/jwks.json",
+        ];
+        let issuer = ["--jwt-issuer", "https://idp.example.com/"];
+        let audience = ["--jwt-audience", "tah"];
+        assert_eq!(parse(&[]).expect("ok").http.jwt, None);
+        let all = [&jwks[..], &issuer, &audience].concat();
+        let jwt = parse(&all).expect("ok").http.jwt.expect("JWTs accepted");
+        assert_eq!(
+            jwt,
+            JwtSettings {
+                jwks_url: jwks[1].into(),
+                issuer: issuer[1].into(),
+                audience: audience[1].into(),
+                tenant_claim: "tenant".into(),
+                role_claim: "role".into(),
+            }
+        );
+        let claims = [
+            &all[..],
+            &["--jwt-tenant-claim", "org", "--jwt-role-claim", "tah_role"],
+        ]
+        .concat();
+        let jwt = parse(&claims).expect("ok").http.jwt.expect("JWTs accepted");
+        assert_eq!((&*jwt.tenant_claim, &*jwt.role_claim), ("org", "tah_role"));
+
+        let partial = parse(&[&jwks[..], &audience].concat()).expect_err("partial");
+        assert!(
+            matches!(&partial, ConfigError::JwtPartial(missing) if missing == &["--jwt-issuer"]),
+            "{partial}"
+        );
+        assert!(partial.to_string().contains("--jwt-issuer missing"));
+        let partial = parse(&issuer).expect_err("partial");
+        assert!(
+            partial
+                .to_string()
+                .ends_with("--jwt-jwks-url, --jwt-audience missing"),
+            "{partial}"
+        );
+        assert!(matches!(
+            parse(
+                &[
+                    &["--jwt-jwks-url", "file:///etc/jwks.json"][..],
+                    &issuer,
+                    &audience
+                ]
+                .concat()
+            ),
+            Err(ConfigError::JwtJwksUrl { .. })
+        ));
+        assert!(matches!(
+            parse(&[&all[..], &["--jwt-role-claim", " "]].concat()),
+            Err(ConfigError::JwtClaim("--jwt-role-claim"))
+        ));
+        // JWTs authenticate requests: a public address and a networked shell are allowed.
+        let public = [&all[..], &["--listen", "0.0.0.0:8080", "--shell-network"]].concat();
+        assert!(parse(&public).is_ok());
     }
 
     #[test]

@@ -101,17 +101,12 @@ type TenantOwner = (Arc<str>, Option<Arc<str>>);
 const MAX_KEPT_OWNERS: usize = 100_000;
 
 impl SessionOwners {
-    async fn of(
-        &self,
-        sessions: &Sessions,
-        id: Uuid,
-    ) -> Result<TenantOwner, Problem> {
+    async fn of(&self, sessions: &Sessions, id: Uuid) -> Result<TenantOwner, Problem> {
         if let Some(found) = self.0.lock().ok().and_then(|m| m.get(&id).cloned()) {
             return Ok(found);
         }
         let record = sessions.get(id).await.map_err(Problem::from)?;
-        let found: TenantOwner =
-            (record.tenant.into(), record.owner.map(Into::into));
+        let found: TenantOwner = (record.tenant.into(), record.owner.map(Into::into));
         if let Ok(mut map) = self.0.lock() {
             if map.len() >= MAX_KEPT_OWNERS {
                 map.clear();

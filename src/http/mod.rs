@@ -120,7 +120,7 @@ pub fn router(state: AppState, options: &HttpOptions) -> Router {
         options.listen,
         &options.allowed_hosts,
         &options.cors_origins,
-        tokens.enabled(),
+        tokens.enabled() || options.jwt.is_some(),
     );
     let principals = Principals::new(state.sessions.store().clone());
     let auth = auth::Auth::new(
