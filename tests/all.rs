@@ -7,6 +7,7 @@
 //! - `faults`: storage faults, hostile providers, hostile pages and slow clients.
 //! - `principals`: keys, tenants, owners and session tokens on every route (a walk over
 //!   `openapi.yaml`'s operations), and the `tah keys` CLI.
+//! - `jwt`: bearer JWTs verified against a JWKS, end to end.
 //! - `hardening`: crash safety under kill -9, reconnect chaos, load, shutdown under load.
 //! - `replicas`: several processes on one PostgreSQL database.
 //! - `store`: the store conformance suite, on SQLite and PostgreSQL.
@@ -25,6 +26,7 @@ mod agents;
 mod api;
 mod faults;
 mod hardening;
+mod jwt;
 mod principals;
 mod provider_e2e;
 mod providers;
