@@ -5,6 +5,8 @@
 //! - `api`: the HTTP and SSE API on the mock model (both backends, `TAH_TEST_BACKEND`).
 //! - `agents`: agents as versioned resources, sessions on them, several providers at once.
 //! - `faults`: storage faults, hostile providers, hostile pages and slow clients.
+//! - `principals`: keys, tenants, owners and session tokens on every route (a walk over
+//!   `openapi.yaml`'s operations), and the `tah keys` CLI.
 //! - `jwt`: bearer JWTs verified against a JWKS, end to end.
 //! - `hardening`: crash safety under kill -9, reconnect chaos, load, shutdown under load.
 //! - `replicas`: several processes on one PostgreSQL database.
@@ -26,6 +28,7 @@ mod api;
 mod faults;
 mod hardening;
 mod jwt;
+mod principals;
 mod provider_e2e;
 mod providers;
 mod replicas;

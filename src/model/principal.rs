@@ -131,9 +131,9 @@ pub const OPERATOR_ID: &str = "operator";
 pub enum SessionNeed {
     /// GETs and the event stream.
     Read,
-    /// Runs, cancel, approvals, tool results.
+    /// Runs, resume, cancel, approvals, tool results.
     Interact,
-    /// Everything else a session's owner does: fork, compact, resume, delete, make tokens.
+    /// Everything else a session's owner does: fork, compact, delete, make tokens.
     Own,
 }
 

@@ -116,6 +116,8 @@ pub struct Api {
     pub base: String,
     pub http: reqwest::Client,
     page: usize,
+    /// The credential every request sends as `Authorization: Bearer`, if any.
+    bearer: Option<String>,
 }
 
 impl Api {
@@ -128,6 +130,24 @@ impl Api {
                 .build()
                 .expect("build the HTTP client"),
             page: PAGE,
+            bearer: None,
+        }
+    }
+
+    /// The same client, sending `token` as `Authorization: Bearer` on every request (a
+    /// deployment token, a key or a session token).
+    pub fn with_bearer(&self, token: &str) -> Api {
+        Api {
+            bearer: Some(token.to_string()),
+            ..self.clone()
+        }
+    }
+
+    /// The same client, sending no credential.
+    pub fn anonymous(&self) -> Api {
+        Api {
+            bearer: None,
+            ..self.clone()
         }
     }
 
@@ -148,7 +168,15 @@ impl Api {
         } else {
             REQUEST_TIMEOUT
         };
-        self.http.request(method, self.url(path)).timeout(timeout)
+        self.authorized(self.http.request(method, self.url(path)).timeout(timeout))
+    }
+
+    /// `request` with this client's credential, if it has one.
+    pub fn authorized(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        match &self.bearer {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        }
     }
 
     /// Sends a request and reads the whole answer; `Err` is a transport error (no HTTP answer).

@@ -102,6 +102,7 @@ pub struct ServerOptions {
     rust_log: String,
     database_url: Option<String>,
     page: usize,
+    operator_token: Option<String>,
 }
 
 impl Default for ServerOptions {
@@ -114,6 +115,7 @@ impl Default for ServerOptions {
             rust_log: "info".to_string(),
             database_url: None,
             page: 20,
+            operator_token: None,
         }
     }
 }
@@ -165,6 +167,13 @@ impl ServerOptions {
     pub fn paged_by(mut self, limit: usize) -> ServerOptions {
         self.page = limit;
         self
+    }
+
+    /// A deployment token (`--api-token`), which the server's client then sends on every
+    /// request: the client is an operator.
+    pub fn operator_token(mut self, token: &str) -> ServerOptions {
+        self.operator_token = Some(token.to_string());
+        self.arg("--api-token").arg(token)
     }
 
     /// This database instead of a fresh one (replicas share one).
@@ -311,6 +320,9 @@ impl TestServer {
         // A fresh client: no pooled connection to an earlier process.
         self.api =
             Api::new(self.options.name, &format!("http://{address}")).paged_by(self.options.page);
+        if let Some(token) = &self.options.operator_token {
+            self.api = self.api.with_bearer(token);
+        }
     }
 
     async fn start_process(&self, args: Vec<String>) -> (std::net::SocketAddr, Running) {
@@ -476,13 +488,14 @@ impl TestServer {
         self.spawn().await;
     }
 
-    /// Like `restart`, with other command-line flags.
+    /// Like `restart`, with other command-line flags (and the operator token they name).
     pub async fn restart_with(&mut self, options: ServerOptions) {
         if self.running.is_some() {
             let status = self.stop().await;
             assert!(status.success(), "tah exited with {status} on SIGTERM");
         }
         self.options.args = options.args;
+        self.options.operator_token = options.operator_token;
         self.spawn().await;
     }
 

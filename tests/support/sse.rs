@@ -182,7 +182,7 @@ impl Api {
             path.push_str(&format!("?after={k}"));
         }
         // No time limit: a stream lasts as long as the test reads it.
-        let mut request = self.http.get(self.url(&path));
+        let mut request = self.authorized(self.http.get(self.url(&path)));
         if let SseFrom::LastEventId(k) = from {
             request = request.header("Last-Event-ID", k.to_string());
         }

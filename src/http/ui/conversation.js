@@ -302,7 +302,7 @@ export class Conversation {
   userMessage(text, where) {
     const turns = this.userTurns++;
     const retry = h("button", {
-      class: "link-button small",
+      class: "link-button small fork-turn",
       type: "button",
       text: "Retry from here",
       "aria-label": "Retry from here: fork the session before this message",
