@@ -30,6 +30,7 @@ use tokio::process::{Child, ChildStderr, Command};
 use tokio::sync::Notify;
 
 use super::config::Transport;
+use super::LogRedactor;
 
 /// The variables of tah's environment a stdio server inherits (what MCP hosts commonly pass:
 /// enough to find programs, a home and a locale).
@@ -68,6 +69,7 @@ impl Connection {
         server: &str,
         transport: &Transport,
         handshake_timeout: Duration,
+        redact: Option<LogRedactor>,
     ) -> Result<Connection, String> {
         match transport {
             Transport::Stdio {
@@ -101,7 +103,7 @@ impl Connection {
                     return Err("its pipes could not be opened".into());
                 };
                 if let Some(stderr) = child.stderr.take() {
-                    tokio::spawn(log_stderr(server.to_string(), stderr));
+                    tokio::spawn(log_stderr(server.to_string(), stderr, redact));
                 }
                 let mut child = ChildProcess::new(child);
                 let stdout = super::lines::Limited::new(server, stdout);
@@ -281,9 +283,12 @@ fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
-async fn log_stderr(server: String, stderr: ChildStderr) {
+async fn log_stderr(server: String, stderr: ChildStderr, redact: Option<LogRedactor>) {
     let mut lines = BufReader::new(stderr).lines();
     while let Ok(Some(mut line)) = lines.next_line().await {
+        if let Some(clean) = redact.as_ref().and_then(|redact| redact(&line)) {
+            line = clean;
+        }
         if line.len() > MAX_LOG_LINE {
             let mut cut = MAX_LOG_LINE;
             while !line.is_char_boundary(cut) {

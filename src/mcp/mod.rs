@@ -69,15 +69,29 @@ struct Inner {
     tasks: TaskTracker,
 }
 
+/// Replaces the secrets a text holds (`None`: it holds none), for what servers handed secrets
+/// print.
+pub type LogRedactor = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
 impl McpServers {
     /// Starts a supervisor for every server (within the async runtime); they connect in the
     /// background.
     pub fn start(config: &McpConfig, settings: McpSettings) -> McpServers {
+        McpServers::start_redacted(config, settings, None)
+    }
+
+    /// [`McpServers::start`] for servers handed secrets: what they print on stderr, and the
+    /// reasons they fail, pass through `redact` before they are logged.
+    pub fn start_redacted(
+        config: &McpConfig,
+        settings: McpSettings,
+        redact: Option<LogRedactor>,
+    ) -> McpServers {
         let inner = Inner {
             servers: config
                 .servers
                 .iter()
-                .map(|server| Arc::new(Server::new(server, settings)))
+                .map(|server| Arc::new(Server::new(server, settings, redact.clone())))
                 .collect(),
             ..Inner::default()
         };

@@ -17,6 +17,7 @@ use super::config::{ServerConfig, Transport};
 use super::connection::{Connection, Ended};
 use super::lines;
 use super::tool::{self, Placeholder};
+use super::LogRedactor;
 use super::McpSettings;
 use crate::tools::{Availability, Tool, ToolError};
 
@@ -137,13 +138,19 @@ pub struct Server {
     link: Arc<Link>,
     transport: Transport,
     handshake_timeout: Duration,
+    /// Takes the secrets out of what it prints and of its failures, before they are logged.
+    redact: Option<LogRedactor>,
     /// `None` until the server has listed its tools once.
     tools: Mutex<Option<Vec<Arc<dyn Tool>>>>,
     tried: watch::Sender<bool>,
 }
 
 impl Server {
-    pub fn new(config: &ServerConfig, settings: McpSettings) -> Server {
+    pub fn new(
+        config: &ServerConfig,
+        settings: McpSettings,
+        redact: Option<LogRedactor>,
+    ) -> Server {
         Server {
             link: Arc::new(Link {
                 server: config.name.clone(),
@@ -152,6 +159,7 @@ impl Server {
             }),
             transport: config.transport.clone(),
             handshake_timeout: settings.handshake_timeout,
+            redact,
             tools: Mutex::new(None),
             tried: watch::Sender::new(false),
         }
@@ -159,6 +167,14 @@ impl Server {
 
     pub fn name(&self) -> &str {
         self.link.server()
+    }
+
+    /// `text` without the secrets this server was handed.
+    fn redacted<'a>(&self, text: &'a str) -> std::borrow::Cow<'a, str> {
+        match self.redact.as_ref().and_then(|redact| redact(text)) {
+            Some(clean) => std::borrow::Cow::Owned(clean),
+            None => std::borrow::Cow::Borrowed(text),
+        }
     }
 
     /// Its tools as last listed (available while it runs), or, before it ever listed them, one
@@ -184,7 +200,7 @@ impl Server {
         loop {
             let began = Instant::now();
             let opened = tokio::select! {
-                opened = Connection::open(&name, &self.transport, self.handshake_timeout) => opened,
+                opened = Connection::open(&name, &self.transport, self.handshake_timeout, self.redact.clone()) => opened,
                 _ = stop.cancelled() => return self.stopped(),
             };
             let failure = match opened {
@@ -193,7 +209,7 @@ impl Server {
                     None => return self.stopped(),
                 },
                 Err(why) => {
-                    tracing::warn!(server = %name, reason = %why, "MCP server failed to start");
+                    tracing::warn!(server = %name, reason = %self.redacted(&why), "MCP server failed to start");
                     why
                 }
             };
@@ -235,7 +251,7 @@ impl Server {
                     Ok(Err(error)) => format!("listing its tools failed: {error}"),
                     _ => "it did not list its tools in time".to_string(),
                 };
-                tracing::warn!(server = %name, reason = %why, "MCP server failed to start");
+                tracing::warn!(server = %name, reason = %self.redacted(&why), "MCP server failed to start");
                 connection.run_until(std::future::ready(())).await;
                 return Some(why);
             }
@@ -259,7 +275,7 @@ impl Server {
         match ended {
             Ended::Stopped => None,
             Ended::Lost(why) => {
-                tracing::warn!(server = %name, reason = %why, "MCP server stopped");
+                tracing::warn!(server = %name, reason = %self.redacted(&why), "MCP server stopped");
                 Some(why)
             }
         }

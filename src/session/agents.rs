@@ -151,7 +151,8 @@ impl AgentMcp {
         let (servers, fresh) = match self.lock().entry(key) {
             Entry::Occupied(started) => (started.get().clone(), false),
             Entry::Vacant(slot) => {
-                let servers = McpServers::start(&config, self.settings);
+                let redact = self.vaults.redactor(&agent.tenant);
+                let servers = McpServers::start_redacted(&config, self.settings, Some(redact));
                 (slot.insert(servers).clone(), true)
             }
         };

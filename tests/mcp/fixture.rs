@@ -286,6 +286,8 @@ impl ServerHandler for Fixture {
             "env" => {
                 let name = text_arg(&request, "name");
                 let value = std::env::var(&name).unwrap_or_else(|_| "<unset>".to_string());
+                // Also on stderr, which tah logs: a secret handed in must be taken out there too.
+                eprintln!("env {name}={value}");
                 CallToolResult::success(vec![ContentBlock::text(value)])
             }
             "grow" => {
