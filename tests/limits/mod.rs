@@ -3,6 +3,8 @@
 //! `Retry-After`, while other tenants run as before. Two tenants, each with an admin key made
 //! by the operator (`POST /v1/keys`, the principals suite's helpers), on the mock model.
 
+use std::time::Duration;
+
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
@@ -143,4 +145,29 @@ async fn a_tenant_over_its_tokens_of_the_day_is_refused_until_midnight_and_other
         used,
         "the refused run used nothing"
     );
+}
+
+#[tokio::test]
+async fn a_run_that_waits_for_an_approval_holds_its_place_and_its_answer_is_never_refused() {
+    let server = server(ServerOptions::new(), &["--tenant-max-concurrent-runs", "1"]).await;
+    let a = tenant(&server, "acme").await;
+    let (waits, other) = (a.create_session().await, a.create_session().await);
+    let run = a.start_run(&waits, "write a note about limits").await;
+    a.poll_session(&waits, "waiting_tool", Duration::from_secs(10), |s| {
+        s["state"] == "waiting_tool"
+    })
+    .await;
+    tenant_limit(&a.post_run(&other, "hello").await, "while one waits");
+
+    let pending = a.get_ok(&format!("/v1/sessions/{waits}/approvals")).await;
+    let call = pending["data"][0]["call_id"]
+        .as_str()
+        .expect("a call waits");
+    let path = format!("/v1/sessions/{waits}/approvals/{call}");
+    let answered = a.post_json(&path, &json!({"decision": "allow"})).await;
+    assert!(answered.status.is_success(), "{}", answered.text());
+    let ended = a.wait_run(&waits, &id_of(&run)).await;
+    assert_eq!(ended["status"], "completed", "{ended}");
+    let after = a.run_wait(&other, "hello").await;
+    assert_eq!(after["status"], "completed", "{after}");
 }
