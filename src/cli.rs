@@ -228,6 +228,18 @@ pub struct ServeArgs {
     #[arg(long, env = "TAH_MAX_CONCURRENT_RUNS", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_concurrent_runs: u32,
 
+    /// Runs in progress at once per tenant on this replica, N ≥ 1 (a sub-agent tree counts as
+    /// one run; a run continued after an answer is never refused); further ones get 429
+    /// tenant-limit with Retry-After. Unset: no limit.
+    #[arg(long, env = "TAH_TENANT_MAX_CONCURRENT_RUNS", value_parser = clap::value_parser!(u32).range(1..))]
+    pub tenant_max_concurrent_runs: Option<u32>,
+
+    /// Tokens (input + output of LLM steps) a tenant's sessions may use per day (UTC), N ≥ 1,
+    /// read from the shared database; once used, new runs get 429 tenant-limit until 00:00
+    /// UTC (a run already started finishes). Unset: no limit.
+    #[arg(long, env = "TAH_TENANT_MAX_TOKENS_PER_DAY", value_parser = clap::value_parser!(u64).range(1..))]
+    pub tenant_max_tokens_per_day: Option<u64>,
+
     /// Seconds, N ≥ 1, that a request to the session, fork, message and step routes may take
     /// before it is answered 408; never applied to events, runs (`?wait=true` included),
     /// resume, cancel or compaction.

@@ -198,6 +198,10 @@ pub struct RunSettings {
     /// Calls of one reply that run at once at most.
     pub tool_concurrency: usize,
     pub max_concurrent_runs: usize,
+    /// Runs in progress at once per tenant on this replica (`None`: no limit).
+    pub tenant_max_concurrent_runs: Option<usize>,
+    /// Tokens a tenant's sessions may use per day, UTC (`None`: no limit).
+    pub tenant_max_tokens_per_day: Option<u64>,
     /// Whether interrupted runs resume by themselves: `--auto-resume`, by default on with
     /// PostgreSQL and off with SQLite.
     pub auto_resume: bool,
@@ -361,6 +365,8 @@ impl Settings {
                 context_chars: args.context_chars.map(|c| c as usize),
                 tool_concurrency: args.tool_concurrency as usize,
                 max_concurrent_runs: args.max_concurrent_runs as usize,
+                tenant_max_concurrent_runs: args.tenant_max_concurrent_runs.map(|n| n as usize),
+                tenant_max_tokens_per_day: args.tenant_max_tokens_per_day,
                 auto_resume,
                 max_subagent_depth: args.max_subagent_depth,
                 max_subagents_per_run: args.max_subagents_per_run,
@@ -900,6 +906,29 @@ mod tests {
         assert!(postgres.model.api_key.is_none());
         let off = parse(&["--database-url", "postgres://h/db", "--auto-resume=false"]);
         assert!(!off.expect("ok").run.auto_resume);
+    }
+
+    #[test]
+    fn tenant_limits_are_off_unless_given_and_at_least_one() {
+        let none = parse(&[]).expect("ok");
+        assert_eq!(none.run.tenant_max_concurrent_runs, None);
+        assert_eq!(none.run.tenant_max_tokens_per_day, None);
+        let set = parse(&[
+            "--tenant-max-concurrent-runs",
+            "3",
+            "--tenant-max-tokens-per-day",
+            "100000",
+        ])
+        .expect("ok");
+        assert_eq!(set.run.tenant_max_concurrent_runs, Some(3));
+        assert_eq!(set.run.tenant_max_tokens_per_day, Some(100_000));
+        for flag in [
+            "--tenant-max-concurrent-runs",
+            "--tenant-max-tokens-per-day",
+        ] {
+            let zero = ServeArgs::try_parse_from(["serve", flag, "0"]);
+            assert!(zero.is_err(), "{flag} 0 is refused");
+        }
     }
 
     #[test]

@@ -172,6 +172,10 @@ impl Runtime {
             shutdown: shutdown.clone(),
             tasks: tasks.clone(),
             run_permits: Arc::new(tokio::sync::Semaphore::new(run.max_concurrent_runs)),
+            tenant_limits: crate::session::TenantLimits::new(
+                run.tenant_max_concurrent_runs,
+                run.tenant_max_tokens_per_day,
+            ),
             cluster: opened.cluster.clone(),
             replica,
             lease_ttl: settings.store.lease_ttl,

@@ -9,6 +9,7 @@
 //!   `openapi.yaml`'s operations), and the `tah keys` CLI.
 //! - `jwt`: bearer JWTs verified against a JWKS, end to end.
 //! - `hardening`: crash safety under kill -9, reconnect chaos, load, shutdown under load.
+//! - `limits`: per-tenant limits (runs at once, tokens per day) and their `429`s.
 //! - `replicas`: several processes on one PostgreSQL database.
 //! - `store`: the store conformance suite, on SQLite and PostgreSQL.
 //! - `tools`: the built-in tools, the policy, approvals, client tools, artifacts, workspaces.
@@ -28,6 +29,7 @@ mod api;
 mod faults;
 mod hardening;
 mod jwt;
+mod limits;
 mod principals;
 mod provider_e2e;
 mod providers;

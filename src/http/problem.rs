@@ -101,6 +101,13 @@ impl From<SessionError> for Problem {
                 retry_after: Some(1),
                 ..Problem::new(StatusCode::TOO_MANY_REQUESTS, "too-many-runs", detail)
             },
+            SessionError::TenantLimit {
+                detail,
+                retry_after,
+            } => Problem {
+                retry_after: Some(retry_after),
+                ..Problem::new(StatusCode::TOO_MANY_REQUESTS, "tenant-limit", detail)
+            },
             SessionError::ShuttingDown => Problem::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "unavailable",

@@ -46,6 +46,8 @@ pub struct SessionDeps {
     pub tasks: TaskTracker,
     /// Permits for runs in progress in this process (the concurrency cap).
     pub run_permits: Arc<tokio::sync::Semaphore>,
+    /// The limits of each tenant (`--tenant-max-concurrent-runs`, `--tenant-max-tokens-per-day`).
+    pub tenant_limits: Arc<super::TenantLimits>,
     /// Lease coordination with other replicas (PostgreSQL); `None` on a single node.
     pub cluster: Option<Arc<dyn Cluster>>,
     /// This process's id as a lease owner.

@@ -43,6 +43,9 @@ pub enum SessionError {
     /// The process runs as many runs as it may; retry later.
     #[error("{0}")]
     TooBusy(String),
+    /// The session's tenant is at one of its limits; `retry_after` is in seconds.
+    #[error("{detail}")]
+    TenantLimit { detail: String, retry_after: u64 },
     #[error("the server is shutting down")]
     ShuttingDown,
     #[error(transparent)]

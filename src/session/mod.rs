@@ -27,6 +27,8 @@
 //! - `stream`: replay-then-live event streams.
 //! - `lineage`: a run's tree of sub-agents and the children of its `task` calls.
 //! - `subagents`: the `task` tool, which runs a child session for a call.
+//! - `tenant_limits`: a tenant's runs in progress and tokens of the day, checked when a run
+//!   is asked for.
 //! - `waiting`: the calls of a run that wait for an answer (approvals, client tools).
 
 mod actor;
@@ -50,6 +52,7 @@ mod start;
 mod steps;
 mod stream;
 mod subagents;
+mod tenant_limits;
 mod waiting;
 
 pub use crate::store::agents::AgentQuery;
@@ -64,4 +67,5 @@ pub use errors::{ConflictKind, SessionError, Unanswered};
 pub use sessions::{NewSession, Sessions, Subscription};
 pub use start::{one_input_one_purpose, Follow, RunEnd, Started, StartedRun};
 pub use stream::{EventStream, OnWake};
+pub use tenant_limits::TenantLimits;
 pub use waiting::{ClientResult, PendingApproval, PendingClientCall, Resolution};

@@ -37,6 +37,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use bytes::Bytes;
@@ -339,6 +340,9 @@ pub trait Store: SessionHistory + Send + Sync + 'static {
     async fn artifact_version(&self, session_id: Uuid, path: &str) -> StoreResult<i64>;
     /// The bytes stored under a sha256 (lower-case hex).
     async fn blob(&self, sha256: &str) -> StoreResult<Option<Vec<u8>>>;
+    /// The tokens (input + output) the LLM steps of a tenant's sessions used since `since`
+    /// (what `--tenant-max-tokens-per-day` counts).
+    async fn tenant_tokens_since(&self, tenant: &str, since: DateTime<Utc>) -> StoreResult<u64>;
 
     /// The tables that belong to no session; `None` for a store without them. A store that
     /// keeps them answers `Some(self)`, and the accessors below follow.

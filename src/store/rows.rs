@@ -37,6 +37,22 @@ pub const SESSION_COLUMNS: &str =
 pub const INTERRUPTED_SESSIONS: &str =
     "SELECT id FROM sessions WHERE state = 'failed' AND error = $1";
 
+/// The tokens (input + output) of a tenant's LLM steps created since `$3`; `$2` is the
+/// smallest id a step created since then can have (ids are time-ordered UUID v7), so the read
+/// walks `steps_by_session` from there for each of the tenant's sessions.
+pub const TENANT_TOKENS_SINCE: &str = "SELECT COALESCE(SUM(COALESCE(st.input_tokens, 0) \
+     + COALESCE(st.output_tokens, 0)), 0) AS used FROM sessions s \
+     JOIN steps st ON st.session_id = s.id \
+     WHERE s.tenant = $1 AND st.kind = 'llm' AND st.id >= $2 AND st.created_at >= $3";
+
+/// The smallest UUID v7 made at or after `at`: its 48-bit millisecond time, then zeros.
+pub fn first_id_at(at: DateTime<Utc>) -> Uuid {
+    let millis = u64::try_from(at.timestamp_millis()).unwrap_or(0);
+    let mut bytes = [0u8; 16];
+    bytes[..6].copy_from_slice(&millis.to_be_bytes()[2..]);
+    Uuid::from_bytes(bytes)
+}
+
 pub const MESSAGE_COLUMNS: &str =
     "idx, role, content, thinking, tool_calls, tool_call_id, created_at";
 

@@ -309,7 +309,7 @@ mod tests {
     use std::sync::Mutex;
 
     use async_trait::async_trait;
-    use chrono::Utc;
+    use chrono::{DateTime, Utc};
 
     use super::*;
     use crate::model::{
@@ -406,6 +406,9 @@ mod tests {
         }
         async fn blob(&self, _: &str) -> StoreResult<Option<Vec<u8>>> {
             Ok(None)
+        }
+        async fn tenant_tokens_since(&self, _: &str, _: DateTime<Utc>) -> StoreResult<u64> {
+            Ok(0)
         }
     }
 

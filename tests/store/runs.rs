@@ -18,6 +18,7 @@ conformance!(
     runs_upsert,
     runs_keep_their_client_tools,
     steps_upsert_and_lookup,
+    a_tenants_tokens_count_its_llm_steps_since_a_time,
     latest_checkpoint
 );
 
@@ -177,6 +178,58 @@ async fn steps_upsert_and_lookup(store: Arc<dyn Store>) {
     assert_eq!(store.steps(s.id, None, 1).await.expect("steps").len(), 1);
     assert!(store.step(new_id(), llm.id).await.expect("read").is_none());
     assert!(store.step(s.id, new_id()).await.expect("read").is_none());
+}
+
+/// `tenant_tokens_since`: input + output of the tenant's LLM steps created since the time, not
+/// another tenant's, not older ones, not tool steps.
+async fn a_tenants_tokens_count_its_llm_steps_since_a_time(store: Arc<dyn Store>) {
+    let since = now() - Duration::hours(1);
+    let earlier = since - Duration::hours(1);
+    let mut ops = Vec::new();
+    for (tenant, steps) in [
+        (
+            "acme",
+            vec![
+                (10, 5, StepKind::Llm, false),
+                (100, 1, StepKind::Llm, false),
+            ],
+        ),
+        (
+            "acme",
+            vec![
+                (3, 3, StepKind::Tool, false),
+                (1000, 0, StepKind::Llm, true),
+            ],
+        ),
+        ("bolt", vec![(7, 7, StepKind::Llm, false)]),
+    ] {
+        let mut s = session(SessionState::Idle);
+        s.tenant = tenant.to_string();
+        let r = run(s.id);
+        ops.push(WriteOp::InsertSession(s.clone()));
+        ops.push(WriteOp::UpsertRun(r.clone()));
+        for (input, output, kind, old) in steps {
+            let mut st = step(s.id, r.id, kind);
+            st.usage = Some(Usage {
+                input_tokens: input,
+                output_tokens: output,
+            });
+            if old {
+                let secs = u64::try_from(earlier.timestamp()).expect("after 1970");
+                let at = uuid::Timestamp::from_unix(uuid::NoContext, secs, 0);
+                st.id = Uuid::new_v7(at);
+                st.created_at = earlier;
+            }
+            ops.push(WriteOp::UpsertStep(st.into()));
+        }
+    }
+    commit(&store, ops).await;
+    let used = |tenant: &'static str| store.tenant_tokens_since(tenant, since);
+    assert_eq!(used("acme").await.expect("read"), 116);
+    assert_eq!(used("bolt").await.expect("read"), 14);
+    assert_eq!(used("nobody").await.expect("read"), 0);
+    let all = store.tenant_tokens_since("acme", earlier - Duration::seconds(1));
+    assert_eq!(all.await.expect("read"), 1116);
 }
 
 async fn latest_checkpoint(store: Arc<dyn Store>) {

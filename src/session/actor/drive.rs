@@ -25,6 +25,7 @@ use crate::session::run::{Batch, Run, RunTools, Sink};
 use crate::session::run_permit::RunPermit;
 use crate::session::sessions::Sessions;
 use crate::session::subagents::TaskTool;
+use crate::session::tenant_limits::TenantSlot;
 use crate::session::waiting::{Resolution, Waiting};
 use crate::session::RunAgent;
 use crate::store::{StoreError, WriteOp};
@@ -56,6 +57,9 @@ pub(super) struct Begin {
     /// Its tree of sub-agents and its permit (none: a continued run, which takes no permit
     /// and starts a tree of its own).
     pub lineage: Option<Lineage>,
+    /// A top-level run's place among its tenant's runs, for the whole tree (none: a
+    /// sub-agent's run, a continued run, or no tenant limit).
+    pub tenant_slot: Option<TenantSlot>,
 }
 
 impl Begin {
@@ -73,6 +77,7 @@ impl Begin {
             opening: None,
             decided: HashMap::new(),
             lineage: None,
+            tenant_slot: None,
         }
     }
 
@@ -225,6 +230,7 @@ impl SessionActor {
             activity: prepared.activity,
             span: prepared.span,
             result_tx: begin.result_tx,
+            tenant_slot: begin.tenant_slot.take(),
         };
         if lease_lost {
             let _ = ended.result_tx.send(Err(RunStopped::Elsewhere));
@@ -429,6 +435,8 @@ struct Ended<'a> {
     activity: Activity,
     span: tracing::Span,
     result_tx: oneshot::Sender<Result<RunResult, RunStopped>>,
+    /// Given back however the run ends: here, or when this is dropped.
+    tenant_slot: Option<TenantSlot>,
 }
 
 /// Records how the run ended, and tells its client; the run that follows, if one asked to.
@@ -494,7 +502,7 @@ async fn finish(
 /// run's client; a failed write stops the actor.
 async fn record_end(
     journal: Run<'_>,
-    ended: Ended<'_>,
+    mut ended: Ended<'_>,
     mut batch: Batch,
     ending: end::Ending,
     next: NextRun,
@@ -510,8 +518,13 @@ async fn record_end(
     telemetry::run_ended(&ended.span, &ending.run);
     core.last_result = Some(result.clone());
     core.last_run = Some(ending.run);
+    // The run works no more: its tenant's slot is free before its end can be seen.
+    drop(ended.tenant_slot.take());
     match ended.sink.commit(batch).await {
         Ok(()) => {
+            // What it used is in the database now: the next run of its tenant reads it.
+            let tenant_limits = &ended.deps.tenant_limits;
+            tenant_limits.forget_usage(&core.record.tenant);
             crate::metrics::run_ended(status.as_str(), &ended.agent, took);
             let _ = ended.result_tx.send(Ok(result));
             Ok(next)

@@ -184,6 +184,20 @@ impl SessionActor {
             }
             _ => HashMap::new(),
         };
+        let slot = match request.subagent {
+            // A sub-agent's run is part of its top-level run, which holds the tenant's slot.
+            Some(_) => None,
+            None => {
+                let tenant = core.record.tenant.clone();
+                match self.deps.tenant_limits.admit(store.as_ref(), &tenant).await {
+                    Ok(slot) => slot,
+                    Err(refused) => {
+                        let _ = reply.send(Err(refused));
+                        return Ok(None);
+                    }
+                }
+            }
+        };
         let Some(lineage) = self.lineage(&request) else {
             let _ = reply.send(Err(SessionError::TooBusy(
                 "the server is running as many runs as it is allowed to; retry shortly".to_string(),
@@ -194,6 +208,7 @@ impl SessionActor {
         begin.trace_parent = request.trace_parent;
         begin.decided = decided;
         begin.lineage = Some(lineage);
+        begin.tenant_slot = slot;
         self.drive(run, begin, inbox).await
     }
 

@@ -13,9 +13,10 @@ use super::{write, PostgresStore};
 use crate::model::INTERRUPTED;
 use crate::model::{ArtifactRecord, Checkpoint, Event, EventKind, SessionRecord, SessionState};
 use crate::store::rows::{
-    artifact_from, checkpoint_from, corrupt_event, listed_sessions, session_from, versions_kept,
-    ArtifactPage, KeyedTable, LogPage, LogTable, Plain, RowKey, RowPage, SessionRows, StoredRow,
-    ARTIFACT_COLUMNS, CHECKPOINT_COLUMNS, INTERRUPTED_SESSIONS, SESSION_COLUMNS,
+    artifact_from, checkpoint_from, corrupt_event, first_id_at, listed_sessions, session_from,
+    versions_kept, ArtifactPage, KeyedTable, LogPage, LogTable, Plain, RowKey, RowPage,
+    SessionRows, StoredRow, ARTIFACT_COLUMNS, CHECKPOINT_COLUMNS, INTERRUPTED_SESSIONS,
+    SESSION_COLUMNS, TENANT_TOKENS_SINCE,
 };
 use crate::store::{SessionQuery, Store, StoreResult, WriteOp};
 
@@ -259,5 +260,18 @@ impl Store for PostgresStore {
             .fetch_optional(&self.pool)
             .await?;
         Ok(row.map(|r| r.try_get(0)).transpose()?)
+    }
+
+    async fn tenant_tokens_since(&self, tenant: &str, since: DateTime<Utc>) -> StoreResult<u64> {
+        let row = sqlx::query(&format!(
+            "SELECT used::bigint AS used FROM ({TENANT_TOKENS_SINCE}) t"
+        ))
+        .bind(tenant)
+        .bind(first_id_at(since))
+        .bind(since)
+        .fetch_one(&self.pool)
+        .await?;
+        let used: i64 = row.try_get("used")?;
+        Ok(u64::try_from(used).unwrap_or(0))
     }
 }

@@ -13,10 +13,10 @@ use super::SqliteStore;
 use crate::model::INTERRUPTED;
 use crate::model::{ArtifactRecord, Checkpoint, Event, SessionRecord, SessionState};
 use crate::store::rows::{
-    artifact_from, checkpoint_from, corrupt, corrupt_event, listed_sessions, session_from,
-    versions_kept, ArtifactPage, KeyedTable, LogPage, LogTable, Plain, RowKey, RowPage,
-    SessionRows, StoredRow, ARTIFACT_COLUMNS, CHECKPOINT_COLUMNS, INTERRUPTED_SESSIONS,
-    SESSION_COLUMNS,
+    artifact_from, checkpoint_from, corrupt, corrupt_event, first_id_at, listed_sessions,
+    session_from, versions_kept, ArtifactPage, KeyedTable, LogPage, LogTable, Plain, RowKey,
+    RowPage, SessionRows, StoredRow, ARTIFACT_COLUMNS, CHECKPOINT_COLUMNS, INTERRUPTED_SESSIONS,
+    SESSION_COLUMNS, TENANT_TOKENS_SINCE,
 };
 use crate::store::{SessionQuery, Store, StoreError, StoreResult, WriteOp};
 
@@ -296,5 +296,17 @@ impl Store for SqliteStore {
             .await
             .map_err(|e| self.read_failed(e))?;
         Ok(row.map(|r| r.try_get(0)).transpose()?)
+    }
+
+    async fn tenant_tokens_since(&self, tenant: &str, since: DateTime<Utc>) -> StoreResult<u64> {
+        let row = sqlx::query(TENANT_TOKENS_SINCE)
+            .bind(tenant)
+            .bind(first_id_at(since).to_string())
+            .bind(since.to_rfc3339())
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| self.read_failed(e))?;
+        let used: i64 = row.try_get("used")?;
+        Ok(u64::try_from(used).unwrap_or(0))
     }
 }
