@@ -9,7 +9,7 @@
 //!   own sessions, a viewer reads but neither runs nor creates, a fork keeps its tenant, and
 //!   sessions made before any key existed stay in tenant `default` for the operators.
 //! - `tokens`: `answered_by` on an approval, session tokens on the event stream
-//!   (`?access_token=`), expired tokens and revoked keys.
+//!   (`?access_token=`), expired tokens and revoked keys, the page's sign-in with a key.
 //! - `cli`: `tah keys create|list|revoke` against a server's database.
 //!
 //! Every server runs with a deployment token ([`OPERATOR`]), whose client is an operator.

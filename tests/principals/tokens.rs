@@ -277,3 +277,68 @@ async fn a_revoked_key_is_401_at_once_and_keys_stay_in_their_tenant() {
     // The session stays, and its tenant's admin still reaches it.
     assert_eq!(admin.session(&id).await["owner"], m1.id.as_str());
 }
+
+#[tokio::test]
+async fn the_page_signs_in_with_a_key_as_its_member_until_the_key_is_revoked() {
+    let server = TestServer::start(operated()).await;
+    let m1 = create_key(&server, "a", "member").await;
+    let m2 = create_key(&server, "a", "member").await;
+    let own = m1.client(&server).create_session().await;
+    let others = m2.client(&server).create_session().await;
+
+    // The page's sign-in, from its own origin, with the key instead of a deployment token.
+    let anonymous = server.anonymous();
+    let signed = anonymous
+        .send(
+            anonymous
+                .request(Method::POST, "/v1/auth/cookie")
+                .header("origin", anonymous.base.as_str())
+                .json(&json!({ "token": m1.key })),
+        )
+        .await;
+    assert_eq!(signed.status, StatusCode::NO_CONTENT, "{}", signed.text());
+    let set_cookie = signed.headers["set-cookie"].to_str().unwrap().to_string();
+    let cookie = set_cookie.split(';').next().unwrap().to_string();
+    assert!(!cookie.contains(&m1.key[4..]), "the cookie is not the key");
+    let with_cookie = |path: &str| {
+        let request = anonymous
+            .request(Method::GET, path)
+            .header("cookie", &cookie);
+        anonymous.send(request)
+    };
+
+    // The cookie acts as the member: its own session, not the other member's, and only its
+    // own in the list.
+    assert_eq!(
+        with_cookie(&format!("/v1/sessions/{own}")).await.status,
+        StatusCode::OK
+    );
+    with_cookie(&format!("/v1/sessions/{others}"))
+        .await
+        .expect_problem(StatusCode::NOT_FOUND, "another member's session by cookie");
+    let listed = with_cookie("/v1/sessions").await;
+    assert_eq!(
+        super::ids(listed.body["data"].as_array().unwrap()),
+        vec![own.clone()]
+    );
+    // A key that is not valid signs nobody in.
+    let refused = anonymous
+        .send(
+            anonymous
+                .request(Method::POST, "/v1/auth/cookie")
+                .header("origin", anonymous.base.as_str())
+                .json(&json!({ "token": format!("tah_{}", "0".repeat(64)) })),
+        )
+        .await;
+    assert_eq!(
+        refused.status,
+        StatusCode::UNAUTHORIZED,
+        "{}",
+        refused.text()
+    );
+
+    // Revoking the key ends the sign-in at once.
+    revoke_key(&server, &m1.id).await;
+    let after = with_cookie(&format!("/v1/sessions/{own}")).await;
+    assert_unauthorized(&after, "a cookie of a revoked key");
+}
