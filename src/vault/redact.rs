@@ -51,19 +51,12 @@ impl Redactions {
 mod tests {
     use super::*;
 
-    fn secret(vault: &str, name: &str) -> SecretRef {
-        SecretRef {
-            vault: vault.into(),
-            name: name.into(),
-        }
-    }
-
     #[test]
     fn every_handed_value_is_replaced_longest_first() {
         let r = Redactions::default();
-        r.remember("t", &secret("p", "short"), "abc");
-        r.remember("t", &secret("p", "long"), "abcdef");
-        r.remember("t", &secret("p", "empty"), "");
+        r.remember("t", &SecretRef::new("p", "short"), "abc");
+        r.remember("t", &SecretRef::new("p", "long"), "abcdef");
+        r.remember("t", &SecretRef::new("p", "empty"), "");
         assert_eq!(
             r.redact("t", "x abcdef y abc z abcdef").as_deref(),
             Some("x [secret p/long] y [secret p/short] z [secret p/long]")
@@ -72,7 +65,7 @@ mod tests {
         // Another tenant's values are its own.
         assert_eq!(r.redact("other", "abcdef"), None);
         // The same value under a new name takes the newer label.
-        r.remember("t", &secret("q", "again"), "abc");
+        r.remember("t", &SecretRef::new("q", "again"), "abc");
         assert_eq!(r.redact("t", "abc").as_deref(), Some("[secret q/again]"));
     }
 }

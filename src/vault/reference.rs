@@ -26,6 +26,15 @@ pub struct SecretRef {
     pub name: String,
 }
 
+impl SecretRef {
+    pub fn new(vault: &str, name: &str) -> SecretRef {
+        SecretRef {
+            vault: vault.to_string(),
+            name: name.to_string(),
+        }
+    }
+}
+
 impl fmt::Display for SecretRef {
     /// `VAULT/NAME`, as references and redactions spell it.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -136,22 +145,18 @@ pub enum SubstituteError<E> {
 mod tests {
     use super::*;
 
-    fn secret(vault: &str, name: &str) -> SecretRef {
-        SecretRef {
-            vault: vault.into(),
-            name: name.into(),
-        }
-    }
-
     #[test]
     fn references_are_found_whole_or_inside_a_value() {
         assert_eq!(
             references("${vault:prod/token}"),
-            Ok(vec![secret("prod", "token")])
+            Ok(vec![SecretRef::new("prod", "token")])
         );
         assert_eq!(
             references("Bearer ${vault:a.b/c_d-1} and ${vault:x/y}!"),
-            Ok(vec![secret("a.b", "c_d-1"), secret("x", "y")])
+            Ok(vec![
+                SecretRef::new("a.b", "c_d-1"),
+                SecretRef::new("x", "y")
+            ])
         );
         assert_eq!(references("plain $HOME ${OTHER}"), Ok(vec![]));
         assert!(!mentions("plain ${OTHER}"));
