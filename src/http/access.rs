@@ -73,20 +73,61 @@ const INTERACT_ROUTES: &[&str] = &[
     "ag-ui",
 ];
 
+/// The session routes of tah's API and of the faces that name a session in their path: the
+/// template's prefix up to the session's `{id}`, and the first segments after it that a
+/// session token of scope `interact` may call with a method other than GET. A route of one of
+/// these shapes is checked by [`check_session`] before its handler runs, for every face alike.
+const SESSION_ROUTES: &[(&str, &[&str])] = &[
+    ("/v1/sessions/", INTERACT_ROUTES),
+    // Anthropic's managed agents: sending events (messages, interrupts, confirmations, custom
+    // tool results) interacts; updating, archiving and deleting need the owner.
+    ("/anthropic/v1/sessions/", &["events"]),
+];
+
 /// What the route `template` (as axum matched it, e.g. `/v1/sessions/{id}/runs`) asks for
 /// `method`.
 pub fn route_need(method: &Method, template: &str) -> RouteNeed {
-    let Some(rest) = template.strip_prefix("/v1/sessions/{id}") else {
+    let Some((rest, interact)) = SESSION_ROUTES.iter().find_map(|(prefix, interact)| {
+        let rest = template.strip_prefix(prefix)?.strip_prefix("{id}")?;
+        (rest.is_empty() || rest.starts_with('/')).then_some((rest, *interact))
+    }) else {
         return RouteNeed::Handler;
     };
     if *method == Method::GET || *method == Method::HEAD {
         return RouteNeed::Session(SessionNeed::Read);
     }
     let first = rest.trim_start_matches('/').split('/').next().unwrap_or("");
-    match INTERACT_ROUTES.contains(&first) {
+    match interact.contains(&first) {
         true => RouteNeed::Session(SessionNeed::Interact),
         false => RouteNeed::Session(SessionNeed::Own),
     }
+}
+
+/// Whether `principal` may do what `need` says to the session `id`: the check of
+/// [`check_session`], for the handlers of faces whose routes do not name the session in their
+/// path (a response id, a JSON-RPC body). `404` when it may not see it (or it does not exist),
+/// `403` when it sees it but may not do this.
+#[allow(dead_code)]
+pub async fn check_session_access(
+    sessions: &Sessions,
+    principal: &Principal,
+    id: Uuid,
+    need: SessionNeed,
+) -> Result<(), Problem> {
+    if let Principal::Session { session, .. } = principal {
+        if session.0 != id {
+            return Err(forbidden(
+                "this session token is valid only on its own session",
+            ));
+        }
+    }
+    if principal.is_operator() {
+        return Ok(());
+    }
+    let record = sessions.get(id).await.map_err(Problem::from)?;
+    principal
+        .may_use_session(SessionId(id), &record.tenant, record.owner.as_deref(), need)
+        .map_err(|d| denied(d, "session"))
 }
 
 /// The tenant and owner of sessions, as checked for access: they never change, so they are
@@ -172,9 +213,11 @@ pub async fn check_session(
     }
 }
 
-/// The session id of a `/v1/sessions/{id}/…` path.
+/// The session id of a session route's path (`/v1/sessions/{id}/…`, or a face's).
 fn session_id_of(path: &str) -> Option<Uuid> {
-    let rest = path.strip_prefix("/v1/sessions/")?;
+    let rest = SESSION_ROUTES
+        .iter()
+        .find_map(|(prefix, _)| path.strip_prefix(prefix))?;
     Uuid::parse_str(rest.split('/').next()?).ok()
 }
 
@@ -223,8 +266,26 @@ mod tests {
             need(Method::DELETE, "/v1/sessions/{id}"),
             Session(SessionNeed::Own)
         );
+        assert_eq!(
+            need(Method::POST, "/anthropic/v1/sessions/{id}/events"),
+            Session(SessionNeed::Interact)
+        );
+        assert_eq!(
+            need(Method::GET, "/anthropic/v1/sessions/{id}/events/stream"),
+            Session(SessionNeed::Read)
+        );
+        assert_eq!(
+            need(Method::POST, "/anthropic/v1/sessions/{id}/archive"),
+            Session(SessionNeed::Own)
+        );
+        assert_eq!(need(Method::GET, "/anthropic/v1/sessions"), Handler);
+        assert_eq!(need(Method::GET, "/v1/sessions/{idx}"), Handler);
         let id = uuid::Uuid::now_v7();
         assert_eq!(session_id_of(&format!("/v1/sessions/{id}/runs")), Some(id));
+        assert_eq!(
+            session_id_of(&format!("/anthropic/v1/sessions/{id}/events")),
+            Some(id)
+        );
         assert_eq!(session_id_of("/v1/sessions/nope/runs"), None);
     }
 }

@@ -191,6 +191,26 @@ fn bearer_token(value: &str) -> Option<&str> {
         .filter(|t| !t.is_empty())
 }
 
+/// The credential of an `x-api-key` header, as Anthropic's SDKs send it.
+fn api_key_header(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get("x-api-key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+}
+
+/// The path prefixes whose requests are authenticated: tah's own API and the faces that speak
+/// other APIs over the same sessions (the managed-agents APIs, A2A, MCP).
+const AUTHENTICATED_PREFIXES: &[&str] = &["/v1/", "/anthropic/", "/openai/", "/a2a/", "/mcp"];
+
+/// Whether requests to `path` carry a principal (the rest are health, metrics, the page and
+/// its assets).
+pub fn is_authenticated_path(path: &str) -> bool {
+    AUTHENTICATED_PREFIXES.iter().any(|p| path.starts_with(p))
+        || path == "/.well-known/agent-card.json"
+}
+
 /// The sign-in route, which takes no token itself.
 const COOKIE_ROUTE: &str = "/v1/auth/cookie";
 
@@ -198,7 +218,7 @@ const COOKIE_ROUTE: &str = "/v1/auth/cookie";
 /// [`super::access::Caller`]), or answers `401`.
 pub async fn authenticate(State(auth): State<Auth>, mut request: Request, next: Next) -> Response {
     let path = request.uri().path();
-    if !path.starts_with("/v1/") || path == COOKIE_ROUTE {
+    if !is_authenticated_path(path) || path == COOKIE_ROUTE {
         return next.run(request).await;
     }
     let bearer = request
@@ -206,6 +226,7 @@ pub async fn authenticate(State(auth): State<Auth>, mut request: Request, next: 
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(bearer_token)
+        .or_else(|| api_key_header(request.headers()))
         .map(str::to_owned)
         .or_else(|| sse_query_token(&request));
     let required = auth.required().await;

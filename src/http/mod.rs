@@ -166,6 +166,8 @@ pub fn router(state: AppState, options: &HttpOptions) -> Router {
         .layer(middleware::from_fn_with_state(auth, auth::authenticate))
         .layer(middleware::from_fn_with_state(guard, guard::check))
         .layer(middleware::from_fn(problem::problem_responses))
+        // Outside the problem layer: a face's errors in its vendor's shape.
+        .layer(middleware::from_fn(adapters::errors::face_errors))
         .layer(middleware::from_fn(ui::api_policy))
         .layer(cors(&options.cors_origins))
         .layer(DefaultBodyLimit::max(options.max_body_bytes))
@@ -204,6 +206,8 @@ pub fn metrics_router(state: AppState) -> Router {
         .route("/metrics", get(metrics))
         .fallback(not_found)
         .layer(middleware::from_fn(problem::problem_responses))
+        // Outside the problem layer: a face's errors in its vendor's shape.
+        .layer(middleware::from_fn(adapters::errors::face_errors))
         .with_state(state)
 }
 

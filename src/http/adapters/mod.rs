@@ -2,10 +2,11 @@
 //! into a run request and shaping the session's events into its own frames (`ai_sdk`: the
 //! Vercel AI SDK's UI message stream; `ag_ui`: AG-UI). This module is what they share:
 //! streaming a run's events through a protocol adapter as SSE `data:` lines until the run
-//! ends or waits for answers only.
+//! ends or waits for answers only; and each face's error shape (`errors`).
 
 pub mod ag_ui;
 pub mod ai_sdk;
+pub mod errors;
 
 use std::convert::Infallible;
 

@@ -85,6 +85,8 @@ export async function startTah({ model = 'mock', mockDelayMs = 0, pieces = 5, ex
   return {
     url,
     workspace,
+    /** The server's database URL (for `tah keys create --database-url …`). */
+    database,
     log: tah.log,
     async close() {
       for (const child of children.reverse()) await stop(child);
