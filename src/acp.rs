@@ -441,13 +441,24 @@ fn initialize(params: &Value) -> RpcResult {
     }))
 }
 
-/// Checks `cwd` and `mcpServers` of `session/new` and `session/load`; the `cwd`.
+/// Checks `cwd`, `additionalDirectories` and `mcpServers` of `session/new` and
+/// `session/load`; the `cwd`.
 fn session_place(params: &Value) -> Result<String, RpcError> {
     let Some(cwd) = params["cwd"].as_str() else {
         return Err(RpcError::params("cwd must be a string (an absolute path)"));
     };
     if !cwd.starts_with('/') {
         return Err(RpcError::params("cwd must be an absolute path"));
+    }
+    match &params["additionalDirectories"] {
+        Value::Null => {}
+        Value::Array(dirs) if dirs.is_empty() => {}
+        _ => {
+            return Err(RpcError::params(
+                "additionalDirectories are not supported: a tah session works in the server's \
+                 workspace",
+            ))
+        }
     }
     match &params["mcpServers"] {
         Value::Array(servers) if servers.is_empty() => {}
@@ -530,6 +541,7 @@ mod tests {
             json!({"mcpServers": []}),
             json!({"cwd": "/w"}),
             json!({"cwd": "/w", "mcpServers": [{"name": "x", "command": "y", "args": [], "env": []}]}),
+            json!({"cwd": "/w", "mcpServers": [], "additionalDirectories": ["/x"]}),
         ] {
             assert_eq!(
                 session_place(&bad).unwrap_err().code,

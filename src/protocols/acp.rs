@@ -110,6 +110,7 @@ impl AcpUpdates {
             "sessionUpdate": "tool_call",
             "toolCallId": call.id,
             "title": call.name,
+            "name": call.name,
             "kind": tool_kind(&call.name),
             "status": "pending",
             "rawInput": call.arguments,

@@ -97,7 +97,7 @@ describe('tah acp', () => {
 
       const calls = c.updates.filter((u) => u.update.sessionUpdate === 'tool_call').map((u) => u.update);
       const started = events.filter((e) => e.type === 'tool.started').map((e) => e.data.call);
-      assert.deepEqual(calls.map((t) => [t.toolCallId, t.title, t.kind]), started.map((s) => [s.id, s.name, 'read']));
+      assert.deepEqual(calls.map((t) => [t.toolCallId, t.title, t.name, t.kind]), started.map((s) => [s.id, s.name, s.name, 'read']));
       const done = c.updates.filter((u) => u.update.sessionUpdate === 'tool_call_update' && u.update.status === 'completed');
       assert.deepEqual(done.map((u) => u.update.toolCallId), started.map((s) => s.id));
       assert.deepEqual(c.permissions, []);
@@ -169,6 +169,7 @@ describe('tah acp', () => {
         ['unknown/method', {}, -32601],
         [acp.methods.agent.session.setMode, { sessionId: 'x', modeId: 'y' }, -32601],
         [acp.methods.agent.session.new, { cwd: 'relative', mcpServers: [] }, -32602],
+        [acp.methods.agent.session.new, { cwd: server.workspace, mcpServers: [], additionalDirectories: ['/tmp'] }, -32602],
         [acp.methods.agent.session.new, { cwd: server.workspace, mcpServers: [{ name: 'x', command: 'y', args: [], env: [] }] }, -32602],
         [acp.methods.agent.session.prompt, { sessionId: '00000000-0000-4000-8000-000000000000', prompt: [{ type: 'text', text: 'hi' }] }, -32002],
         [acp.methods.agent.session.load, { sessionId: '00000000-0000-4000-8000-000000000000', cwd: server.workspace, mcpServers: [] }, -32002],

@@ -54,6 +54,8 @@ describe('the MCP server face', () => {
       assert.deepEqual(byName.tah_answer.inputSchema.properties.decision.enum, ['allow', 'deny']);
       assert.deepEqual(byName.tah_session.inputSchema.required, ['session_id']);
       assert.ok(byName.tah_run.outputSchema.required.includes('session_id'));
+      assert.equal(byName.tah_sessions.annotations.readOnlyHint, true);
+      assert.equal(byName.tah_session.annotations.readOnlyHint, true);
     } finally {
       await client.close();
     }
@@ -98,6 +100,10 @@ describe('the MCP server face', () => {
       assert.match(waiting.content[0].text, /waits for approval/);
       const approvals = (await server.api('GET', `/v1/sessions/${sessionId}/approvals`)).body.data;
       assert.deepEqual(approvals.map((a) => a.call_id), [pending[0].call_id]);
+
+      const wrong = await call(client, 'tah_answer', { session_id: sessionId, call_id: 'nope', decision: 'allow' });
+      assert.equal(wrong.isError, true);
+      assert.match(wrong.content[0].text, /no call "nope" of the run waits for an answer/);
 
       const progress = [];
       const done = await call(client, 'tah_answer', { session_id: sessionId, call_id: pending[0].call_id, decision: 'allow' }, { onprogress: (p) => progress.push(p) });

@@ -27,7 +27,7 @@ use axum::Router;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities,
-    ServerConfig, Tool,
+    ServerConfig, Tool, ToolAnnotations,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -209,7 +209,8 @@ fn tools() -> Vec<Tool> {
                 "additionalProperties": false
             }),
             None,
-        ),
+        )
+        .with_annotations(ToolAnnotations::new().read_only(true)),
         tool(
             "tah_session",
             "A tah session: its state, last run and last messages.",
@@ -220,7 +221,8 @@ fn tools() -> Vec<Tool> {
                 "additionalProperties": false
             }),
             None,
-        ),
+        )
+        .with_annotations(ToolAnnotations::new().read_only(true)),
     ]
 }
 
@@ -425,6 +427,7 @@ impl TahMcp {
         let Some(run) = sessions.active_run(id).await? else {
             return Err(ToolError("the session's run waits for nothing".into()));
         };
+        let call_id = args.call_id.clone();
         let outcome =
             match (args.decision, args.output) {
                 (Some(_), Some(_)) | (None, None) => return Err(ToolError(
@@ -449,7 +452,12 @@ impl TahMcp {
                     sessions.client_result(id, result).await
                 }
             };
-        outcome?;
+        outcome.map_err(|error| match Problem::from(error) {
+            p if p.status == 404 => ToolError(format!(
+                "no call {call_id:?} of the run waits for an answer"
+            )),
+            p => ToolError(p.detail),
+        })?;
         let events = sessions.run_stream(id, &run, live);
         self.follow(id, &run, events, context).await
     }
