@@ -67,6 +67,7 @@ fn main() -> ExitCode {
         agents::an_agent_s_own_server_serves_its_sessions_only,
         vaults::a_vault_secret_reaches_the_server_and_never_the_record,
         tah::another_tah_serves_its_agents_as_mcp_tools,
+        tah::a_client_that_declares_tasks_gets_runs_as_tasks,
     ]);
     // The manual's example on the real server from npm, where it is installed (always in CI).
     let npm_missing = !npm::installed() && std::env::var_os("CI").is_none();

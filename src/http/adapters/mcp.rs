@@ -17,6 +17,12 @@
 //!
 //! Another tenant's (or, for a member, another owner's) session is a tool error saying it was
 //! not found, as tah's own API answers `404`.
+//!
+//! Tasks (the 2026-07-28 tasks extension, SEP-2663): a client that declares the extension gets
+//! `tah_run` and `tah_answer` as tasks, `<session id>.<run id>`: `tasks/get` reads the run
+//! (`working`, `input_required` with one elicitation per waiting call keyed by its call id,
+//! `completed` with the tool result, `cancelled`), `tasks/update` answers the calls and
+//! `tasks/cancel` cancels the run. Nothing is kept for them: the run's log is the task.
 
 use std::sync::Arc;
 
@@ -25,9 +31,11 @@ use axum::response::Response;
 use axum::routing::any;
 use axum::Router;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities,
-    ServerConfig, Tool, ToolAnnotations,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
+    CreateTaskResult, DetailedTask, GetTaskParams, GetTaskResult, Implementation, InputRequest,
+    InputRequests, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
+    ServerCapabilities, ServerConfig, Task, TaskPayload, TaskStatus, Tool, ToolAnnotations,
+    UpdateTaskParams,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -45,7 +53,7 @@ use crate::http::runs::MAX_INPUT_CHARS;
 use crate::http::AppState;
 use crate::model::{AgentChoice, Decision, Principal, RunRecord, SessionNeed, SessionOptions};
 use crate::protocols::calls::RunCalls;
-use crate::protocols::mcp::RunWatch;
+use crate::protocols::mcp::{Outcome, RunWatch};
 use crate::session::{
     ApprovalAnswer, ClientResult, EventStream, Follow, NewSession, Pending, RunRequest,
     SessionQuery,
@@ -58,6 +66,8 @@ const LAST_MESSAGES: i64 = 10;
 /// Sessions `tah_sessions` lists when no limit is given, and at most.
 const DEFAULT_LIMIT: i64 = 20;
 const MAX_LIMIT: i64 = 100;
+/// How often a task's client is told to poll `tasks/get`.
+const TASK_POLL_MS: u64 = 500;
 
 pub fn routes() -> Router<AppState> {
     Router::new().route("/mcp", any(serve))
@@ -280,12 +290,17 @@ fn principal(context: &RequestContext<RoleServer>) -> Principal {
 
 impl ServerHandler for TahMcp {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new("tah", env!("CARGO_PKG_VERSION")))
-            .with_instructions(
-                "tah runs long-lived agent sessions. tah_run starts or continues one and answers \
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tasks()
+                .build(),
+        )
+        .with_server_info(Implementation::new("tah", env!("CARGO_PKG_VERSION")))
+        .with_instructions(
+            "tah runs long-lived agent sessions. tah_run starts or continues one and answers \
                  its final text; tah_answer answers what a run waits for.",
-            )
+        )
     }
 
     async fn list_tools(
@@ -305,11 +320,11 @@ impl ServerHandler for TahMcp {
         let arguments = request.arguments;
         let result = match request.name.as_ref() {
             "tah_run" => match args(arguments) {
-                Ok(args) => self.run(&caller, args, &context).await,
+                Ok(args) => return self.respond(self.run(&caller, args, &context).await),
                 Err(error) => Err(error),
             },
             "tah_answer" => match args(arguments) {
-                Ok(args) => self.answer(&caller, args, &context).await,
+                Ok(args) => return self.respond(self.answer(&caller, args, &context).await),
                 Err(error) => Err(error),
             },
             "tah_sessions" => match args(arguments) {
@@ -333,15 +348,223 @@ impl ServerHandler for TahMcp {
             .unwrap_or_else(|ToolError(text)| CallToolResult::error(vec![ContentBlock::text(text)]))
             .into())
     }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        let (id, run) = self
+            .task_run(&principal(&context), &request.task_id, SessionNeed::Read)
+            .await?;
+        let events = self
+            .state
+            .sessions
+            .run_events(id, &run)
+            .await
+            .map_err(task_error)?;
+        let mut watch = RunWatch::default();
+        for event in &events {
+            watch.push(event);
+        }
+        let payload = match watch.outcome() {
+            Outcome::Running => TaskPayload::Working,
+            Outcome::Cancelled => TaskPayload::Cancelled,
+            Outcome::Waiting => TaskPayload::InputRequired {
+                input_requests: input_requests(&watch)?,
+            },
+            Outcome::Finished { .. } | Outcome::Failed { .. } => {
+                let result = serde_json::to_value(run_result(id, &run, &watch))
+                    .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+                let Value::Object(result) = result else {
+                    return Err(ErrorData::internal_error(
+                        "a tool result is an object",
+                        None,
+                    ));
+                };
+                TaskPayload::Completed { result }
+            }
+        };
+        let mut task = task_of(id, &run, payload.status());
+        if let Some(last) = events.last() {
+            task.last_updated_at = last.created_at.to_rfc3339();
+        }
+        task.status_message = Some(watch.summary());
+        Ok(GetTaskResult::new(DetailedTask::new(task, payload)))
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let caller = principal(&context);
+        let (id, _) = self
+            .task_run(&caller, &request.task_id, SessionNeed::Interact)
+            .await?;
+        let sessions = &self.state.sessions;
+        let approvals = sessions.pending_approvals(id).await.map_err(task_error)?;
+        for (call_id, response) in request.input_responses {
+            let accepted = response["action"] == "accept";
+            let content = &response["content"];
+            let outcome = if approvals.iter().any(|a| a.call_id == call_id) {
+                let decision = match (accepted, content["decision"].as_str()) {
+                    (true, Some("allow")) => Decision::Allow,
+                    (true, Some("deny")) | (false, _) => Decision::Deny,
+                    _ => {
+                        return Err(ErrorData::invalid_params(
+                            format!("the answer to {call_id:?} needs content.decision \"allow\" or \"deny\""),
+                            None,
+                        ))
+                    }
+                };
+                let answer = ApprovalAnswer {
+                    decision,
+                    reason: content["reason"].as_str().map(str::to_string),
+                    input: None,
+                    answered_by: Some(caller.id().to_string()),
+                };
+                sessions.approve(id, call_id.clone(), answer).await
+            } else {
+                let (output, is_error) = match (accepted, content["output"].as_str()) {
+                    (true, Some(output)) => (output.to_string(), content["is_error"] == true),
+                    (false, _) => ("the client declined to run the tool".to_string(), true),
+                    (true, None) => {
+                        return Err(ErrorData::invalid_params(
+                            format!("the answer to {call_id:?} needs content.output (a string)"),
+                            None,
+                        ))
+                    }
+                };
+                let result = ClientResult {
+                    call_id: call_id.clone(),
+                    output,
+                    is_error,
+                };
+                sessions.client_result(id, result).await
+            };
+            outcome.map_err(|error| match Problem::from(error) {
+                p if p.status == 404 => ErrorData::invalid_params(
+                    format!("no call {call_id:?} of the task waits for an answer"),
+                    None,
+                ),
+                p => ErrorData::invalid_params(p.detail, None),
+            })?;
+        }
+        Ok(())
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let (id, run) = self
+            .task_run(
+                &principal(&context),
+                &request.task_id,
+                SessionNeed::Interact,
+            )
+            .await?;
+        let sessions = &self.state.sessions;
+        let active = sessions.active_run(id).await.map_err(task_error)?;
+        if active.is_some_and(|active| active.id == run.id) {
+            sessions.cancel(id).await.map_err(task_error)?;
+        }
+        Ok(())
+    }
+}
+
+/// A client that declared the tasks extension (SEP-2663) gets runs as tasks.
+fn wants_task(context: &RequestContext<RoleServer>) -> bool {
+    context
+        .client_capabilities()
+        .is_some_and(|capabilities| capabilities.supports_tasks())
+}
+
+/// A run as a task: its id is `<session id>.<run id>`, tah's own ids.
+fn task_of(id: Uuid, run: &RunRecord, status: TaskStatus) -> Task {
+    let created = run.created_at.to_rfc3339();
+    let mut task = Task::new(format!("{id}.{}", run.id), status, created.clone(), created)
+        .with_poll_interval_ms(TASK_POLL_MS);
+    task.ttl_ms = None;
+    task
+}
+
+fn task_error(error: crate::session::SessionError) -> ErrorData {
+    match Problem::from(error) {
+        p if p.status == 404 => ErrorData::resource_not_found("task not found", None),
+        p => ErrorData::internal_error(p.detail, None),
+    }
+}
+
+/// The calls a parked run waits for, as the elicitations a task's client answers with
+/// `tasks/update` (keyed by call id): `{decision: "allow"|"deny", reason?}` for an approval,
+/// `{output, is_error?}` for a client tool.
+fn input_requests(watch: &RunWatch) -> Result<InputRequests, ErrorData> {
+    let mut requests = InputRequests::new();
+    for call in watch.pending() {
+        let (message, schema) = match call.kind {
+            "client" => (
+                format!("{} (call {}) waits for its output", call.tool, call.call_id),
+                json!({"type": "object", "properties": {
+                    "output": {"type": "string"}, "is_error": {"type": "boolean"}},
+                    "required": ["output"]}),
+            ),
+            _ => (
+                format!(
+                    "{} (call {}) waits for approval: {}",
+                    call.tool, call.call_id, call.input
+                ),
+                json!({"type": "object", "properties": {
+                    "decision": {"type": "string", "enum": ["allow", "deny"]},
+                    "reason": {"type": "string"}},
+                    "required": ["decision"]}),
+            ),
+        };
+        let request = json!({"method": "elicitation/create", "params": {
+            "mode": "form", "message": message, "requestedSchema": schema}});
+        let request: InputRequest = serde_json::from_value(request)
+            .map_err(|e| ErrorData::internal_error(format!("an input request: {e}"), None))?;
+        requests.insert(call.call_id, request);
+    }
+    Ok(requests)
+}
+
+/// The tool result of a run as `watch` saw it (`run` when it saw no event of it).
+fn run_result(id: Uuid, run: &RunRecord, watch: &RunWatch) -> CallToolResult {
+    let mut structured = watch.structured(id);
+    if structured["run_id"].is_null() {
+        structured["run_id"] = json!(run.id);
+    }
+    let mut result = CallToolResult::structured(structured);
+    result.content = vec![ContentBlock::text(watch.summary())];
+    result.is_error = Some(watch.is_error());
+    result
+}
+
+/// What `tah_run` and `tah_answer` answer: the run's result, or (for a client that declared
+/// the tasks extension) the run as a task.
+enum Answer {
+    Result(CallToolResult),
+    Task(Box<CreateTaskResult>),
 }
 
 impl TahMcp {
+    fn respond(&self, answer: Result<Answer, ToolError>) -> Result<CallToolResponse, ErrorData> {
+        Ok(match answer {
+            Ok(Answer::Result(result)) => result.into(),
+            Ok(Answer::Task(task)) => CallToolResponse::Task(*task),
+            Err(ToolError(text)) => CallToolResult::error(vec![ContentBlock::text(text)]).into(),
+        })
+    }
+
     async fn run(
         &self,
         caller: &Principal,
         args: RunArgs,
         context: &RequestContext<RoleServer>,
-    ) -> ToolResult {
+    ) -> Result<Answer, ToolError> {
         if args.input.trim().is_empty() {
             return Err(ToolError("input must not be empty".into()));
         }
@@ -365,9 +588,20 @@ impl TahMcp {
             (None, agent) => self.new_session(caller, agent.as_deref()).await?,
         };
         let request = RunRequest::run(args.input, Pending::Refuse);
+        if wants_task(context) {
+            let started = sessions.start(id, request, Follow::Record).await?;
+            let run = started.into_run()?.run;
+            return Ok(Answer::Task(Box::new(CreateTaskResult::new(task_of(
+                id,
+                &run,
+                TaskStatus::Working,
+            )))));
+        }
         let started = sessions.start(id, request, Follow::Events).await?;
         let (run, events) = started.into_events()?;
-        self.follow(id, &run, events, context).await
+        Ok(Answer::Result(
+            self.follow(id, &run, events, context).await?,
+        ))
     }
 
     async fn new_session(
@@ -419,7 +653,7 @@ impl TahMcp {
         caller: &Principal,
         args: AnswerArgs,
         context: &RequestContext<RoleServer>,
-    ) -> ToolResult {
+    ) -> Result<Answer, ToolError> {
         let id = session_id(&args.session_id)?;
         let sessions = &self.state.sessions;
         check_session_access(sessions, caller, id, SessionNeed::Interact).await?;
@@ -458,8 +692,17 @@ impl TahMcp {
             )),
             p => ToolError(p.detail),
         })?;
+        if wants_task(context) {
+            return Ok(Answer::Task(Box::new(CreateTaskResult::new(task_of(
+                id,
+                &run,
+                TaskStatus::Working,
+            )))));
+        }
         let events = sessions.run_stream(id, &run, live);
-        self.follow(id, &run, events, context).await
+        Ok(Answer::Result(
+            self.follow(id, &run, events, context).await?,
+        ))
     }
 
     /// Follows the run until it ends or waits for answers only, reporting progress.
@@ -500,14 +743,7 @@ impl TahMcp {
                 break;
             }
         }
-        let mut structured = watch.structured(id);
-        if structured["run_id"].is_null() {
-            structured["run_id"] = json!(run.id);
-        }
-        let mut result = CallToolResult::structured(structured);
-        result.content = vec![ContentBlock::text(watch.summary())];
-        result.is_error = Some(watch.is_error());
-        Ok(result)
+        Ok(run_result(id, run, &watch))
     }
 
     /// Whether the run still waits after `seq`: nothing committed since moved it on (a
@@ -523,6 +759,33 @@ impl TahMcp {
             probe.apply(event);
         }
         Ok(probe.is_parked())
+    }
+
+    /// The session and run a task id names, when `caller` may do what `need` says to it.
+    async fn task_run(
+        &self,
+        caller: &Principal,
+        task_id: &str,
+        need: SessionNeed,
+    ) -> Result<(Uuid, RunRecord), ErrorData> {
+        let not_found = || ErrorData::resource_not_found("task not found", None);
+        let (session, run) = task_id.split_once('.').ok_or_else(not_found)?;
+        let (Ok(id), Ok(run_id)) = (Uuid::parse_str(session), Uuid::parse_str(run)) else {
+            return Err(not_found());
+        };
+        let sessions = &self.state.sessions;
+        check_session_access(sessions, caller, id, need)
+            .await
+            .map_err(|p| match p.status {
+                404 => not_found(),
+                _ => ErrorData::invalid_request(p.detail, None),
+            })?;
+        let run = sessions
+            .run_record(id, run_id)
+            .await
+            .map_err(task_error)?
+            .ok_or_else(not_found)?;
+        Ok((id, run))
     }
 
     async fn sessions(&self, caller: &Principal, args: SessionsArgs) -> ToolResult {
