@@ -73,6 +73,7 @@ pub mod model;
 pub mod principals;
 pub mod protocols;
 pub mod runtime;
+pub mod schedules;
 pub mod session;
 pub mod store;
 pub mod telemetry;
