@@ -84,6 +84,10 @@ const SESSION_ROUTES: &[(&str, &[&str])] = &[
     ("/anthropic/v1/sessions/", &["events"]),
 ];
 
+/// OpenAI's Responses routes: a response's id names its session, so their handlers call
+/// [`check_session_access`]; a session token reaches its own session's responses there.
+const OPENAI_RESPONSES: &str = "/openai/v1/responses";
+
 /// What the route `template` (as axum matched it, e.g. `/v1/sessions/{id}/runs`) asks for
 /// `method`.
 pub fn route_need(method: &Method, template: &str) -> RouteNeed {
@@ -107,7 +111,6 @@ pub fn route_need(method: &Method, template: &str) -> RouteNeed {
 /// [`check_session`], for the handlers of faces whose routes do not name the session in their
 /// path (a response id, a JSON-RPC body). `404` when it may not see it (or it does not exist),
 /// `403` when it sees it but may not do this.
-#[allow(dead_code)]
 pub async fn check_session_access(
     sessions: &Sessions,
     principal: &Principal,
@@ -183,8 +186,10 @@ pub async fn check_session(
         None => RouteNeed::Handler,
     };
     let RouteNeed::Session(need) = need else {
-        // Only session routes are open to a session token.
-        if matches!(principal, Principal::Session { .. }) {
+        // Only session routes are open to a session token, and OpenAI's responses, whose
+        // handlers check the session a response id (or a request body) names.
+        let responses = request.uri().path().starts_with(OPENAI_RESPONSES);
+        if matches!(principal, Principal::Session { .. }) && !responses {
             return forbidden("a session token is valid only on its session's own routes")
                 .into_response();
         }

@@ -10,4 +10,5 @@
 pub mod ag_ui;
 pub mod ai_sdk;
 pub mod calls;
+pub mod openai;
 pub mod parts;
