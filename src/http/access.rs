@@ -82,6 +82,9 @@ const SESSION_ROUTES: &[(&str, &[&str])] = &[
     // Anthropic's managed agents: sending events (messages, interrupts, confirmations, custom
     // tool results) interacts; updating, archiving and deleting need the owner.
     ("/anthropic/v1/sessions/", &["events"]),
+    // OpenAI's Agents API: sending events (messages, tool results, cancel) interacts;
+    // updating and deleting need the owner.
+    ("/openai/v1/agents/sessions/", &["events"]),
 ];
 
 /// OpenAI's Responses routes: a response's id names its session, so their handlers call

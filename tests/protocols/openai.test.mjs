@@ -285,3 +285,225 @@ describe('openai Responses in the background against tah (slow mock model)', () 
     assert.equal(next.status, 'completed');
   });
 });
+
+/** Reads an agents session's event stream until `stop(event)`; the events read. */
+async function readUntil(stream, stop) {
+  const events = [];
+  for await (const event of stream) {
+    events.push(event);
+    if (stop(event)) break;
+  }
+  stream.controller.abort();
+  return events;
+}
+
+const ends = (e) => ['agent.session.idle', 'agent.session.failed', 'agent.session.requires_action'].includes(e.type);
+
+function eventNumbers(events) {
+  return events.map((e) => Number(e.event_id.replace('evt_', '')));
+}
+
+describe('openai Agents API against tah (mock model)', () => {
+  const server = suiteServer({ extraArgs: ['--api-token', OPERATOR] });
+
+  test('agents are tah agents: create, retrieve, list, update, delete', async () => {
+    const client = clientOf(server);
+    const agent = await client.beta.agents.create({
+      model: 'mock', name: 'helper', instructions: 'Be helpful.', tools: [askUser], metadata: { team: 'a' },
+    });
+    assert.equal(agent.object, 'agent');
+    assert.equal(agent.name, 'helper');
+    assert.equal(agent.instructions, 'Be helpful.');
+    assert.deepEqual(agent.tools.map((t) => t.name), ['ask_user']);
+    const { body: stored } = await tah(server, 'GET', `/v1/agents/${agent.id}`);
+    assert.equal(stored.name, 'helper');
+    assert.equal((await client.beta.agents.retrieve(agent.id)).id, agent.id);
+    const listed = await client.beta.agents.list();
+    assert.ok(listed.data.some((a) => a.id === agent.id));
+    const updated = await client.beta.agents.update(agent.id, { name: 'helper-2' });
+    assert.equal(updated.name, 'helper-2');
+    const deleted = await client.beta.agents.delete(agent.id);
+    assert.equal(deleted.deleted, true);
+  });
+
+  test('a session on an agent: a turn streams turn, item and idle events with exact resume ids', async () => {
+    const client = clientOf(server);
+    const agent = await client.beta.agents.create({ model: 'mock', name: 'streamer' });
+    const session = await client.beta.agents.sessions.create({
+      agent_id: agent.id, environment: { type: 'none' }, metadata: { run: 'one' },
+    });
+    assert.equal(session.object, 'agent.session');
+    assert.equal(session.status, 'idle');
+    assert.deepEqual(session.metadata, { run: 'one' });
+    const stream = await client.beta.agents.sessions.events.stream(session.id);
+    await client.beta.agents.sessions.events.create(session.id, {
+      events: [{ type: 'agent.session.input.message', input: [{ role: 'user', content: [{ type: 'input_text', text: 'hello agents' }] }] }],
+    });
+    const events = await readUntil(stream, ends);
+    const types = events.map((e) => e.type);
+    for (const t of [
+      'agent.session.turn.created', 'agent.session.turn.in_progress', 'agent.session.in_progress',
+      'agent.session.turn.item.added', 'agent.session.turn.output_text.delta', 'agent.session.turn.item.done',
+      'agent.session.turn.completed', 'agent.session.idle',
+    ]) assert.ok(types.includes(t), t);
+    const numbers = eventNumbers(events);
+    for (let i = 1; i < numbers.length; i++) assert.ok(numbers[i - 1] < numbers[i]);
+    // Resume after any id: exactly what follows it.
+    const cut = numbers[Math.floor(numbers.length / 2)];
+    const resumed = await client.beta.agents.sessions.events.stream(session.id, { headers: { 'Last-Event-ID': String(cut) } });
+    const rest = await readUntil(resumed, (e) => e.type === 'agent.session.idle');
+    assert.deepEqual(rest, events.filter((e) => Number(e.event_id.slice(4)) > cut));
+    const turns = await client.beta.agents.sessions.turns.list(session.id);
+    assert.equal(turns.data.length, 1);
+    assert.equal(turns.data[0].status, 'completed');
+    const turn = await client.beta.agents.sessions.turns.retrieve(turns.data[0].id, { session_id: session.id });
+    assert.equal(turn.id, turns.data[0].id);
+    const items = await client.beta.agents.sessions.items.list(session.id);
+    assert.equal(items.data[0].type, 'message');
+    assert.equal(items.data[0].role, 'user');
+    assert.equal(items.data.at(-1).role, 'assistant');
+    assert.match(items.data.at(-1).content[0].text, /hello agents/);
+    const listed = await client.beta.agents.sessions.list({ agent_id: agent.id });
+    assert.deepEqual(listed.data.map((s) => s.id), [session.id]);
+  });
+
+  test('requires_action for a function tool, answered by tool_result; items, pagination', async () => {
+    const client = clientOf(server);
+    const session = await client.beta.agents.sessions.create({
+      agent: { model: 'mock', instructions: 'Ask when unsure.', tools: [askUser] }, environment: { type: 'openai_hosted' },
+    });
+    const stream = await client.beta.agents.sessions.events.stream(session.id);
+    await client.beta.agents.sessions.events.create(session.id, {
+      events: [{ type: 'agent.session.input.message', input: [{ role: 'user', content: [{ type: 'input_text', text: 'ask the client for a colour' }] }] }],
+    });
+    const first = await readUntil(stream, ends);
+    const waiting = first.at(-1);
+    assert.equal(waiting.type, 'agent.session.requires_action');
+    const [action] = waiting.session.required_actions;
+    assert.equal(action.type, 'function_call');
+    assert.equal(action.name, 'ask_user');
+    const again = await client.beta.agents.sessions.retrieve(session.id);
+    assert.equal(again.status, 'requires_action');
+    const next = await client.beta.agents.sessions.events.stream(session.id);
+    await client.beta.agents.sessions.events.create(session.id, {
+      events: [{ type: 'agent.session.input.tool_result', call_id: action.call_id, turn_id: action.turn_id, success: true, output: 'green' }],
+    });
+    const second = await readUntil(next, ends);
+    assert.equal(second.at(-1).type, 'agent.session.idle');
+    const items = await client.beta.agents.sessions.items.list(session.id);
+    const output = items.data.find((i) => i.type === 'function_call_output');
+    assert.equal(output.output, 'green');
+    // Pages of two, following `after`.
+    const ids = [];
+    for await (const item of client.beta.agents.sessions.items.list(session.id, { limit: 2 })) ids.push(item.id);
+    assert.deepEqual(ids, items.data.map((i) => i.id));
+  });
+
+  test('an approval is a required action; tool_result allows it; the artifact downloads', async () => {
+    const client = clientOf(server);
+    const session = await client.beta.agents.sessions.create({ environment: { type: 'none' }, input: 'write a note about otters' });
+    const stream = await client.beta.agents.sessions.events.stream(session.id, { headers: { 'Last-Event-ID': '0' } });
+    const first = await readUntil(stream, ends);
+    const action = first.at(-1).session.required_actions[0];
+    assert.equal(action.name, 'write_file');
+    const next = await client.beta.agents.sessions.events.stream(session.id);
+    await client.beta.agents.sessions.events.create(session.id, {
+      events: [{ type: 'agent.session.input.tool_result', call_id: action.call_id, turn_id: action.turn_id, success: true }],
+    });
+    await readUntil(next, ends);
+    const artifacts = await client.beta.agents.sessions.artifacts.list(session.id);
+    assert.deepEqual(artifacts.data.map((a) => a.path), ['notes.md']);
+    const content = await client.beta.agents.sessions.artifacts.content(artifacts.data[0].id, { session_id: session.id });
+    assert.match(await content.text(), /otters/);
+    const one = await client.beta.agents.sessions.artifacts.retrieve(artifacts.data[0].id, { session_id: session.id });
+    assert.equal(one.path, 'notes.md');
+  });
+
+  test('subagents are the sub-agent sessions of task calls', async () => {
+    const client = clientOf(server);
+    const session = await client.beta.agents.sessions.create({ environment: { type: 'none' }, input: 'delegate this' });
+    const stream = await client.beta.agents.sessions.events.stream(session.id, { headers: { 'Last-Event-ID': '0' } });
+    const first = await readUntil(stream, ends);
+    const action = first.at(-1).session.required_actions[0];
+    assert.equal(action.name, 'task');
+    const next = await client.beta.agents.sessions.events.stream(session.id);
+    await client.beta.agents.sessions.events.create(session.id, {
+      events: [{ type: 'agent.session.input.tool_result', call_id: action.call_id, turn_id: action.turn_id, success: true }],
+    });
+    const second = await readUntil(next, ends);
+    assert.ok(second.some((e) => e.type === 'agent.session.subagent.created'));
+    const subagents = await client.beta.agents.sessions.subagents.list(session.id);
+    assert.equal(subagents.data.length, 1);
+    assert.equal(subagents.data[0].status, 'closed');
+    const one = await client.beta.agents.sessions.subagents.retrieve(subagents.data[0].id, { session_id: session.id });
+    assert.equal(one.id, subagents.data[0].id);
+    const childItems = await client.beta.agents.sessions.subagents.items.list(subagents.data[0].id, { session_id: session.id });
+    assert.equal(childItems.data[0].role, 'user');
+  });
+
+  test('typed errors: self_hosted, unknown and another tenant\'s sessions, bad events, viewers', async () => {
+    const client = clientOf(server);
+    await assert.rejects(
+      client.beta.agents.sessions.create({ environment: { type: 'self_hosted' } }),
+      (e) => e instanceof OpenAI.BadRequestError && /remote workers/.test(e.message),
+    );
+    await assert.rejects(
+      client.beta.agents.sessions.create({ environment: { type: 'none' }, vault_ids: ['v1'] }),
+      (e) => e instanceof OpenAI.BadRequestError && /vault_ids/.test(e.message),
+    );
+    await assert.rejects(client.beta.agents.sessions.retrieve('00000000-0000-0000-0000-000000000000'), OpenAI.NotFoundError);
+    const mine = clientOf(server, await keyFor(server, 'initech'));
+    const theirs = clientOf(server, await keyFor(server, 'umbrella'));
+    const session = await mine.beta.agents.sessions.create({ environment: { type: 'none' } });
+    await assert.rejects(theirs.beta.agents.sessions.retrieve(session.id), OpenAI.NotFoundError);
+    await assert.rejects(theirs.beta.agents.sessions.items.list(session.id), OpenAI.NotFoundError);
+    await assert.rejects(
+      theirs.beta.agents.sessions.events.create(session.id, { events: [{ type: 'agent.session.input.cancel' }] }),
+      OpenAI.NotFoundError,
+    );
+    assert.equal((await theirs.beta.agents.sessions.list()).data.length, 0);
+    await assert.rejects(
+      mine.beta.agents.sessions.events.create(session.id, { events: [{ type: 'agent.session.input.nope' }] }),
+      OpenAI.BadRequestError,
+    );
+    const viewer = clientOf(server, await keyFor(server, 'initech', 'viewer'));
+    await assert.rejects(viewer.beta.agents.sessions.create({ environment: { type: 'none' } }), OpenAI.PermissionDeniedError);
+    await assert.rejects(viewer.beta.agents.create({ model: 'mock' }), OpenAI.PermissionDeniedError);
+  });
+});
+
+describe('openai Agents API in long turns against tah (slow mock model)', () => {
+  const server = suiteServer({ mockDelayMs: 40, extraArgs: ['--api-token', OPERATOR] });
+
+  test('a message during a turn steers it; cancel ends a turn; Idempotency-Key sends once', async () => {
+    const client = clientOf(server);
+    const session = await client.beta.agents.sessions.create({ environment: { type: 'none' } });
+    const stream = await client.beta.agents.sessions.events.stream(session.id);
+    const say = (text, key) => client.beta.agents.sessions.events.create(
+      session.id,
+      { events: [{ type: 'agent.session.input.message', input: [{ role: 'user', content: [{ type: 'input_text', text }] }] }] },
+      key ? { headers: { 'Idempotency-Key': key } } : undefined,
+    );
+    await say('first question', 'k-1');
+    await say('first question', 'k-1'); // a retry: not a second message
+    await until(async () => (await client.beta.agents.sessions.retrieve(session.id)).status === 'in_progress', 'in progress');
+    await say('and also this');
+    const events = await readUntil(stream, ends);
+    const turnIds = new Set(events.filter((e) => e.type === 'agent.session.turn.created').map((e) => e.turn_id));
+    assert.equal(turnIds.size, 1);
+    const users = events.filter((e) => e.type === 'agent.session.turn.item.added' && e.item.role === 'user');
+    assert.deepEqual(users.map((e) => e.item.content[0].text), ['first question', 'and also this']);
+    assert.deepEqual(new Set(users.map((e) => e.turn_id)), turnIds);
+    // Cancel.
+    const next = await client.beta.agents.sessions.events.stream(session.id);
+    await say('a slow one');
+    await until(async () => (await client.beta.agents.sessions.retrieve(session.id)).status === 'in_progress', 'in progress');
+    await client.beta.agents.sessions.events.create(session.id, { events: [{ type: 'agent.session.input.cancel' }] });
+    const cancelled = await readUntil(next, ends);
+    assert.ok(cancelled.some((e) => e.type === 'agent.session.turn.cancelled'));
+    const turns = await client.beta.agents.sessions.turns.list(session.id);
+    assert.deepEqual(turns.data.map((t) => t.status), ['completed', 'cancelled']);
+    const deleted = await client.beta.agents.sessions.delete(session.id);
+    assert.equal(deleted.deleted, true);
+  });
+});

@@ -3,6 +3,7 @@
 //! mapping from the log is [`crate::protocols::openai`]; errors take OpenAI's shape
 //! ([`super::errors`]).
 
+pub mod agents;
 pub mod responses;
 
 use std::convert::Infallible;
@@ -19,7 +20,7 @@ use crate::http::AppState;
 use crate::protocols::openai::Frame;
 
 pub fn routes() -> Router<AppState> {
-    responses::routes()
+    responses::routes().merge(agents::routes())
 }
 
 /// The SSE response of a stream of `response.*` events: `event:` the type, `id:` the

@@ -198,7 +198,7 @@ fn parse_input(input: Option<&Value>) -> Result<Input, Problem> {
 }
 
 /// The text of a message's content: a string, or `input_text` (`output_text`) parts.
-fn message_text(i: usize, content: &Value) -> Result<String, Problem> {
+pub(super) fn message_text(i: usize, content: &Value) -> Result<String, Problem> {
     match content {
         Value::String(text) => Ok(text.clone()),
         Value::Array(parts) => {
@@ -228,7 +228,7 @@ fn message_text(i: usize, content: &Value) -> Result<String, Problem> {
 }
 
 /// Function tools as the run's client tools; any other tool type is refused.
-fn client_tools(tools: &[Value]) -> Result<Vec<ClientTool>, Problem> {
+pub(super) fn client_tools(tools: &[Value]) -> Result<Vec<ClientTool>, Problem> {
     let mut out = Vec::new();
     for (i, tool) in tools.iter().enumerate() {
         match tool["type"].as_str() {
@@ -262,7 +262,7 @@ fn client_tools(tools: &[Value]) -> Result<Vec<ClientTool>, Problem> {
 }
 
 /// The function tools of a run, as a response shows them.
-fn tools_shown(tools: &[ClientTool]) -> Value {
+pub(super) fn tools_shown(tools: &[ClientTool]) -> Value {
     tools
         .iter()
         .map(|t| {
@@ -438,7 +438,7 @@ async fn new_session(
 
 /// The agent a `model` names: absent, `default` or the default agent's model → the default
 /// agent; an agent's id → that agent (in the caller's tenant).
-async fn choose_model(
+pub(super) async fn choose_model(
     state: &AppState,
     model: Option<&str>,
     tenant: Option<&str>,
@@ -461,7 +461,7 @@ async fn choose_model(
 
 /// Whether `model` names `agent` (its id, or its model with or without the default
 /// provider's prefix).
-fn names_model(model: &str, agent: &AgentRecord) -> bool {
+pub(super) fn names_model(model: &str, agent: &AgentRecord) -> bool {
     model == agent.id.to_string()
         || model == agent.spec.model
         || model.strip_prefix("default/") == Some(agent.spec.model.as_str())
