@@ -399,6 +399,22 @@ describe('openai Agents API against tah (mock model)', () => {
     assert.deepEqual(ids, items.data.map((i) => i.id));
   });
 
+  test('a streamed create runs the SDK\'s local tool handlers and gives the final result', async () => {
+    const client = clientOf(server);
+    const stream = await client.beta.agents.sessions.create({
+      environment: { type: 'none' },
+      agent: { model: 'mock', tools: [askUser] },
+      input: 'ask the client for a number',
+      stream: true,
+      toolHandlers: { ask_user: async ({ question }) => `42 for ${question.length} characters` },
+    });
+    const result = await stream.finalResult();
+    assert.equal(result.turn.status, 'completed');
+    assert.match(result.messages.at(-1).content[0].text, /42 for 27 characters/);
+    const items = await client.beta.agents.sessions.items.list(result.turn.session_id);
+    assert.ok(items.data.some((i) => i.type === 'function_call_output'));
+  });
+
   test('an approval is a required action; tool_result allows it; the artifact downloads', async () => {
     const client = clientOf(server);
     const session = await client.beta.agents.sessions.create({ environment: { type: 'none' }, input: 'write a note about otters' });

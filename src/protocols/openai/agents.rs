@@ -200,6 +200,10 @@ impl SessionView {
     fn shape(&mut self, kind: &EventKind, at: i64, out: &mut Out) {
         let turn = self.run.map(turn_id);
         match kind {
+            EventKind::SessionCreated { .. } => {
+                let session = self.object();
+                out.push("agent.session.created", json!({ "session": session }));
+            }
             EventKind::AgentStarted { run_id, .. } => {
                 self.run = Some(*run_id);
                 self.run_started_at = at;

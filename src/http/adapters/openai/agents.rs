@@ -736,7 +736,8 @@ async fn stream_events(
 }
 
 /// The stream of a session's events numbered after `after`; with `until_turn_ends`, it ends
-/// once a turn ends or waits (the create stream).
+/// once the session is idle or failed after a turn (the create stream: it stays open while
+/// the turn waits for answers, which the SDK's tool handlers may send).
 fn event_stream(
     state: &AppState,
     id: Uuid,
@@ -759,12 +760,9 @@ fn event_stream(
         };
         let frames = view.push(&event);
         let ends = until_turn_ends
-            && frames.iter().any(|f| {
-                matches!(
-                    f.kind,
-                    "agent.session.idle" | "agent.session.failed" | "agent.session.requires_action"
-                )
-            });
+            && frames
+                .iter()
+                .any(|f| matches!(f.kind, "agent.session.idle" | "agent.session.failed"));
         let next = (!ends).then_some((view, events));
         Some((frames, next))
     })
