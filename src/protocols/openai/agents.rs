@@ -50,6 +50,49 @@ pub struct SessionStatic {
     pub metadata: Value,
 }
 
+/// What a session object says that changes as the session runs.
+#[derive(Debug, Clone)]
+pub struct SessionNow {
+    pub status: &'static str,
+    pub error: Option<String>,
+    pub last_active_at: i64,
+    pub usage: Usage,
+    pub required_actions: Vec<Value>,
+}
+
+/// The `AgentSession` object.
+pub fn session_object(info: &SessionStatic, state: SessionNow) -> Value {
+    json!({
+        "id": info.id.to_string(),
+        "object": "agent.session",
+        "agent": info.agent,
+        "created_at": info.created_at,
+        "environment": { "type": "none" },
+        "error": state.error,
+        "last_active_at": state.last_active_at,
+        "metadata": info.metadata,
+        "required_actions": state.required_actions,
+        "status": state.status,
+        "usage": usage(&state.usage),
+        "vault_ids": [],
+    })
+}
+
+/// The calls of `run` that wait for an answer (a human's approval, the client's result), as
+/// required actions of type `function_call`.
+pub fn required_actions(calls: &RunCalls, run: Option<Uuid>) -> Vec<Value> {
+    let turn = run.map(turn_id);
+    calls
+        .waiting()
+        .map(|call| {
+            json!({
+                "type": "function_call", "call_id": call.id, "name": call.tool,
+                "arguments": call.input, "turn_id": turn,
+            })
+        })
+        .collect()
+}
+
 /// A session's log, read in order.
 #[derive(Debug, Clone)]
 pub struct SessionView {
@@ -101,40 +144,20 @@ impl SessionView {
         &self.items
     }
 
-    /// The calls of the current run that wait for an answer, as required actions.
-    pub fn required_actions(&self) -> Vec<Value> {
-        let turn = self.run.map(turn_id);
-        self.calls
-            .waiting()
-            .map(|call| {
-                json!({
-                    "type": "function_call", "call_id": call.id, "name": call.tool,
-                    "arguments": call.input, "turn_id": turn,
-                })
-            })
-            .collect()
-    }
-
     /// The `AgentSession` object.
     pub fn object(&self) -> Value {
         let required = match self.status {
-            "requires_action" => self.required_actions(),
+            "requires_action" => required_actions(&self.calls, self.run),
             _ => Vec::new(),
         };
-        json!({
-            "id": self.info.id.to_string(),
-            "object": "agent.session",
-            "agent": self.info.agent,
-            "created_at": self.info.created_at,
-            "environment": { "type": "none" },
-            "error": self.error,
-            "last_active_at": self.last_active_at,
-            "metadata": self.info.metadata,
-            "required_actions": required,
-            "status": self.status,
-            "usage": usage(&self.usage),
-            "vault_ids": [],
-        })
+        let state = SessionNow {
+            status: self.status,
+            error: self.error.clone(),
+            last_active_at: self.last_active_at,
+            usage: self.usage,
+            required_actions: required,
+        };
+        session_object(&self.info, state)
     }
 
     fn turn(&self, status: &str, completed_at: Option<i64>, error: Option<&str>) -> Value {

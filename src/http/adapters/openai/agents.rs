@@ -21,9 +21,12 @@ use crate::http::problem::{ApiJson, ApiQuery, OptionalJson, Problem};
 use crate::http::AppState;
 use crate::model::{
     AgentChoice, AgentId, AgentRecord, ClientTool, Decision, SessionOptions, SessionRecord,
+    SessionState,
 };
 use crate::protocols::calls::{RunCalls, Wait};
-use crate::protocols::openai::agents::{parse_turn, turn_id, turn_of, SessionStatic, SessionView};
+use crate::protocols::openai::agents::{
+    self, parse_turn, required_actions, turn_id, turn_of, SessionNow, SessionStatic, SessionView,
+};
 use crate::protocols::openai::FRAMES_PER_EVENT;
 use crate::session::{
     AgentBody, AgentQuery, ApprovalAnswer, ArtifactQuery, ArtifactVersions, ClientResult, Follow,
@@ -433,8 +436,8 @@ async fn create_session(
         let request = RunRequest::run(text, Pending::Refuse);
         state.sessions.start(id, request, Follow::Record).await?;
     }
-    let view = read_session(&state, id).await?;
-    Ok(Json(view.object()).into_response())
+    let record = state.sessions.get(id).await?;
+    Ok(Json(session_object(&state, &record).await?).into_response())
 }
 
 fn static_of(record: &SessionRecord, agent: &AgentRecord) -> SessionStatic {
@@ -478,12 +481,49 @@ async fn read_session(state: &AppState, id: Uuid) -> Result<SessionView, Problem
     Ok(view)
 }
 
+/// A session's object from its record (and, while it waits, its last run's calls), without
+/// reading its whole log.
+async fn session_object(state: &AppState, record: &SessionRecord) -> Result<Value, Problem> {
+    let tag = &record.options.agent.tag;
+    let agent = state.sessions.agent(tag.id, Some(tag.version)).await?;
+    let mut required = Vec::new();
+    let status = match record.state {
+        SessionState::Running => "in_progress",
+        SessionState::WaitingTool => {
+            if let Some(run_id) = record.last_run_id {
+                if let Some(run) = state.sessions.run_record(record.id, run_id).await? {
+                    let mut calls = RunCalls::default();
+                    for event in state.sessions.run_events(record.id, &run).await? {
+                        calls.apply(&event);
+                    }
+                    required = required_actions(&calls, Some(run_id));
+                }
+            }
+            "requires_action"
+        }
+        SessionState::Failed => "failed",
+        _ => "idle",
+    };
+    let error = match record.state {
+        SessionState::Failed => record.error.clone(),
+        _ => None,
+    };
+    let now = SessionNow {
+        status,
+        error,
+        last_active_at: record.updated_at.timestamp(),
+        usage: record.usage,
+        required_actions: required,
+    };
+    Ok(agents::session_object(&static_of(record, &agent), now))
+}
+
 async fn get_session(
     State(state): State<AppState>,
     Path(raw): Path<String>,
 ) -> Result<Response, Problem> {
-    let view = read_session(&state, parse_session(&raw)?).await?;
-    Ok(Json(view.object()).into_response())
+    let record = state.sessions.get(parse_session(&raw)?).await?;
+    Ok(Json(session_object(&state, &record).await?).into_response())
 }
 
 #[derive(Debug, Deserialize)]
@@ -500,11 +540,11 @@ async fn update_session(
     OptionalJson(params): OptionalJson<Option<UpdateParams>>,
 ) -> Result<Response, Problem> {
     let id = parse_session(&raw)?;
-    let view = read_session(&state, id).await?;
+    let record = state.sessions.get(id).await?;
     if let Some(params) = params {
         refuse_rest(&params.rest)?;
         if let Some(metadata) = params.metadata.filter(|m| !m.is_null()) {
-            if metadata != view.object()["metadata"] {
+            if metadata != record.metadata {
                 return Err(Problem::bad_request(
                     "metadata is not supported in an update: a tah session keeps the \
                      metadata it was made with",
@@ -512,7 +552,7 @@ async fn update_session(
             }
         }
     }
-    Ok(Json(view.object()).into_response())
+    Ok(Json(session_object(&state, &record).await?).into_response())
 }
 
 async fn delete_session(
@@ -568,8 +608,7 @@ async fn list_sessions(
             if agent.is_some_and(|a| record.options.agent.tag.id != a) {
                 continue;
             }
-            let view = read_session(&state, record.id).await?;
-            data.push(view.object());
+            data.push(session_object(&state, &record).await?);
             if data.len() as i64 > limit {
                 break;
             }
