@@ -269,6 +269,14 @@ impl SessionView {
                             "summary": [{ "type": "summary_text", "text": "" }],
                         });
                         let at = self.add_item(item, out);
+                        out.push(
+                            "agent.session.turn.reasoning_summary_part.added",
+                            json!({
+                                "item_id": self.items[at]["id"], "output_index": at,
+                                "summary_index": 0, "part": self.items[at]["summary"][0],
+                                "turn_id": turn,
+                            }),
+                        );
                         self.reasoning = Some(at);
                         at
                     }
@@ -448,11 +456,29 @@ impl SessionView {
     }
 
     fn close_reasoning(&mut self, out: &mut Out) {
-        if let Some(at) = self.reasoning {
-            if self.items[at]["status"] == "in_progress" {
-                self.done_item(at, "completed", out);
-            }
+        let Some(at) = self.reasoning else {
+            return;
+        };
+        if self.items[at]["status"] != "in_progress" {
+            return;
         }
+        let (item_id, turn) = (self.items[at]["id"].clone(), self.run.map(turn_id));
+        let part = self.items[at]["summary"][0].clone();
+        out.push(
+            "agent.session.turn.reasoning_summary_text.done",
+            json!({
+                "item_id": item_id, "output_index": at, "summary_index": 0,
+                "text": part["text"], "turn_id": turn,
+            }),
+        );
+        out.push(
+            "agent.session.turn.reasoning_summary_part.done",
+            json!({
+                "item_id": item_id, "output_index": at, "summary_index": 0, "part": part,
+                "turn_id": turn,
+            }),
+        );
+        self.done_item(at, "completed", out);
     }
 
     fn step_hex(&self) -> String {
