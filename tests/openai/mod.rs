@@ -594,6 +594,8 @@ async fn both_streams_resume_exactly_after_any_event() {
         )
         .await;
         assert_eq!(rest, whole[i + 1..].to_vec(), "after {}", frame.id);
+        let reconnected = frames(&api, &path, Some(frame.id), "response.completed").await;
+        assert_eq!(reconnected, rest, "Last-Event-ID {}", frame.id);
     }
     // An agent session's turn.
     let session = api

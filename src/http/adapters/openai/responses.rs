@@ -14,7 +14,7 @@
 use std::time::Duration;
 
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -711,13 +711,25 @@ async fn retrieve(
     Caller(caller): Caller,
     Path(raw): Path<String>,
     ApiQuery(query): ApiQuery<RetrieveQuery>,
+    headers: HeaderMap,
 ) -> Result<Response, Problem> {
     let (view, run) = lookup(&state, &caller, &raw, SessionNeed::Read).await?;
     if query.stream == Some(true) {
+        // An EventSource that reconnects sends the last id it saw as `Last-Event-ID`.
+        let last_event_id = match headers.get("last-event-id") {
+            None => None,
+            Some(value) => Some(
+                value
+                    .to_str()
+                    .ok()
+                    .and_then(|v| v.trim().parse::<i64>().ok())
+                    .ok_or_else(|| Problem::bad_request("Last-Event-ID must be an event id"))?,
+            ),
+        };
         let live = state.sessions.subscribe(view.id.session)?;
         // Checks that the response exists before streaming it.
         read(&state, view.clone(), &run).await?;
-        let after = query.starting_after.unwrap_or(-1);
+        let after = query.starting_after.or(last_event_id).unwrap_or(-1);
         return Ok(sse(
             follow(&state, &run, view, live, after),
             state.shutdown.clone(),
