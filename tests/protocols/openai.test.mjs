@@ -358,6 +358,12 @@ describe('openai Agents API against tah (mock model)', () => {
     assert.equal(turns.data[0].status, 'completed');
     const turn = await client.beta.agents.sessions.turns.retrieve(turns.data[0].id, { session_id: session.id });
     assert.equal(turn.id, turns.data[0].id);
+    const turnItems = await client.beta.agents.sessions.turns.items.list(turn.id, { session_id: session.id });
+    assert.ok(turnItems.data.length >= 2);
+    assert.ok(turnItems.data.every((i) => i.turn_id === turn.id));
+    // An update may repeat the session's metadata; changing it is refused.
+    assert.deepEqual((await client.beta.agents.sessions.update(session.id, { metadata: { run: 'one' } })).metadata, { run: 'one' });
+    await assert.rejects(client.beta.agents.sessions.update(session.id, { metadata: { run: 'two' } }), OpenAI.BadRequestError);
     const items = await client.beta.agents.sessions.items.list(session.id);
     assert.equal(items.data[0].type, 'message');
     assert.equal(items.data[0].role, 'user');
@@ -455,6 +461,16 @@ describe('openai Agents API against tah (mock model)', () => {
     assert.equal(one.id, subagents.data[0].id);
     const childItems = await client.beta.agents.sessions.subagents.items.list(subagents.data[0].id, { session_id: session.id });
     assert.equal(childItems.data[0].role, 'user');
+    const childTurns = await client.beta.agents.sessions.subagents.turns.list(subagents.data[0].id, { session_id: session.id });
+    assert.deepEqual(childTurns.data.map((t) => t.status), ['completed']);
+    const childTurn = await client.beta.agents.sessions.subagents.turns.retrieve(childTurns.data[0].id, {
+      session_id: session.id, subagent_id: subagents.data[0].id,
+    });
+    assert.equal(childTurn.session_id, subagents.data[0].id);
+    const childTurnItems = await client.beta.agents.sessions.subagents.turns.items.list(childTurns.data[0].id, {
+      session_id: session.id, subagent_id: subagents.data[0].id,
+    });
+    assert.deepEqual(childTurnItems.data.map((i) => i.id), childItems.data.map((i) => i.id));
   });
 
   test('typed errors: self_hosted, unknown and another tenant\'s sessions, bad events, viewers', async () => {

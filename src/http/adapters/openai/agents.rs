@@ -66,6 +66,18 @@ pub fn routes() -> Router<AppState> {
             &format!("{S}/subagents/{{subagent_id}}/items"),
             get(subagent_items),
         )
+        .route(
+            &format!("{S}/subagents/{{subagent_id}}/turns"),
+            get(subagent_turns),
+        )
+        .route(
+            &format!("{S}/subagents/{{subagent_id}}/turns/{{turn_id}}"),
+            get(subagent_turn),
+        )
+        .route(
+            &format!("{S}/subagents/{{subagent_id}}/turns/{{turn_id}}/items"),
+            get(subagent_turn_items),
+        )
 }
 
 /// Fields that are refused unless null (or, for the listed ones, their neutral value).
@@ -858,28 +870,14 @@ async fn turns(
     Path(raw): Path<String>,
     ApiQuery(query): ApiQuery<ItemsQuery>,
 ) -> Result<Response, Problem> {
-    let id = parse_session(&raw)?;
-    let record = state.sessions.get(id).await?;
-    let agent_id = json!(record.options.agent.tag.id.to_string());
-    let runs = state.sessions.runs_page(id, None, 10_000).await?;
-    let all = runs.iter().map(|r| turn_of(r, id, &agent_id)).collect();
-    Ok(Json(items_page(all, &query)?).into_response())
+    turns_of(&state, parse_session(&raw)?, &query).await
 }
 
 async fn turn(
     State(state): State<AppState>,
     Path((raw, turn)): Path<(String, String)>,
 ) -> Result<Response, Problem> {
-    let id = parse_session(&raw)?;
-    let run_id = parse_turn(&turn).ok_or_else(|| not_found("turn", &turn))?;
-    let record = state.sessions.get(id).await?;
-    let run = state
-        .sessions
-        .run_record(id, run_id)
-        .await?
-        .ok_or_else(|| not_found("turn", &turn))?;
-    let agent_id = json!(record.options.agent.tag.id.to_string());
-    Ok(Json(turn_of(&run, id, &agent_id)).into_response())
+    turn_in(&state, parse_session(&raw)?, &turn).await
 }
 
 async fn turn_items(
@@ -887,14 +885,43 @@ async fn turn_items(
     Path((raw, turn)): Path<(String, String)>,
     ApiQuery(query): ApiQuery<ItemsQuery>,
 ) -> Result<Response, Problem> {
-    let id = parse_session(&raw)?;
-    let run_id = parse_turn(&turn).ok_or_else(|| not_found("turn", &turn))?;
+    turn_items_in(&state, parse_session(&raw)?, &turn, &query).await
+}
+
+/// The turns (runs) of a session.
+async fn turns_of(state: &AppState, id: Uuid, query: &ItemsQuery) -> Result<Response, Problem> {
+    let record = state.sessions.get(id).await?;
+    let agent_id = json!(record.options.agent.tag.id.to_string());
+    let runs = state.sessions.runs_page(id, None, 10_000).await?;
+    let all = runs.iter().map(|r| turn_of(r, id, &agent_id)).collect();
+    Ok(Json(items_page(all, query)?).into_response())
+}
+
+async fn turn_in(state: &AppState, id: Uuid, turn: &str) -> Result<Response, Problem> {
+    let run_id = parse_turn(turn).ok_or_else(|| not_found("turn", turn))?;
+    let record = state.sessions.get(id).await?;
+    let run = state
+        .sessions
+        .run_record(id, run_id)
+        .await?
+        .ok_or_else(|| not_found("turn", turn))?;
+    let agent_id = json!(record.options.agent.tag.id.to_string());
+    Ok(Json(turn_of(&run, id, &agent_id)).into_response())
+}
+
+async fn turn_items_in(
+    state: &AppState,
+    id: Uuid,
+    turn: &str,
+    query: &ItemsQuery,
+) -> Result<Response, Problem> {
+    let run_id = parse_turn(turn).ok_or_else(|| not_found("turn", turn))?;
     state
         .sessions
         .run_record(id, run_id)
         .await?
-        .ok_or_else(|| not_found("turn", &turn))?;
-    let view = read_session(&state, id).await?;
+        .ok_or_else(|| not_found("turn", turn))?;
+    let view = read_session(state, id).await?;
     let wanted = turn_id(run_id);
     let all = view
         .items()
@@ -902,7 +929,7 @@ async fn turn_items(
         .filter(|i| i["turn_id"] == wanted.as_str())
         .cloned()
         .collect();
-    Ok(Json(items_page(all, &query)?).into_response())
+    Ok(Json(items_page(all, query)?).into_response())
 }
 
 fn artifact_shown(session: Uuid, a: &crate::model::ArtifactRecord) -> Value {
@@ -1013,13 +1040,44 @@ async fn subagent(
     Ok(Json(found).into_response())
 }
 
+/// The sub-agent's session, once it is known to be one of the session's.
+async fn child_of(state: &AppState, raw: &str, subagent: &str) -> Result<Uuid, Problem> {
+    find_subagent(state, raw, subagent).await?;
+    parse_session(subagent)
+}
+
+async fn subagent_turns(
+    State(state): State<AppState>,
+    Path((raw, subagent)): Path<(String, String)>,
+    ApiQuery(query): ApiQuery<ItemsQuery>,
+) -> Result<Response, Problem> {
+    let child = child_of(&state, &raw, &subagent).await?;
+    turns_of(&state, child, &query).await
+}
+
+async fn subagent_turn(
+    State(state): State<AppState>,
+    Path((raw, subagent, turn)): Path<(String, String, String)>,
+) -> Result<Response, Problem> {
+    let child = child_of(&state, &raw, &subagent).await?;
+    turn_in(&state, child, &turn).await
+}
+
+async fn subagent_turn_items(
+    State(state): State<AppState>,
+    Path((raw, subagent, turn)): Path<(String, String, String)>,
+    ApiQuery(query): ApiQuery<ItemsQuery>,
+) -> Result<Response, Problem> {
+    let child = child_of(&state, &raw, &subagent).await?;
+    turn_items_in(&state, child, &turn, &query).await
+}
+
 async fn subagent_items(
     State(state): State<AppState>,
     Path((raw, subagent)): Path<(String, String)>,
     ApiQuery(query): ApiQuery<ItemsQuery>,
 ) -> Result<Response, Problem> {
-    find_subagent(&state, &raw, &subagent).await?;
-    let child = parse_session(&subagent)?;
+    let child = child_of(&state, &raw, &subagent).await?;
     let view = read_session(&state, child).await?;
     Ok(Json(items_page(view.items().to_vec(), &query)?).into_response())
 }
