@@ -10,6 +10,7 @@
 //! - `jwt`: bearer JWTs verified against a JWKS, end to end.
 //! - `hardening`: crash safety under kill -9, reconnect chaos, load, shutdown under load.
 //! - `limits`: per-tenant limits (runs at once, tokens per day) and their `429`s.
+//! - `openai`: OpenAI's face: bad input, tenants and session tokens, exact stream resume.
 //! - `replicas`: several processes on one PostgreSQL database.
 //! - `store`: the store conformance suite, on SQLite and PostgreSQL.
 //! - `tools`: the built-in tools, the policy, approvals, client tools, artifacts, workspaces.
@@ -31,6 +32,7 @@ mod hardening;
 mod jwt;
 mod limits;
 mod mcp_server;
+mod openai;
 mod principals;
 mod provider_e2e;
 mod providers;

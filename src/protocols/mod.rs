@@ -12,4 +12,5 @@ pub mod ag_ui;
 pub mod ai_sdk;
 pub mod calls;
 pub mod mcp;
+pub mod openai;
 pub mod parts;

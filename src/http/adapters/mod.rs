@@ -8,6 +8,7 @@ pub mod ag_ui;
 pub mod ai_sdk;
 pub mod errors;
 pub mod mcp;
+pub mod openai;
 
 use std::convert::Infallible;
 
