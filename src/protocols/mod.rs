@@ -9,5 +9,6 @@
 
 pub mod ag_ui;
 pub mod ai_sdk;
+pub mod anthropic;
 pub mod calls;
 pub mod parts;
