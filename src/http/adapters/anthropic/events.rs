@@ -1,8 +1,8 @@
 //! `client.beta.sessions.events`: send, list, stream.
 //!
-//! - `POST …/events` `{events: [...]}`, taken in order: `user.message` starts a turn (during
-//!   a running turn it is queued into it, at its next step boundary: tah's `if_busy=queue`;
-//!   while the turn waits for answers it is refused with `409`: answer first);
+//! - `POST …/events` `{events: [...]}`, checked first, then taken in order: `user.message`
+//!   starts a turn (during a turn, running or waiting for answers, it is queued into that
+//!   turn and read at its next step: tah's `if_busy=queue`);
 //!   `user.interrupt` cancels the turn; `user.tool_confirmation` answers an approval
 //!   (`tool_use_id` is the call's id, as `requires_action.event_ids` give it);
 //!   `user.custom_tool_result` gives a client tool's result.
