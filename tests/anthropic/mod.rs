@@ -606,14 +606,18 @@ async fn frames_until(
 async fn a_stream_resumes_exactly_after_its_last_event_id() {
     let server = TestServer::start(ServerOptions::new().mock_delay_ms(2)).await;
     let api: &Api = &server;
-    let session = new_session(api, "default").await;
+    // A session made with a first message (`initial_events`) runs it at once.
+    let made = api
+        .post_json(
+            "/anthropic/v1/sessions",
+            &json!({"agent": "default", "environment_id": "env_local", "initial_events": [
+                {"type": "user.message", "content": [{"type": "text", "text": "Please think about the README"}]},
+            ]}),
+        )
+        .await
+        .expect_json(StatusCode::OK, "create with initial_events");
+    let session = made["id"].as_str().expect("an id").to_string();
     let s = format!("/anthropic/v1/sessions/{session}");
-    api.post_json(
-        &format!("{s}/events"),
-        &json!({"events": [{"type": "user.message", "content": [{"type": "text", "text": "Please think about the README"}]}]}),
-    )
-    .await
-    .expect_json(StatusCode::OK, "send");
     api.poll_session(&session, "completed", Duration::from_secs(20), |s| {
         s["state"] == "completed"
     })

@@ -185,14 +185,30 @@ impl SessionEvents {
             frames: Vec::new(),
         };
         let parked_now = self.run.apply(event);
-        // The first event of a parked run that moves it on: the session runs again.
-        if self.parked && !parked_now && self.moves_on(&event.kind) {
+        // A parked run goes on: after a person's answer (or its timeout), or at the next step
+        // or tool it runs. A client's result waits for the step it leads to (a cancel ends
+        // waiting calls with results too, and the run then does not go on).
+        let answer = matches!(
+            event.kind,
+            EventKind::ToolApprovalResolved {
+                by: ResolvedBy::User | ResolvedBy::Timeout,
+                ..
+            }
+        );
+        let step = matches!(
+            event.kind,
+            EventKind::LlmStarted { .. } | EventKind::ToolStarted { .. }
+        );
+        let resumes = self.parked && !parked_now && (answer || step);
+        if resumes && step {
             self.parked = false;
-            self.answer_frames(&mut out, &event.kind);
             out.event("session.status_running", json!({}));
-            return out.frames;
         }
         self.frames(&mut out, &event.kind);
+        if resumes && answer {
+            self.parked = false;
+            out.event("session.status_running", json!({}));
+        }
         if parked_now {
             self.parked = true;
             let ids: Vec<String> = self.run.waiting().map(|c| c.id.clone()).collect();
@@ -205,22 +221,6 @@ impl SessionEvents {
             );
         }
         out.frames
-    }
-
-    /// Whether `kind`, after the run parked, is its going on (an answer, a cancel, a step).
-    fn moves_on(&self, kind: &EventKind) -> bool {
-        !matches!(
-            kind,
-            EventKind::AgentFinished { .. }
-                | EventKind::AgentFailed { .. }
-                | EventKind::AgentCancelled { .. }
-                | EventKind::StateChanged { .. }
-                | EventKind::Checkpoint { .. }
-        )
-    }
-
-    fn answer_frames(&mut self, out: &mut Out, kind: &EventKind) {
-        self.frames(out, kind);
     }
 
     fn frames(&mut self, out: &mut Out, kind: &EventKind) {
@@ -653,6 +653,61 @@ mod tests {
             json!({"type": "requires_action", "event_ids": ["call_1"]})
         );
         assert_eq!(frames[6].event["tool_use_id"], "call_1");
+    }
+
+    #[test]
+    fn a_parked_run_that_is_cancelled_does_not_run_again() {
+        let mut log = Log::new();
+        let step_id = Uuid::from_u128(4);
+        let call = ToolCall {
+            id: "w1".into(),
+            name: "write_file".into(),
+            arguments: json!({"path": "a"}),
+        };
+        log.push(EventKind::LlmCompleted {
+            step_id,
+            message: Message::assistant("", vec![call]),
+            finish_reason: FinishReason::Model("tool_calls".into()),
+            usage: Usage::default(),
+        });
+        log.push(EventKind::ToolApprovalRequested {
+            step_id,
+            call_id: "w1".into(),
+            tool: "write_file".into(),
+            input: json!({"path": "a"}),
+            subject: "a".into(),
+            expires_at: None,
+        });
+        log.push(EventKind::ToolApprovalResolved {
+            call_id: "w1".into(),
+            decision: Decision::Deny,
+            by: ResolvedBy::Cancel,
+            reason: None,
+            input: None,
+            answered_by: None,
+        });
+        log.push(EventKind::ToolFinished {
+            step_id,
+            call_id: "w1".into(),
+            output: "cancelled".into(),
+            is_error: true,
+        });
+        let run_id = log.run_id;
+        log.push(EventKind::AgentCancelled { run_id });
+        let frames = all(&log, Deltas::default());
+        assert_eq!(
+            kinds(&frames),
+            [
+                "session.status_running",
+                "span.model_request_end",
+                "agent.tool_use",
+                "session.status_idle",
+                "agent.tool_result",
+                "session.usage",
+                "session.status_idle"
+            ]
+        );
+        assert_eq!(frames[6].event["stop_reason"]["type"], "end_turn");
     }
 
     #[test]
