@@ -265,6 +265,43 @@ describe('@anthropic-ai/sdk client.beta against tah', () => {
     assert.match(messages.at(-1), /sunny/);
   });
 
+  test("the SDK's session tool runner answers a custom tool", async () => {
+    const session = await member.beta.sessions.create({ agent: agent.id, environment_id: 'env_local' });
+    const controller = new AbortController();
+    const lookup = {
+      type: 'custom',
+      name: 'lookup',
+      description: 'Looks something up on the client',
+      input_schema: { type: 'object', properties: { question: { type: 'string' } } },
+      parse: (input) => input,
+      run: async (input) => `cloudy, asked: ${input.question}`,
+    };
+    const runner = member.beta.sessions.events.toolRunner(session.id, {
+      tools: [lookup],
+      signal: controller.signal,
+      maxIdleMs: 0,
+    });
+    const stream = await member.beta.sessions.events.stream(session.id);
+    await member.beta.sessions.events.send(session.id, {
+      events: [{ type: 'user.message', content: [{ type: 'text', text: 'ask the client about the sky' }] }],
+    });
+    const calls = [];
+    const running = (async () => {
+      for await (const call of runner) {
+        calls.push(call);
+        if (call.name === 'lookup') break;
+      }
+    })();
+    const seen = await readUntil(stream, idle('end_turn'));
+    await running;
+    controller.abort();
+    const dispatched = calls.find((c) => c.name === 'lookup');
+    assert.ok(dispatched?.posted, JSON.stringify(calls));
+    const result = seen.find((e) => e.type === 'user.custom_tool_result');
+    assert.match(result.content[0].text, /cloudy/);
+    assert.match(seen.filter((e) => e.type === 'agent.message').at(-1).content[0].text, /cloudy/);
+  });
+
   test('user.interrupt cancels the running turn', async () => {
     const slow = await startTah({ mockDelayMs: 300 });
     try {

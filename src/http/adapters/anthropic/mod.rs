@@ -21,7 +21,6 @@ mod sessions;
 use axum::Router;
 use serde_json::{Map, Value};
 
-use crate::http::paging::page_limit;
 use crate::http::problem::Problem;
 use crate::http::AppState;
 
@@ -32,6 +31,9 @@ pub fn routes() -> Router<AppState> {
         .merge(sessions::routes())
         .merge(events::routes())
 }
+
+/// The largest page a list gives.
+pub(super) const MAX_LIMIT: i64 = 1000;
 
 /// A query string as the SDK writes it: arrays as `key[]=a&key[]=b` (read under `key`),
 /// bracketed filters such as `created_at[gte]` kept as they are.
@@ -89,15 +91,19 @@ impl Query {
         }
     }
 
+    /// `limit`: 1 to [`MAX_LIMIT`] (their SDKs' tool runner reads pages of 1000), 100 when
+    /// absent.
     pub fn limit(&self) -> Result<i64, Problem> {
-        let limit = match self.one("limit") {
-            None => None,
-            Some(text) => Some(
-                text.parse::<i64>()
-                    .map_err(|_| Problem::bad_request("limit: must be an integer"))?,
-            ),
-        };
-        page_limit(limit).map_err(|_| Problem::bad_request("limit: must be between 1 and 500"))
+        match self.one("limit") {
+            None => Ok(100),
+            Some(text) => text
+                .parse::<i64>()
+                .ok()
+                .filter(|n| (1..=MAX_LIMIT).contains(n))
+                .ok_or_else(|| {
+                    Problem::bad_request(format!("limit: must be an integer from 1 to {MAX_LIMIT}"))
+                }),
+        }
     }
 
     pub fn number(&self, key: &str) -> Result<Option<u32>, Problem> {
