@@ -107,7 +107,6 @@ pub fn route_need(method: &Method, template: &str) -> RouteNeed {
 /// [`check_session`], for the handlers of faces whose routes do not name the session in their
 /// path (a response id, a JSON-RPC body). `404` when it may not see it (or it does not exist),
 /// `403` when it sees it but may not do this.
-#[allow(dead_code)]
 pub async fn check_session_access(
     sessions: &Sessions,
     principal: &Principal,

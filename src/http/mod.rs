@@ -150,6 +150,7 @@ pub fn router(state: AppState, options: &HttpOptions) -> Router {
         .merge(adapters::ai_sdk::routes())
         .merge(adapters::ag_ui::routes())
         .merge(adapters::anthropic::routes())
+        .merge(adapters::mcp::routes())
         // After routing (it reads the matched route), before every handler.
         .route_layer(middleware::from_fn_with_state(
             access::SessionAccess {

@@ -7,8 +7,10 @@
 //! Pure: no I/O, nothing stored. The HTTP layer reads the log, feeds it in, and writes the
 //! frames out.
 
+pub mod acp;
 pub mod ag_ui;
 pub mod ai_sdk;
 pub mod anthropic;
 pub mod calls;
+pub mod mcp;
 pub mod parts;

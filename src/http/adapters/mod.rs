@@ -8,6 +8,7 @@ pub mod ag_ui;
 pub mod ai_sdk;
 pub mod anthropic;
 pub mod errors;
+pub mod mcp;
 
 use std::convert::Infallible;
 
