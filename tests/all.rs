@@ -4,6 +4,7 @@
 //!
 //! - `api`: the HTTP and SSE API on the mock model (both backends, `TAH_TEST_BACKEND`).
 //! - `agents`: agents as versioned resources, sessions on them, several providers at once.
+//! - `anthropic`: the Claude Managed Agents face: bad input, tenants, session tokens, resume.
 //! - `faults`: storage faults, hostile providers, hostile pages and slow clients.
 //! - `principals`: keys, tenants, owners and session tokens on every route (a walk over
 //!   `openapi.yaml`'s operations), and the `tah keys` CLI.
@@ -26,6 +27,7 @@
 mod support;
 
 mod agents;
+mod anthropic;
 mod api;
 mod faults;
 mod hardening;

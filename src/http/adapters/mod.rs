@@ -6,6 +6,7 @@
 
 pub mod ag_ui;
 pub mod ai_sdk;
+pub mod anthropic;
 pub mod errors;
 pub mod mcp;
 pub mod openai;
