@@ -82,7 +82,14 @@ const SESSION_ROUTES: &[(&str, &[&str])] = &[
     // Anthropic's managed agents: sending events (messages, interrupts, confirmations, custom
     // tool results) interacts; updating, archiving and deleting need the owner.
     ("/anthropic/v1/sessions/", &["events"]),
+    // OpenAI's Agents API: sending events (messages, tool results, cancel) interacts;
+    // updating and deleting need the owner.
+    ("/openai/v1/agents/sessions/", &["events"]),
 ];
+
+/// OpenAI's Responses routes: a response's id names its session, so their handlers call
+/// [`check_session_access`]; a session token reaches its own session's responses there.
+const OPENAI_RESPONSES: &str = "/openai/v1/responses";
 
 /// What the route `template` (as axum matched it, e.g. `/v1/sessions/{id}/runs`) asks for
 /// `method`.
@@ -182,8 +189,10 @@ pub async fn check_session(
         None => RouteNeed::Handler,
     };
     let RouteNeed::Session(need) = need else {
-        // Only session routes are open to a session token.
-        if matches!(principal, Principal::Session { .. }) {
+        // Only session routes are open to a session token, and OpenAI's responses, whose
+        // handlers check the session a response id (or a request body) names.
+        let responses = request.uri().path().starts_with(OPENAI_RESPONSES);
+        if matches!(principal, Principal::Session { .. }) && !responses {
             return forbidden("a session token is valid only on its session's own routes")
                 .into_response();
         }

@@ -151,7 +151,9 @@ pub fn router(state: AppState, options: &HttpOptions) -> Router {
         .merge(ui::routes())
         .merge(adapters::ai_sdk::routes())
         .merge(adapters::ag_ui::routes())
+        .merge(adapters::anthropic::routes())
         .merge(adapters::mcp::routes())
+        .merge(adapters::openai::routes())
         // After routing (it reads the matched route), before every handler.
         .route_layer(middleware::from_fn_with_state(
             access::SessionAccess {

@@ -6,8 +6,10 @@
 
 pub mod ag_ui;
 pub mod ai_sdk;
+pub mod anthropic;
 pub mod errors;
 pub mod mcp;
+pub mod openai;
 
 use std::convert::Infallible;
 
