@@ -100,12 +100,25 @@ impl StoreError {
     }
 }
 
+/// A session's labels, as [`WriteOp::UpdateLabels`] writes them.
+#[derive(Debug, Clone)]
+pub struct SessionLabels {
+    pub id: Uuid,
+    pub title: Option<String>,
+    pub metadata: serde_json::Value,
+    pub updated_at: chrono::DateTime<chrono::Utc>,
+}
+
 /// One change to the database. A batch of ops commits in one transaction.
 #[derive(Debug, Clone)]
 pub enum WriteOp {
     InsertSession(SessionRecord),
-    /// Writes the mutable columns of a session (state, error, usage, last run, title…).
+    /// Writes what a session's actor changes (options, state, error, usage, last run), not
+    /// its labels: those are [`WriteOp::UpdateLabels`]'s alone after the session is made.
     UpdateSession(SessionRecord),
+    /// Writes a session's labels, its title and metadata: what clients set, and no run
+    /// changes, so that a label's update and the session's actor never overwrite each other.
+    UpdateLabels(SessionLabels),
     /// Writes what a session's runs change: [`SessionProgress`].
     UpdateProgress(SessionProgress),
     /// Removes the session and everything in it.
