@@ -107,7 +107,6 @@ pub fn route_need(method: &Method, template: &str) -> RouteNeed {
 /// [`check_session`], for the handlers of faces whose routes do not name the session in their
 /// path (a response id, a JSON-RPC body). `404` when it may not see it (or it does not exist),
 /// `403` when it sees it but may not do this.
-#[allow(dead_code)]
 pub async fn check_session_access(
     sessions: &Sessions,
     principal: &Principal,
@@ -183,8 +182,10 @@ pub async fn check_session(
         None => RouteNeed::Handler,
     };
     let RouteNeed::Session(need) = need else {
-        // Only session routes are open to a session token.
-        if matches!(principal, Principal::Session { .. }) {
+        // Only session routes are open to a session token, and A2A's, whose handlers check
+        // the session of each context and task they name.
+        let a2a = request.uri().path().starts_with("/a2a/");
+        if matches!(principal, Principal::Session { .. }) && !a2a {
             return forbidden("a session token is valid only on its session's own routes")
                 .into_response();
         }
