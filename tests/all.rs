@@ -24,6 +24,7 @@
 
 mod support;
 
+mod a2a;
 mod agents;
 mod api;
 mod faults;

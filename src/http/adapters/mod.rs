@@ -8,7 +8,6 @@ pub mod a2a;
 pub mod ag_ui;
 pub mod ai_sdk;
 pub mod errors;
-mod push;
 
 use std::convert::Infallible;
 

@@ -25,7 +25,7 @@ use serde_json::{json, Map, Value};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::a2a::A2aError;
+use super::A2aError;
 use crate::protocols::a2a::TaskView;
 use crate::session::Sessions;
 use crate::webhooks::WebhookSecret;

@@ -30,8 +30,10 @@ use futures::{Stream, StreamExt};
 use serde_json::{json, Map, Value};
 use uuid::Uuid;
 
-use super::push::{self, PushConfig};
+use self::push::PushConfig;
 use super::still_parked;
+
+mod push;
 use crate::http::access::{self, Caller};
 use crate::http::events::HEARTBEAT;
 use crate::http::problem::{Problem, PROBLEM_JSON};
@@ -257,16 +259,26 @@ fn agent_id(raw: &str) -> A2aResult<AgentId> {
         .map_err(|_| A2aError::task_not_found(format!("agent {raw:?} not found")))
 }
 
-fn ctx(
+/// The request's context, once the agent is known to be one the caller sees.
+async fn ctx(
     (state, face): (AppState, Face),
     caller: Principal,
     agent: &str,
     headers: &HeaderMap,
 ) -> A2aResult<Ctx> {
+    let agent = agent_id(agent)?;
+    state
+        .sessions
+        .agent_seen_by(agent, None, caller.tenant())
+        .await
+        .map_err(|error| match error {
+            SessionError::AgentNotFound(detail) => A2aError::task_not_found(detail),
+            other => A2aError::from(other),
+        })?;
     Ok(Ctx {
         state,
         caller,
-        agent: agent_id(agent)?,
+        agent,
         base_url: base_url(headers),
         face,
     })
@@ -434,7 +446,7 @@ async fn json_rpc(
         Some(Value::Object(params)) => params.clone(),
         Some(_) => return rpc_error(id, A2aError::invalid_params("params must be an object")),
     };
-    let ctx = match ctx((state, face), caller, &agent, &headers) {
+    let ctx = match ctx((state, face), caller, &agent, &headers).await {
         Ok(ctx) => ctx,
         Err(error) => return rpc_error(id, error),
     };
@@ -1462,7 +1474,7 @@ async fn rest_send(
     body: Bytes,
 ) -> Response {
     let run = async {
-        let ctx = ctx((state, face), caller, &agent, &headers)?;
+        let ctx = ctx((state, face), caller, &agent, &headers).await?;
         send_message(&ctx, &rest_body(&body)?).await
     };
     rest_json(run.await)
@@ -1477,7 +1489,7 @@ async fn rest_stream(
     body: Bytes,
 ) -> Response {
     let run = async {
-        let ctx = ctx((state, face), caller, &agent, &headers)?;
+        let ctx = ctx((state, face), caller, &agent, &headers).await?;
         let frames = send_streaming(&ctx, &rest_body(&body)?).await?;
         Ok::<_, A2aError>(rest_sse(&ctx, frames))
     };
@@ -1493,7 +1505,7 @@ async fn rest_list(
     headers: HeaderMap,
 ) -> Response {
     let run = async {
-        let ctx = ctx((state, face), caller, &agent, &headers)?;
+        let ctx = ctx((state, face), caller, &agent, &headers).await?;
         list_tasks(&ctx, &query_params(query)).await
     };
     rest_json(run.await)
@@ -1508,7 +1520,7 @@ async fn rest_get(
     headers: HeaderMap,
 ) -> Response {
     let run = async {
-        let ctx = ctx((state, face), caller, &agent, &headers)?;
+        let ctx = ctx((state, face), caller, &agent, &headers).await?;
         let mut params = query_params(query);
         params.insert("id".into(), Value::String(task));
         get_task(&ctx, &params).await
@@ -1526,7 +1538,7 @@ async fn rest_task_action(
     body: Bytes,
 ) -> Response {
     let run = async {
-        let ctx = ctx((state, face), caller, &agent, &headers)?;
+        let ctx = ctx((state, face), caller, &agent, &headers).await?;
         let mut params = rest_body(&body)?;
         if let Some(id) = task.strip_suffix(":cancel") {
             params.insert("id".into(), Value::String(id.to_string()));
@@ -1555,7 +1567,7 @@ async fn rest_push_create(
     body: Bytes,
 ) -> Response {
     let run = async {
-        let ctx = ctx((state, face), caller, &agent, &headers)?;
+        let ctx = ctx((state, face), caller, &agent, &headers).await?;
         let mut params = rest_body(&body)?;
         if let Some(body_task) = string_param(&params, "taskId")? {
             if body_task != task {
@@ -1579,7 +1591,7 @@ async fn rest_push_list(
     headers: HeaderMap,
 ) -> Response {
     let run = async {
-        let ctx = ctx((state, face), caller, &agent, &headers)?;
+        let ctx = ctx((state, face), caller, &agent, &headers).await?;
         let mut params = query_params(query);
         params.insert("taskId".into(), Value::String(task));
         push_list(&ctx, &params).await
@@ -1595,7 +1607,7 @@ async fn rest_push_get(
     headers: HeaderMap,
 ) -> Response {
     let run = async {
-        let ctx = ctx((state, face), caller, &agent, &headers)?;
+        let ctx = ctx((state, face), caller, &agent, &headers).await?;
         let mut params = Map::new();
         params.insert("taskId".into(), Value::String(task));
         params.insert("id".into(), Value::String(config));
@@ -1612,7 +1624,7 @@ async fn rest_push_delete(
     headers: HeaderMap,
 ) -> Response {
     let run = async {
-        let ctx = ctx((state, face), caller, &agent, &headers)?;
+        let ctx = ctx((state, face), caller, &agent, &headers).await?;
         let mut params = Map::new();
         params.insert("taskId".into(), Value::String(task));
         params.insert("id".into(), Value::String(config));
