@@ -118,6 +118,10 @@ impl TaskView {
         }
     }
 
+    pub fn task_id(&self) -> Uuid {
+        self.task_id
+    }
+
     pub fn state(&self) -> TaskState {
         self.state
     }

@@ -961,7 +961,7 @@ async fn send_message(ctx: &Ctx, params: &Params) -> A2aResult<Value> {
         events,
     } = start_send(ctx, &send).await?;
     if let Some(push) = &send.push {
-        push::create(ctx_push(ctx), session, view_task_id(&view), push).await?;
+        push::create(ctx_push(ctx), session, view.task_id(), push).await?;
     }
     if let (Some(mut events), false) = (events, send.return_immediately) {
         let follow = async {
@@ -992,13 +992,6 @@ async fn send_message(ctx: &Ctx, params: &Params) -> A2aResult<Value> {
     Ok(json!({ "task": view.task(send.history_length, true) }))
 }
 
-fn view_task_id(view: &TaskView) -> Uuid {
-    view.task(Some(0), false)["id"]
-        .as_str()
-        .and_then(|id| Uuid::parse_str(id).ok())
-        .unwrap_or_default()
-}
-
 /// A stream's frames: `(seq, StreamResponse)`.
 type Frames = std::pin::Pin<Box<dyn Stream<Item = (i64, Value)> + Send>>;
 
@@ -1010,7 +1003,7 @@ async fn send_streaming(ctx: &Ctx, params: &Params) -> A2aResult<Frames> {
         events,
     } = start_send(ctx, &send).await?;
     if let Some(push) = &send.push {
-        push::create(ctx_push(ctx), session, view_task_id(&view), push).await?;
+        push::create(ctx_push(ctx), session, view.task_id(), push).await?;
     }
     Ok(match events {
         // The task as it is, then its events.
@@ -1070,9 +1063,8 @@ fn frames(
 /// The SSE answer of a JSON-RPC stream: each frame a JSON-RPC response with the request's id.
 fn rpc_stream(ctx: &Ctx, id: Value, frames: Frames) -> Response {
     let frames = frames.map(move |(seq, frame)| {
-        json!({"jsonrpc": "2.0", "id": id, "result": frame})
-            .to_string()
-            .pipe(|data| (seq, data))
+        let data = json!({"jsonrpc": "2.0", "id": id, "result": frame}).to_string();
+        (seq, data)
     });
     sse(ctx, frames)
 }
@@ -1093,13 +1085,6 @@ fn sse(ctx: &Ctx, frames: impl Stream<Item = (i64, String)> + Send + 'static) ->
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     response
 }
-
-trait Pipe: Sized {
-    fn pipe<T>(self, f: impl FnOnce(Self) -> T) -> T {
-        f(self)
-    }
-}
-impl<T> Pipe for T {}
 
 // ---------------------------------------------------------------------------------------------
 // SubscribeToTask, GetTask, CancelTask, ListTasks
@@ -1266,52 +1251,60 @@ async fn list_tasks(ctx: &Ctx, params: &Params) -> A2aResult<Value> {
         }
         None => caller_contexts(ctx).await?,
     };
-    // Newest first: contexts newest first, each one's tasks newest first.
+    // Newest first: contexts newest first, each one's tasks newest first. A task's state is
+    // read from its events only when a filter needs it or the task is on the page.
+    let filtered = status.is_some() || after_time.is_some();
     let mut tasks = Vec::new();
     let mut total = 0usize;
     let mut next = None;
-    let mut skipping = page_token.is_some();
+    let mut more = false;
+    let mut on_page = page_token.is_none();
     for session in contexts {
         let mut runs = all_runs(ctx, session).await?;
         runs.reverse();
         for run in runs {
-            if skipping {
-                if page_token.as_ref().is_some_and(|t| t.0 == run.id) {
-                    skipping = false;
-                }
+            let wanted = on_page && tasks.len() < page_size;
+            if !filtered && !wanted {
+                total += 1;
+                more |= on_page;
+                on_page |= page_token.as_ref().is_some_and(|t| t.0 == run.id);
                 continue;
             }
             let view = view_of(ctx, session, &run).await?;
             let task = view.task(history, include_artifacts);
-            if status.is_some_and(|s| s != Some(view.state())) {
-                continue;
-            }
-            if let Some(after) = after_time {
-                let at = task["status"]["timestamp"]
-                    .as_str()
-                    .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok());
-                if at.is_none_or(|at| at.with_timezone(&chrono::Utc) <= after) {
-                    continue;
+            let at = task["status"]["timestamp"]
+                .as_str()
+                .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok());
+            let matches = status.is_none_or(|s| s == Some(view.state()))
+                && after_time.is_none_or(|after| {
+                    at.is_some_and(|at| at.with_timezone(&chrono::Utc) > after)
+                });
+            if matches {
+                total += 1;
+                if wanted {
+                    next = Some(run.id);
+                    tasks.push(task);
+                } else {
+                    more |= on_page;
                 }
             }
-            total += 1;
-            if tasks.len() < page_size {
-                next = Some(run.id);
-                tasks.push(task);
-            }
+            on_page |= page_token.as_ref().is_some_and(|t| t.0 == run.id);
         }
     }
-    if skipping {
+    if !on_page {
         return Err(A2aError::invalid_params(
             "pageToken names no task of this list",
         ));
     }
-    let more = total > tasks.len();
+    let next_page = match (more, next) {
+        (true, Some(id)) => PageToken(id).to_string(),
+        _ => String::new(),
+    };
     Ok(json!({
         "tasks": tasks,
-        "nextPageToken": if more { next.map(|id| PageToken(id).to_string()).unwrap_or_default() } else { String::new() },
+        "nextPageToken": next_page,
         "pageSize": page_size,
-        "totalSize": total + page_token.map_or(0, |_| 0),
+        "totalSize": total,
     }))
 }
 
