@@ -46,6 +46,8 @@ pub enum Command {
     /// Make, list and revoke API keys (principals of one tenant, in a role) in the database
     /// `tah serve` uses; a running server sees them at once.
     Keys(KeysArgs),
+    /// Speak the Agent Client Protocol on stdin and stdout, bridged to a tah server.
+    Acp(AcpArgs),
 }
 
 /// How boolean flags and environment variables are read: `true`/`false`, `1`/`0`,
@@ -438,6 +440,20 @@ pub struct FakeReplyArgs {
     /// messages after the last user message).
     #[arg(long, default_value_t = 1)]
     pub tool_calls: usize,
+}
+
+/// `tah acp`'s flags.
+#[derive(Debug, Clone, Args)]
+pub struct AcpArgs {
+    /// The tah server's URL, e.g. http://127.0.0.1:8080.
+    #[arg(long, env = "TAH_SERVER")]
+    pub server: String,
+    /// The agent of the sessions it makes (default: the server's default agent).
+    #[arg(long, env = "TAH_AGENT")]
+    pub agent: Option<String>,
+    /// The API token or key it sends (`Authorization: Bearer`); better in the environment.
+    #[arg(long, env = "TAH_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
 }
 
 /// `tah keys`' flags.

@@ -60,6 +60,7 @@
 //! (`runtime::EdgeRecords`: idempotency keys, sign-ins); `app → {runtime, http, config}`,
 //! `config → cli`, and nothing imports `app`.
 
+pub mod acp;
 pub mod agent;
 pub mod app;
 pub mod cli;

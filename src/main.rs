@@ -42,6 +42,14 @@ fn main() -> ExitCode {
         Command::FakeModel(args) => runtime.block_on(bench::fake_model(args)),
         Command::Bench(args) => runtime.block_on(bench::bench(*args)),
         Command::Keys(args) => runtime.block_on(keys(args)),
+        Command::Acp(args) => runtime.block_on(async {
+            let options = tah::acp::AcpOptions {
+                server: args.server,
+                agent: args.agent,
+                token: args.token,
+            };
+            tah::acp::run(options).await.map_err(anyhow::Error::msg)
+        }),
         Command::Healthcheck(args) => {
             // Docker keeps a probe's output: one line on stdout either way.
             return match runtime.block_on(healthcheck::probe(&args)) {

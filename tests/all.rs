@@ -31,6 +31,7 @@ mod faults;
 mod hardening;
 mod jwt;
 mod limits;
+mod mcp_server;
 mod principals;
 mod provider_e2e;
 mod providers;

@@ -8,7 +8,9 @@
 //! frames out.
 
 pub mod a2a;
+pub mod acp;
 pub mod ag_ui;
 pub mod ai_sdk;
 pub mod calls;
+pub mod mcp;
 pub mod parts;

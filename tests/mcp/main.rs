@@ -2,7 +2,8 @@
 //! called by a scripted model, under the default policy (`ask`), narrowed per session; calls
 //! that time out, are cancelled, or meet a server that crashes; a server that never answers its
 //! handshake; a shutdown that leaves no process behind; and an agent's server given a vault
-//! secret, which never shows in what is recorded.
+//! secret, which never shows in what is recorded; and another tah server as an MCP server
+//! (its `/mcp`), whose `tah_run` runs a turn there.
 //!
 //! The servers are `fixture`, written with rmcp's server side. So that a stdio server needs no
 //! other build, this suite has its own `main` (`harness = false`): started with
@@ -20,6 +21,7 @@ mod lifecycle;
 mod listing;
 mod npm;
 mod overhead;
+mod tah;
 mod vaults;
 
 use std::future::Future;
@@ -64,6 +66,8 @@ fn main() -> ExitCode {
         lifecycle::a_missing_variable_stops_the_start,
         agents::an_agent_s_own_server_serves_its_sessions_only,
         vaults::a_vault_secret_reaches_the_server_and_never_the_record,
+        tah::another_tah_serves_its_agents_as_mcp_tools,
+        tah::a_client_that_declares_tasks_gets_runs_as_tasks,
     ]);
     // The manual's example on the real server from npm, where it is installed (always in CI).
     let npm_missing = !npm::installed() && std::env::var_os("CI").is_none();

@@ -8,6 +8,7 @@ pub mod a2a;
 pub mod ag_ui;
 pub mod ai_sdk;
 pub mod errors;
+pub mod mcp;
 
 use std::convert::Infallible;
 
