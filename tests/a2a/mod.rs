@@ -230,6 +230,16 @@ async fn bad_json_rpc_input_gets_a2a_codes_and_never_a_5xx() {
             reply.body
         );
     }
+    // A version this server does not speak.
+    let request = server
+        .request(Method::POST, "/a2a/default")
+        .header("a2a-version", "0.3")
+        .body(
+            json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": done_id}})
+                .to_string(),
+        );
+    let reply = server.send(request).await;
+    assert_eq!(code(&reply, "A2A-Version 0.3"), -32009, "{}", reply.body);
     // The field a request must not carry is named.
     let reply = rpc(
         &server,

@@ -266,6 +266,17 @@ async fn ctx(
     agent: &str,
     headers: &HeaderMap,
 ) -> A2aResult<Ctx> {
+    if let Some(version) = headers.get("a2a-version") {
+        let version = version.to_str().unwrap_or("").trim();
+        if !version.is_empty() && version != PROTOCOL_VERSION && version != "1" {
+            return Err(A2aError::new(
+                -32009,
+                StatusCode::BAD_REQUEST,
+                "VERSION_NOT_SUPPORTED",
+                format!("A2A-Version {version:?} is not supported: this server speaks {PROTOCOL_VERSION}"),
+            ));
+        }
+    }
     let agent = agent_id(agent)?;
     state
         .sessions
