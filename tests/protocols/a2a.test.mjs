@@ -284,6 +284,18 @@ describe('@a2a-js/sdk client against tah (mock model)', () => {
       assert.deepEqual(states, ['TASK_STATE_WORKING', 'TASK_STATE_COMPLETED']);
       await client.deleteTaskPushNotificationConfig({ taskId: task.id, id: 'hook' });
       assert.deepEqual((await client.listTaskPushNotificationConfig({ taskId: task.id })).configs, []);
+
+      // A config given with the message gets its task's updates from the task's start.
+      received.length = 0;
+      const sent = await client.sendMessage({
+        message: userMessage('think: what is here?'),
+        configuration: { taskPushNotificationConfig: { id: 'with-send', url, token } },
+      });
+      assert.equal(sent.status.state, TaskState.TASK_STATE_COMPLETED);
+      await until(() => received.some((r) => JSON.parse(r.body).statusUpdate?.status.state === 'TASK_STATE_COMPLETED'), 'the push of a send');
+      const kinds = received.map((r) => Object.keys(JSON.parse(r.body))[0]);
+      assert.deepEqual(kinds, ['artifactUpdate', 'statusUpdate']);
+      assert.ok(received.every((r) => r.headers['webhook-id'].startsWith(`${sent.id}:`)));
     } finally {
       receiver.close();
     }

@@ -972,7 +972,14 @@ async fn send_message(ctx: &Ctx, params: &Params) -> A2aResult<Value> {
         events,
     } = start_send(ctx, &send).await?;
     if let Some(push) = &send.push {
-        push::create(ctx_push(ctx), session, view.task_id(), push).await?;
+        push::create(
+            ctx_push(ctx),
+            session,
+            view.task_id(),
+            push,
+            Some(view.last_seq()),
+        )
+        .await?;
     }
     if let (Some(mut events), false) = (events, send.return_immediately) {
         let follow = async {
@@ -1014,7 +1021,14 @@ async fn send_streaming(ctx: &Ctx, params: &Params) -> A2aResult<Frames> {
         events,
     } = start_send(ctx, &send).await?;
     if let Some(push) = &send.push {
-        push::create(ctx_push(ctx), session, view.task_id(), push).await?;
+        push::create(
+            ctx_push(ctx),
+            session,
+            view.task_id(),
+            push,
+            Some(view.last_seq()),
+        )
+        .await?;
     }
     Ok(match events {
         // The task as it is, then its events.
@@ -1392,7 +1406,7 @@ fn ctx_push(ctx: &Ctx) -> push::PushCtx {
 async fn push_create(ctx: &Ctx, params: &Params) -> A2aResult<Value> {
     let id = uuid_param(params, "taskId", "task")?;
     let (session, _) = task(ctx, id, SessionNeed::Interact).await?;
-    let config = push::create(ctx_push(ctx), session, id, params).await?;
+    let config = push::create(ctx_push(ctx), session, id, params, None).await?;
     Ok(config.to_json(id))
 }
 

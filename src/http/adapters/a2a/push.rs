@@ -76,12 +76,14 @@ const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Configs a task may have.
 const MAX_CONFIGS: usize = 10;
 
-/// Reads and keeps a config for `task_id` (of `session`), and starts delivering to it.
+/// Reads and keeps a config for `task_id` (of `session`), and starts delivering to it: the
+/// updates after the event `after` (a send's config: from where its task starts), or from now.
 pub async fn create(
     ctx: PushCtx,
     session: Uuid,
     task_id: Uuid,
     params: &Map<String, Value>,
+    after: Option<i64>,
 ) -> Result<PushConfig, A2aError> {
     for key in params.keys() {
         if !["tenant", "id", "taskId", "url", "token", "authentication"].contains(&key.as_str()) {
@@ -159,6 +161,9 @@ pub async fn create(
         .await
         .map_err(A2aError::from)?
     {
+        if after.is_some_and(|after| event.seq > after) {
+            break;
+        }
         view.push(&event);
     }
     if !view.state().is_terminal() {
