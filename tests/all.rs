@@ -4,12 +4,14 @@
 //!
 //! - `api`: the HTTP and SSE API on the mock model (both backends, `TAH_TEST_BACKEND`).
 //! - `agents`: agents as versioned resources, sessions on them, several providers at once.
+//! - `anthropic`: the Claude Managed Agents face: bad input, tenants, session tokens, resume.
 //! - `faults`: storage faults, hostile providers, hostile pages and slow clients.
 //! - `principals`: keys, tenants, owners and session tokens on every route (a walk over
 //!   `openapi.yaml`'s operations), and the `tah keys` CLI.
 //! - `jwt`: bearer JWTs verified against a JWKS, end to end.
 //! - `hardening`: crash safety under kill -9, reconnect chaos, load, shutdown under load.
 //! - `limits`: per-tenant limits (runs at once, tokens per day) and their `429`s.
+//! - `openai`: OpenAI's face: bad input, tenants and session tokens, exact stream resume.
 //! - `replicas`: several processes on one PostgreSQL database.
 //! - `store`: the store conformance suite, on SQLite and PostgreSQL.
 //! - `tools`: the built-in tools, the policy, approvals, client tools, artifacts, workspaces.
@@ -26,12 +28,14 @@ mod support;
 
 mod a2a;
 mod agents;
+mod anthropic;
 mod api;
 mod faults;
 mod hardening;
 mod jwt;
 mod limits;
 mod mcp_server;
+mod openai;
 mod principals;
 mod provider_e2e;
 mod providers;

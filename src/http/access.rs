@@ -82,7 +82,14 @@ const SESSION_ROUTES: &[(&str, &[&str])] = &[
     // Anthropic's managed agents: sending events (messages, interrupts, confirmations, custom
     // tool results) interacts; updating, archiving and deleting need the owner.
     ("/anthropic/v1/sessions/", &["events"]),
+    // OpenAI's Agents API: sending events (messages, tool results, cancel) interacts;
+    // updating and deleting need the owner.
+    ("/openai/v1/agents/sessions/", &["events"]),
 ];
+
+/// OpenAI's Responses routes: a response's id names its session, so their handlers call
+/// [`check_session_access`]; a session token reaches its own session's responses there.
+const OPENAI_RESPONSES: &str = "/openai/v1/responses";
 
 /// What the route `template` (as axum matched it, e.g. `/v1/sessions/{id}/runs`) asks for
 /// `method`.
@@ -182,10 +189,12 @@ pub async fn check_session(
         None => RouteNeed::Handler,
     };
     let RouteNeed::Session(need) = need else {
-        // Only session routes are open to a session token, and A2A's, whose handlers check
-        // the session of each context and task they name.
-        let a2a = request.uri().path().starts_with("/a2a/");
-        if matches!(principal, Principal::Session { .. }) && !a2a {
+        // Only session routes are open to a session token, OpenAI's responses, whose handlers
+        // check the session a response id (or a request body) names, and A2A's, whose
+        // handlers check the session of each context and task they name.
+        let path = request.uri().path();
+        let own_check = path.starts_with(OPENAI_RESPONSES) || path.starts_with("/a2a/");
+        if matches!(principal, Principal::Session { .. }) && !own_check {
             return forbidden("a session token is valid only on its session's own routes")
                 .into_response();
         }

@@ -1,5 +1,6 @@
-//! `Idempotency-Key` on the POST routes that start or make something (`/v1/sessions`, and a
-//! session's `/runs`, `/resume`, `/fork`, `/compact`): the first request with a key runs and
+//! `Idempotency-Key` on the POST routes that start or make something (`/v1/sessions`, a
+//! session's `/runs`, `/resume`, `/fork`, `/compact`, and the input events of OpenAI's
+//! Agents API, `/openai/v1/agents/sessions/{id}/events`): the first request with a key runs and
 //! its response (status and body) is kept in the database for 24 hours; a retry with the same
 //! key and the same request gets that response again and starts nothing, also after a restart
 //! and on another replica. The same key with another request is a `422`; a retry that arrives
@@ -59,6 +60,12 @@ fn takes_key(path: &str) -> bool {
     let path = path.trim_end_matches('/');
     if path == "/v1/sessions" {
         return true;
+    }
+    // OpenAI's Agents API sends a session's input events with a key.
+    if let Some(rest) = path.strip_prefix("/openai/v1/agents/sessions/") {
+        return rest
+            .strip_suffix("/events")
+            .is_some_and(|id| !id.is_empty() && !id.contains('/'));
     }
     let Some(rest) = path.strip_prefix("/v1/sessions/") else {
         return false;
@@ -328,6 +335,7 @@ mod tests {
             "/v1/sessions/abc/resume",
             "/v1/sessions/abc/fork",
             "/v1/sessions/abc/compact",
+            "/openai/v1/agents/sessions/abc/events",
         ] {
             assert!(takes_key(path), "{path}");
         }
@@ -337,6 +345,8 @@ mod tests {
             "/v1/sessions//runs",
             "/v1/sessions/abc/runs/x",
             "/v1/sessions/abc/approvals/x",
+            "/openai/v1/agents/sessions//events",
+            "/openai/v1/agents/sessions/abc/items",
             "/healthz",
         ] {
             assert!(!takes_key(path), "{path}");

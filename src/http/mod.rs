@@ -156,7 +156,9 @@ pub fn router(state: AppState, options: &HttpOptions) -> Router {
             auth_required: !options.api_tokens.is_empty() || options.jwt.is_some(),
             allow_private_push: options.a2a_allow_private_push,
         }))
+        .merge(adapters::anthropic::routes())
         .merge(adapters::mcp::routes())
+        .merge(adapters::openai::routes())
         // After routing (it reads the matched route), before every handler.
         .route_layer(middleware::from_fn_with_state(
             access::SessionAccess {

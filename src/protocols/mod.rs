@@ -11,6 +11,8 @@ pub mod a2a;
 pub mod acp;
 pub mod ag_ui;
 pub mod ai_sdk;
+pub mod anthropic;
 pub mod calls;
 pub mod mcp;
+pub mod openai;
 pub mod parts;

@@ -107,6 +107,27 @@ async fn malformed_requests_are_errors_never_5xx() {
         assert_eq!(message["result"]["isError"], true, "{name} {message}");
         assert!(tool_text(&message).contains(says), "{name}: {message}");
     }
+    // A body over the server's limit (1 MiB by default) is a 413, with or without a length.
+    let big = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list",
+                     "params": {"pad": "x".repeat(2 * 1024 * 1024)}})
+    .to_string();
+    let (status, _) = rpc(&server, &big).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    let chunks = futures::stream::iter(
+        big.into_bytes()
+            .chunks(64 * 1024)
+            .map(|c| Ok::<_, std::io::Error>(c.to_vec()))
+            .collect::<Vec<_>>(),
+    );
+    let response = server
+        .request(Method::POST, "/mcp")
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(reqwest::Body::wrap_stream(chunks))
+        .send()
+        .await
+        .expect("POST /mcp, chunked");
+    assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
     let id = server.create_session().await;
     let message = call(
         &server,

@@ -27,7 +27,8 @@
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::response::Response;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use axum::Router;
 use rmcp::model::{
@@ -58,6 +59,7 @@ use crate::session::{
     ApprovalAnswer, ClientResult, EventStream, Follow, NewSession, Pending, RunRequest,
     SessionQuery,
 };
+use axum::RequestExt as _;
 
 /// Events read per query when checking that a parked run still waits.
 const PAGE: i64 = 500;
@@ -74,6 +76,13 @@ pub fn routes() -> Router<AppState> {
 }
 
 async fn serve(State(state): State<AppState>, request: Request) -> Response {
+    // rmcp reads the body itself: hold it to the server's body limit as axum's extractors do.
+    let (parts, body) = request.with_limited_body().into_parts();
+    let body = match axum::body::to_bytes(body, usize::MAX).await {
+        Ok(bytes) => bytes,
+        Err(error) => return body_refused(error),
+    };
+    let request = Request::from_parts(parts, axum::body::Body::from(body));
     let config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
         .with_sse_keep_alive(Some(crate::http::events::HEARTBEAT))
@@ -90,6 +99,25 @@ async fn serve(State(state): State<AppState>, request: Request) -> Response {
     match service.oneshot(request).await {
         Ok(response) => response.map(axum::body::Body::new),
         Err(never) => match never {},
+    }
+}
+
+/// The answer to a body that could not be read: too large for the server's limit, or cut off.
+fn body_refused(error: axum::Error) -> Response {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&error);
+    let mut too_large = false;
+    while let Some(e) = cause {
+        too_large |= e.is::<http_body_util::LengthLimitError>();
+        cause = e.source();
+    }
+    match too_large {
+        true => Problem::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload-too-large",
+            "the request body is too large",
+        )
+        .into_response(),
+        false => Problem::bad_request("the request body could not be read").into_response(),
     }
 }
 

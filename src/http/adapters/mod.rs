@@ -7,8 +7,10 @@
 pub mod a2a;
 pub mod ag_ui;
 pub mod ai_sdk;
+pub mod anthropic;
 pub mod errors;
 pub mod mcp;
+pub mod openai;
 
 use std::convert::Infallible;
 
