@@ -331,6 +331,11 @@ pub trait Store: SessionHistory + Send + Sync + 'static {
     }
 
     async fn session(&self, id: Uuid) -> StoreResult<Option<SessionRecord>>;
+    /// The session a run belongs to (run ids are unique across sessions); `None` when no
+    /// session has that run. A store that keeps no runs has none.
+    async fn run_session(&self, _run_id: Uuid) -> StoreResult<Option<Uuid>> {
+        Ok(None)
+    }
     async fn sessions(&self, query: &SessionQuery) -> StoreResult<Vec<SessionRecord>>;
     /// Sessions stored as `running` or `waiting_tool` (runs a dead process left behind).
     async fn active_sessions(&self) -> StoreResult<Vec<Uuid>>;
