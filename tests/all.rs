@@ -28,6 +28,7 @@
 
 mod support;
 
+mod a2a;
 mod agents;
 mod anthropic;
 mod api;
