@@ -7,7 +7,7 @@ use std::sync::Arc;
 use chrono::Duration;
 use serde_json::json;
 use tah::model::{new_id, now, Checkpoint, Role, SessionRecord, SessionState, StepKind, Usage};
-use tah::store::{SessionProgress, SessionQuery, Store, WriteOp};
+use tah::store::{SessionLabels, SessionProgress, SessionQuery, Store, WriteOp};
 use uuid::Uuid;
 
 use crate::store::builders::*;
@@ -79,6 +79,9 @@ async fn session_update_writes_only_mutable_columns(store: Arc<dyn Store>) {
 
     let got = store.session(s.id).await.expect("read").expect("present");
     let mut want = changed.clone();
+    // The labels are UpdateLabels' alone: the actor's record writes keep them.
+    want.title = s.title.clone();
+    want.metadata = s.metadata.clone();
     want.parent_id = s.parent_id;
     want.system_prompt = s.system_prompt.clone();
     want.created_at = s.created_at;
@@ -86,14 +89,37 @@ async fn session_update_writes_only_mutable_columns(store: Arc<dyn Store>) {
     want.last_seq = 0;
     assert_same(&got, &want);
 
-    // Title and error can be cleared again.
+    // The error can be cleared again.
     let mut cleared = want.clone();
-    cleared.title = None;
     cleared.error = None;
     cleared.state = SessionState::Idle;
     commit(&store, vec![WriteOp::UpdateSession(cleared.clone())]).await;
     let got = store.session(s.id).await.expect("read").expect("present");
     assert_same(&got, &cleared);
+
+    // UpdateLabels writes the title and metadata (and updated_at), and nothing else.
+    let labels = SessionLabels {
+        id: s.id,
+        title: Some("renamed".into()),
+        metadata: json!({ "k": [1, 2, 3] }),
+        updated_at: s.updated_at + Duration::seconds(9),
+    };
+    commit(&store, vec![WriteOp::UpdateLabels(labels.clone())]).await;
+    let got = store.session(s.id).await.expect("read").expect("present");
+    let mut labelled = cleared.clone();
+    labelled.title = labels.title.clone();
+    labelled.metadata = labels.metadata.clone();
+    labelled.updated_at = labels.updated_at;
+    assert_same(&got, &labelled);
+    // And a title can be cleared.
+    let unlabelled = SessionLabels {
+        title: None,
+        ..labels
+    };
+    commit(&store, vec![WriteOp::UpdateLabels(unlabelled)]).await;
+    let got = store.session(s.id).await.expect("read").expect("present");
+    assert_eq!(got.title, None);
+    assert_eq!(got.state, SessionState::Idle);
 
     // Updating a session that does not exist is not an error and creates nothing.
     let ghost = session(SessionState::Idle);
