@@ -142,6 +142,7 @@ impl Application {
                 request_timeout: http.request_timeout,
                 listen: Some(addr),
                 allowed_hosts: http.allowed_hosts.clone(),
+                a2a_allow_private_push: http.a2a_allow_private_push,
                 metrics: metrics.is_none(),
             },
         );

@@ -271,6 +271,11 @@ pub struct ServeArgs {
     )]
     pub allowed_hosts: Vec<String>,
 
+    /// Let A2A push notifications go to private, loopback and link-local addresses (refused
+    /// by default: a client must not make the server call into its own network).
+    #[arg(long, env = "TAH_A2A_ALLOW_PRIVATE_PUSH", value_parser = boolish())]
+    pub a2a_allow_private_push: bool,
+
     /// Connections open at once at most, N ≥ 1; one more is answered 503 and closed. Default:
     /// the process's open-file limit less 256.
     #[arg(long, env = "TAH_MAX_CONNECTIONS", value_parser = clap::value_parser!(u32).range(1..))]

@@ -138,6 +138,8 @@ pub struct HttpSettings {
     pub cors_origins: Vec<String>,
     /// Host names answered besides the loopback names and the listen address.
     pub allowed_hosts: Vec<String>,
+    /// A2A push notifications may go to private addresses (`--a2a-allow-private-push`).
+    pub a2a_allow_private_push: bool,
     pub max_body_bytes: usize,
     /// Time limit of ordinary requests (not SSE streams, not `?wait=true` runs).
     pub request_timeout: Duration,
@@ -328,6 +330,7 @@ impl Settings {
                 jwt,
                 cors_origins,
                 allowed_hosts: args.allowed_hosts,
+                a2a_allow_private_push: args.a2a_allow_private_push,
                 max_body_bytes: args.max_body_bytes,
                 request_timeout: Duration::from_secs(args.request_timeout_secs),
                 max_connections: args.max_connections.map(|n| n as usize),

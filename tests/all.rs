@@ -26,6 +26,7 @@
 
 mod support;
 
+mod a2a;
 mod agents;
 mod anthropic;
 mod api;

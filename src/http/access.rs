@@ -189,10 +189,12 @@ pub async fn check_session(
         None => RouteNeed::Handler,
     };
     let RouteNeed::Session(need) = need else {
-        // Only session routes are open to a session token, and OpenAI's responses, whose
-        // handlers check the session a response id (or a request body) names.
-        let responses = request.uri().path().starts_with(OPENAI_RESPONSES);
-        if matches!(principal, Principal::Session { .. }) && !responses {
+        // Only session routes are open to a session token, OpenAI's responses, whose handlers
+        // check the session a response id (or a request body) names, and A2A's, whose
+        // handlers check the session of each context and task they name.
+        let path = request.uri().path();
+        let own_check = path.starts_with(OPENAI_RESPONSES) || path.starts_with("/a2a/");
+        if matches!(principal, Principal::Session { .. }) && !own_check {
             return forbidden("a session token is valid only on its session's own routes")
                 .into_response();
         }

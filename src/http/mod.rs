@@ -91,6 +91,8 @@ pub struct HttpOptions {
     /// `GET /metrics` is served here too (false: it has a listener of its own, see
     /// [`metrics_router`], and this router answers it 404).
     pub metrics: bool,
+    /// A2A push notifications may go to private addresses (`--a2a-allow-private-push`).
+    pub a2a_allow_private_push: bool,
 }
 
 impl Default for HttpOptions {
@@ -103,6 +105,7 @@ impl Default for HttpOptions {
             request_timeout: Duration::from_secs(30),
             listen: None,
             allowed_hosts: Vec::new(),
+            a2a_allow_private_push: false,
             metrics: true,
         }
     }
@@ -149,6 +152,10 @@ pub fn router(state: AppState, options: &HttpOptions) -> Router {
         .merge(ui::routes())
         .merge(adapters::ai_sdk::routes())
         .merge(adapters::ag_ui::routes())
+        .merge(adapters::a2a::routes(adapters::a2a::Face {
+            auth_required: !options.api_tokens.is_empty() || options.jwt.is_some(),
+            allow_private_push: options.a2a_allow_private_push,
+        }))
         .merge(adapters::anthropic::routes())
         .merge(adapters::mcp::routes())
         .merge(adapters::openai::routes())

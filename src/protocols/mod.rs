@@ -7,6 +7,7 @@
 //! Pure: no I/O, nothing stored. The HTTP layer reads the log, feeds it in, and writes the
 //! frames out.
 
+pub mod a2a;
 pub mod acp;
 pub mod ag_ui;
 pub mod ai_sdk;

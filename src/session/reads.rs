@@ -26,6 +26,11 @@ impl Sessions {
         Ok(self.deps.store.run(id, run_id).await?)
     }
 
+    /// The session a run belongs to; `None` when no session has that run.
+    pub async fn run_session(&self, run_id: Uuid) -> Result<Option<Uuid>, SessionError> {
+        Ok(self.deps.store.run_session(run_id).await?)
+    }
+
     /// The session's run in progress; `None` when it runs nothing. The session must exist.
     pub async fn active_run(&self, id: Uuid) -> Result<Option<RunRecord>, SessionError> {
         let session = self.get(id).await?;

@@ -336,6 +336,28 @@ impl Sessions {
         Ok(self.get(id).await.unwrap_or(record))
     }
 
+    /// Sets a session's labels (its title and metadata), whatever its runs are doing: nothing
+    /// else writes them after the session is made. Answers the session as it is now.
+    pub async fn set_labels(
+        &self,
+        id: Uuid,
+        title: Option<String>,
+        metadata: serde_json::Value,
+    ) -> Result<SessionRecord, SessionError> {
+        self.get(id).await?;
+        let labels = crate::store::SessionLabels {
+            id,
+            title,
+            metadata,
+            updated_at: crate::model::now(),
+        };
+        self.deps
+            .store
+            .commit(&[&[WriteOp::UpdateLabels(labels)]])
+            .await?;
+        self.get(id).await
+    }
+
     pub async fn get(&self, id: Uuid) -> Result<SessionRecord, SessionError> {
         self.deps
             .store

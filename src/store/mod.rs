@@ -100,12 +100,25 @@ impl StoreError {
     }
 }
 
+/// A session's labels, as [`WriteOp::UpdateLabels`] writes them.
+#[derive(Debug, Clone)]
+pub struct SessionLabels {
+    pub id: Uuid,
+    pub title: Option<String>,
+    pub metadata: serde_json::Value,
+    pub updated_at: chrono::DateTime<chrono::Utc>,
+}
+
 /// One change to the database. A batch of ops commits in one transaction.
 #[derive(Debug, Clone)]
 pub enum WriteOp {
     InsertSession(SessionRecord),
-    /// Writes the mutable columns of a session (state, error, usage, last run, title…).
+    /// Writes what a session's actor changes (options, state, error, usage, last run), not
+    /// its labels: those are [`WriteOp::UpdateLabels`]'s alone after the session is made.
     UpdateSession(SessionRecord),
+    /// Writes a session's labels, its title and metadata: what clients set, and no run
+    /// changes, so that a label's update and the session's actor never overwrite each other.
+    UpdateLabels(SessionLabels),
     /// Writes what a session's runs change: [`SessionProgress`].
     UpdateProgress(SessionProgress),
     /// Removes the session and everything in it.
@@ -318,6 +331,11 @@ pub trait Store: SessionHistory + Send + Sync + 'static {
     }
 
     async fn session(&self, id: Uuid) -> StoreResult<Option<SessionRecord>>;
+    /// The session a run belongs to (run ids are unique across sessions); `None` when no
+    /// session has that run. A store that keeps no runs has none.
+    async fn run_session(&self, _run_id: Uuid) -> StoreResult<Option<Uuid>> {
+        Ok(None)
+    }
     async fn sessions(&self, query: &SessionQuery) -> StoreResult<Vec<SessionRecord>>;
     /// Sessions stored as `running` or `waiting_tool` (runs a dead process left behind).
     async fn active_sessions(&self) -> StoreResult<Vec<Uuid>>;

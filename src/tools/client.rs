@@ -27,6 +27,10 @@ impl Tool for ClientSide {
         ToolSource::Client
     }
 
+    fn client_tool(&self) -> Option<&ClientTool> {
+        Some(&self.0)
+    }
+
     async fn call(&self, _ctx: &ToolContext, _input: &Value) -> Result<ToolResult, ToolError> {
         Err(ToolError(format!(
             "{} runs on the client; the server does not run it",

@@ -185,6 +185,10 @@ pub trait Tool: Send + Sync {
     fn server(&self) -> Option<&str> {
         None
     }
+    /// The client's tool this stands for, when a client runs it (the server never does).
+    fn client_tool(&self) -> Option<&crate::model::ClientTool> {
+        None
+    }
     fn availability(&self) -> Availability {
         Availability::Available
     }

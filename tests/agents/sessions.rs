@@ -344,6 +344,64 @@ async fn the_agents_client_tools_and_limits_apply_to_its_sessions() {
 }
 
 #[tokio::test]
+async fn a_call_of_the_agents_client_tool_waits_for_the_clients_result() {
+    let server = TestServer::start(ServerOptions::new()).await;
+    let agent = create_agent(
+        &server,
+        &json!({
+            "name": "asker",
+            "model": "mock",
+            "tools": ["list_files"],
+            "client_tools": [{"name": "pick_colour", "description": "Asks the user for a colour.",
+                              "input_schema": {"type": "object"}}],
+        }),
+    )
+    .await;
+    let session = id_of(&session_on(&server, json!({"agent": id_of(&agent)})).await);
+    // The mock calls the first tool that is not a built-in one: the agent's client tool.
+    server
+        .start_run(&session, "ask the client for a colour")
+        .await;
+    let waiting = server
+        .poll_session(
+            &session,
+            "waiting_tool",
+            std::time::Duration::from_secs(10),
+            |s| s["state"] == "waiting_tool" || s["state"] == "completed",
+        )
+        .await;
+    assert_eq!(waiting["state"], "waiting_tool", "{waiting}");
+    let events = server.events(&session).await;
+    let requested = events
+        .iter()
+        .find(|e| e["type"] == "tool.client-requested")
+        .unwrap_or_else(|| panic!("no tool.client-requested: {events:?}"));
+    assert_eq!(requested["data"]["tool"], "pick_colour");
+    let call_id = requested["data"]["call_id"].as_str().unwrap().to_string();
+    let reply = server
+        .post_json(
+            &format!("/v1/sessions/{session}/tool-results/{call_id}"),
+            &json!({"output": "teal"}),
+        )
+        .await;
+    reply.expect_json(reqwest::StatusCode::OK, "the client's result");
+    let done = server
+        .poll_session(
+            &session,
+            "completed",
+            std::time::Duration::from_secs(10),
+            |s| s["state"] == "completed",
+        )
+        .await;
+    assert_eq!(done["state"], "completed");
+    let messages = server.messages(&session).await;
+    assert!(
+        messages.iter().any(|m| m.to_string().contains("teal")),
+        "the result reached the history: {messages:?}"
+    );
+}
+
+#[tokio::test]
 async fn a_run_keeps_the_version_it_started_with_when_the_agent_changes_mid_run() {
     // Asked to think, the mock streams reasoning before each of its three replies, slowly.
     let server = TestServer::start(ServerOptions::new().mock_delay_ms(25)).await;

@@ -678,3 +678,45 @@ async fn a_stream_resumes_exactly_after_its_last_event_id() {
         .collect();
     assert_eq!(events, all);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn labels_updated_during_a_run_neither_undo_nor_are_undone_by_it() {
+    let server = TestServer::start(ServerOptions::new().mock_delay_ms(20)).await;
+    let id = server.create_session().await;
+    server.start_run(&id, "look around").await;
+    // Updates while the run records its progress: each writes the labels only, so the run's
+    // state and usage are never set back to what they were when the update read them.
+    let mut n = 0;
+    loop {
+        n += 1;
+        let reply = server
+            .post_json(
+                &format!("/anthropic/v1/sessions/{id}"),
+                &json!({"title": format!("title {n}"), "metadata": {"round": n.to_string()}}),
+            )
+            .await
+            .expect_json(StatusCode::OK, "update the title");
+        assert_eq!(reply["title"], format!("title {n}"));
+        if server.session(&id).await["state"] == "completed" {
+            break;
+        }
+        assert!(n < 1000, "the run did not complete");
+    }
+    assert!(n > 1, "the updates overlapped the run");
+    let session = server
+        .poll_session(&id, "completed", Duration::from_secs(10), |s| {
+            s["state"] == "completed"
+        })
+        .await;
+    assert_eq!(session["title"], format!("title {n}"), "{session}");
+    assert_eq!(session["metadata"]["round"], n.to_string(), "{session}");
+    assert!(
+        session["usage"]["output_tokens"].as_u64() > Some(0),
+        "{session}"
+    );
+    // A later run keeps them too.
+    let done = server.run_wait(&id, "and again").await;
+    assert_eq!(done["status"], "completed", "{done}");
+    let session = server.session(&id).await;
+    assert_eq!(session["title"], format!("title {n}"), "{session}");
+}

@@ -4,6 +4,7 @@
 //! streaming a run's events through a protocol adapter as SSE `data:` lines until the run
 //! ends or waits for answers only; and each face's error shape (`errors`).
 
+pub mod a2a;
 pub mod ag_ui;
 pub mod ai_sdk;
 pub mod anthropic;

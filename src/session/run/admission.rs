@@ -223,7 +223,8 @@ impl Run<'_> {
         })
     }
 
-    /// The client's tool of that name, if a client runs it: the run's own, or the session's.
+    /// The client's tool of that name, if a client runs it: the run's own, or the session's,
+    /// or the agent's (offered to the model among the run's tools).
     fn client_tool(&self, name: &str) -> Option<ClientTool> {
         let run = self.core.last_run.as_ref().filter(|r| r.id == self.run_id);
         match run {
@@ -236,6 +237,7 @@ impl Run<'_> {
                 .iter()
                 .find(|t| t.name == name),
         }
+        .or_else(|| self.calls.tools.get(name).and_then(|t| t.client_tool()))
         .cloned()
     }
 

@@ -156,6 +156,15 @@ impl Store for PostgresStore {
         row.as_ref().map(session_from).transpose()
     }
 
+    async fn run_session(&self, run_id: Uuid) -> StoreResult<Option<Uuid>> {
+        Ok(
+            sqlx::query_scalar("SELECT session_id FROM runs WHERE id = $1")
+                .bind(run_id)
+                .fetch_optional(&self.pool)
+                .await?,
+        )
+    }
+
     async fn sessions(&self, query: &SessionQuery) -> StoreResult<Vec<SessionRecord>> {
         let rows = sqlx::query(&format!(
             "SELECT {SESSION_COLUMNS} FROM sessions s \

@@ -21,7 +21,7 @@ use crate::model::{
     ToolCall, UncutEvent,
 };
 use crate::store::rows::{tokens, CopiedRows, COPIED_ARTIFACTS, COPIED_MESSAGES, SESSION_TABLES};
-use crate::store::{NewArtifact, SessionProgress, StepRow, StoreResult, WriteOp};
+use crate::store::{NewArtifact, SessionLabels, SessionProgress, StepRow, StoreResult, WriteOp};
 
 /// Applies every group of ops in one transaction: all or nothing.
 pub(super) async fn commit(store: &PostgresStore, batch: &[&[WriteOp]]) -> StoreResult<()> {
@@ -100,6 +100,7 @@ async fn apply(conn: &mut PgConnection, op: &WriteOp) -> StoreResult<()> {
     match op {
         WriteOp::InsertSession(s) => insert_session(conn, s).await?,
         WriteOp::UpdateSession(s) => update_session(conn, s).await?,
+        WriteOp::UpdateLabels(l) => update_labels(conn, l).await?,
         WriteOp::UpdateProgress(p) => update_progress(conn, p).await?,
         WriteOp::DeleteSession(id) => delete_session(conn, *id).await?,
         WriteOp::InsertMessage {
@@ -154,13 +155,29 @@ async fn insert_session(conn: &mut PgConnection, s: &SessionRecord) -> Result<()
 
 async fn update_session(conn: &mut PgConnection, s: &SessionRecord) -> Result<(), sqlx::Error> {
     let options = options_value(s);
-    let update = sqlx::query(
-        "UPDATE sessions SET title = $1, metadata = $2, options = $3, state = $4, error = $5, \
-         input_tokens = $6, output_tokens = $7, last_run_id = $8, updated_at = $9 \
-         WHERE id = $10",
-    );
-    bind_mutable(update, s, &options)
-        .bind(s.id)
+    sqlx::query(
+        "UPDATE sessions SET options = $1, state = $2, error = $3, input_tokens = $4, \
+         output_tokens = $5, last_run_id = $6, updated_at = $7 WHERE id = $8",
+    )
+    .bind(json(&options))
+    .bind(s.state.as_str())
+    .bind(opt_text(&s.error))
+    .bind(tokens(s.usage.input_tokens))
+    .bind(tokens(s.usage.output_tokens))
+    .bind(s.last_run_id)
+    .bind(s.updated_at)
+    .bind(s.id)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+async fn update_labels(conn: &mut PgConnection, l: &SessionLabels) -> Result<(), sqlx::Error> {
+    sqlx::query("UPDATE sessions SET title = $1, metadata = $2, updated_at = $3 WHERE id = $4")
+        .bind(opt_text(&l.title))
+        .bind(json(&l.metadata))
+        .bind(l.updated_at)
+        .bind(l.id)
         .execute(conn)
         .await?;
     Ok(())

@@ -183,6 +183,15 @@ impl Store for SqliteStore {
         row.as_ref().map(session_from).transpose()
     }
 
+    async fn run_session(&self, run_id: Uuid) -> StoreResult<Option<Uuid>> {
+        let found: Option<String> = sqlx::query_scalar("SELECT session_id FROM runs WHERE id = ?")
+            .bind(run_id.to_string())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| self.read_failed(e))?;
+        Ok(found.and_then(|id| Uuid::parse_str(&id).ok()))
+    }
+
     async fn sessions(&self, query: &SessionQuery) -> StoreResult<Vec<SessionRecord>> {
         let rows = sqlx::query(&format!(
             "SELECT {SESSION_COLUMNS} FROM sessions s \

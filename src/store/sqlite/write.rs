@@ -16,7 +16,9 @@ use crate::model::{
     Checkpoint, FinishReason, Message, Published, RunRecord, SessionRecord, ThinkingBlock, ToolCall,
 };
 use crate::store::rows::{tokens, CopiedRows, COPIED_ARTIFACTS, COPIED_MESSAGES, SESSION_TABLES};
-use crate::store::{NewArtifact, SessionProgress, StepRow, StoreError, StoreResult, WriteOp};
+use crate::store::{
+    NewArtifact, SessionLabels, SessionProgress, StepRow, StoreError, StoreResult, WriteOp,
+};
 
 #[derive(Clone)]
 pub struct SqliteWriter {
@@ -152,6 +154,7 @@ fn apply(tx: &Transaction<'_>, op: &WriteOp) -> rusqlite::Result<()> {
     match op {
         WriteOp::InsertSession(s) => insert_session(tx, s),
         WriteOp::UpdateSession(s) => update_session(tx, s),
+        WriteOp::UpdateLabels(l) => update_labels(tx, l),
         WriteOp::UpdateProgress(p) => update_progress(tx, p),
         WriteOp::DeleteSession(id) => delete_session(tx, *id),
         WriteOp::InsertMessage {
@@ -203,10 +206,23 @@ fn insert_session(tx: &Transaction<'_>, s: &SessionRecord) -> rusqlite::Result<(
 fn update_session(tx: &Transaction<'_>, s: &SessionRecord) -> rusqlite::Result<()> {
     let id = SqlValue::from(s.id.to_string());
     tx.prepare_cached(
-        "UPDATE sessions SET title = ?, metadata = ?, options = ?, state = ?, error = ?, \
-         input_tokens = ?, output_tokens = ?, last_run_id = ?, updated_at = ? WHERE id = ?",
+        "UPDATE sessions SET options = ?, state = ?, error = ?, input_tokens = ?, \
+         output_tokens = ?, last_run_id = ?, updated_at = ? WHERE id = ?",
     )?
-    .execute(params_from_iter(mutable_columns(s).into_iter().chain([id])))?;
+    .execute(params_from_iter(
+        mutable_columns(s).into_iter().skip(2).chain([id]),
+    ))?;
+    Ok(())
+}
+
+fn update_labels(tx: &Transaction<'_>, l: &SessionLabels) -> rusqlite::Result<()> {
+    tx.prepare_cached("UPDATE sessions SET title = ?, metadata = ?, updated_at = ? WHERE id = ?")?
+        .execute(params![
+            l.title,
+            l.metadata.to_string(),
+            l.updated_at.to_rfc3339(),
+            l.id.to_string(),
+        ])?;
     Ok(())
 }
 

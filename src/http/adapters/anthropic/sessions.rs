@@ -23,7 +23,6 @@ use crate::model::{
 use crate::protocols::anthropic::agents::agent_object;
 use crate::protocols::anthropic::events::stamp;
 use crate::session::{Follow, IfBusy, NewSession, Pending, RunRequest, SessionQuery};
-use crate::store::WriteOp;
 
 /// The metadata key that marks a session archived through this face (its time).
 pub const ARCHIVED: &str = "anthropic.archived_at";
@@ -314,13 +313,11 @@ async fn show(
 
 /// Writes a session's title and metadata (what the face changes; its runs never do).
 async fn save(state: &AppState, record: SessionRecord) -> Result<(), Problem> {
-    let ops = [WriteOp::UpdateSession(record)];
     state
         .sessions
-        .store()
-        .commit(&[&ops])
-        .await
-        .map_err(|e| Problem::from(crate::session::SessionError::Store(e)))
+        .set_labels(record.id, record.title, record.metadata)
+        .await?;
+    Ok(())
 }
 
 async fn update(
