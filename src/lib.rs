@@ -34,6 +34,9 @@
 //!   sessions of this process), `lease`, `stream` (replay-then-live), `steps` (rebuilding a
 //!   step's request), `subagents` and `lineage` (the `task` tool and a run's children) and
 //!   `coordination` (scale-out background tasks).
+//! - [`schedules`]: agent runs on a cron in an IANA time zone: `timing` (the cron, the
+//!   pure misfire plan), `scheduler` (the task that claims due fires once across replicas),
+//!   and the fire itself (overlap, the run through `Sessions`, the fires log).
 //! - [`metrics`]: the process's Prometheus metrics, counted where things happen.
 //! - [`telemetry`]: OpenTelemetry traces of runs, LLM calls and tool calls (GenAI
 //!   conventions), exported over OTLP when the standard `OTEL_*` variables ask for it.
@@ -73,6 +76,7 @@ pub mod model;
 pub mod principals;
 pub mod protocols;
 pub mod runtime;
+pub mod schedules;
 pub mod session;
 pub mod store;
 pub mod telemetry;

@@ -127,6 +127,7 @@ impl Runtime {
                 runtime.shutdown_token(),
             );
         }
+        crate::schedules::scheduler::start(runtime.sessions().clone(), runtime.shutdown_token());
         Ok(runtime)
     }
 

@@ -13,6 +13,8 @@
 //! - `limits`: per-tenant limits (runs at once, tokens per day) and their `429`s.
 //! - `openai`: OpenAI's face: bad input, tenants and session tokens, exact stream resume.
 //! - `replicas`: several processes on one PostgreSQL database.
+//! - `schedules`: schedules, their fires, overlap and misfire policies, across restarts and
+//!   replicas.
 //! - `store`: the store conformance suite, on SQLite and PostgreSQL.
 //! - `tools`: the built-in tools, the policy, approvals, client tools, artifacts, workspaces.
 //! - `providers` and `provider_e2e`: the OpenAI and Anthropic clients against fakes.
@@ -40,6 +42,7 @@ mod principals;
 mod provider_e2e;
 mod providers;
 mod replicas;
+mod schedules;
 mod store;
 mod tools;
 mod ui;

@@ -4,7 +4,7 @@
 //! answer. One module per resource; `router` merges them.
 //!
 //! - `sessions`, `runs`, `events`, `approvals`, `artifacts`, `agents`, `vaults` (write-only
-//!   secrets): the resources.
+//!   secrets), `schedules`: the resources.
 //! - `adapters/`: the faces, front-end protocols over the same sessions (`ai_sdk`: the Vercel
 //!   AI SDK's UI message stream; `ag_ui`: AG-UI), and what they share (streaming a run
 //!   through an adapter of [`crate::protocols`]).
@@ -34,6 +34,7 @@ mod params;
 mod problem;
 mod providers;
 mod runs;
+mod schedules;
 pub mod server;
 mod sessions;
 pub mod sse;
@@ -145,6 +146,7 @@ pub fn router(state: AppState, options: &HttpOptions) -> Router {
         .merge(agents::routes())
         .merge(keys::routes(principals))
         .merge(vaults::routes())
+        .merge(schedules::routes())
         .merge(runs::routes())
         .merge(approvals::routes())
         .merge(events::routes())

@@ -92,7 +92,7 @@ pub(super) enum PendingParam {
 }
 
 /// `input` is a string or a user message object `{role: "user", content: "..."}`.
-fn parse_input(input: Value) -> Result<String, Problem> {
+pub(super) fn parse_input(input: Value) -> Result<String, Problem> {
     let text = match input {
         Value::String(s) => s,
         Value::Object(mut map) => {

@@ -21,12 +21,14 @@
 //! - `sign_ins`: the sign-ins of the built-in page, on both backends.
 //! - `agents`: the agents and their versions, on both backends.
 //! - `vaults`: the tenants' sealed secrets, on both backends.
+//! - `schedules`: the schedules and their fires log, on both backends.
 
 pub mod agents;
 pub mod keys;
 pub mod postgres;
 pub mod principals;
 mod rows;
+pub mod schedules;
 pub mod sign_ins;
 pub mod sqlite;
 pub mod vaults;
@@ -398,6 +400,12 @@ pub trait Store: SessionHistory + Send + Sync + 'static {
             .map(|tables| tables as &dyn vaults::VaultStore)
     }
 
+    /// The schedules and their fires; `None` for a store without them.
+    fn schedule_store(&self) -> Option<&dyn schedules::ScheduleStore> {
+        self.server_tables()
+            .map(|tables| tables as &dyn schedules::ScheduleStore)
+    }
+
     /// The API keys and session tokens; `None` for a store without them.
     fn principals(&self) -> Option<&dyn principals::PrincipalStore> {
         self.server_tables()
@@ -421,6 +429,7 @@ pub trait ServerTables:
     + agents::AgentStore
     + principals::PrincipalStore
     + vaults::VaultStore
+    + schedules::ScheduleStore
 {
 }
 
@@ -431,6 +440,7 @@ impl<T> ServerTables for T where
         + agents::AgentStore
         + principals::PrincipalStore
         + vaults::VaultStore
+        + schedules::ScheduleStore
 {
 }
 

@@ -105,6 +105,9 @@ enum Class {
     SessionRead,
     SessionInteract,
     SessionOwn,
+    /// Reading one schedule of tenant A (owned by m1): like a session's read, but session
+    /// tokens never reach schedules.
+    ScheduleRead,
 }
 
 /// The class of an operation, or `None` when the contract does not say.
@@ -162,6 +165,18 @@ fn class_of(op: &Operation) -> Option<Class> {
         return match (m.clone(), rest) {
             (Method::GET | Method::POST, "") => Some(Class::Admin { specific: false }),
             (Method::DELETE, _) if one_key => Some(Class::Admin { specific: true }),
+            _ => None,
+        };
+    }
+    if let Some(rest) = path.strip_prefix("/v1/schedules") {
+        // Schedules are made like sessions, and one of m1's is changed like m1's session.
+        return match (m.clone(), rest) {
+            (Method::GET, "") => Some(Class::SessionList),
+            (Method::POST, "") => Some(Class::Create),
+            (Method::GET, "/{id}" | "/{id}/fires") => Some(Class::ScheduleRead),
+            (Method::POST | Method::DELETE, "/{id}") | (Method::POST, "/{id}/trigger") => {
+                Some(Class::SessionOwn)
+            }
             _ => None,
         };
     }
@@ -298,6 +313,11 @@ fn expected(class: Class, who: Who) -> Expect {
             Who::OtherTenantAdmin | Who::MemberNotOwner => Hidden,
             _ => Forbidden,
         },
+        Class::ScheduleRead => match who {
+            Who::OtherTenantAdmin | Who::MemberNotOwner => Hidden,
+            Who::Viewer => NotDenied,
+            _ => Forbidden,
+        },
     }
 }
 
@@ -310,6 +330,8 @@ struct World {
     /// Path parameter → value, by the path's prefix (`{id}` differs by resource).
     session: String,
     agent: String,
+    /// A schedule of m1's, on an agent archived since (a manual fire fails, calling no model).
+    schedule: String,
     key: String,
     run: String,
     step: String,
@@ -359,6 +381,20 @@ async fn world() -> World {
     let agent = id_of(&create_agent(&admin, &json!({"name": "walker", "model": "fake"})).await);
 
     let owner = m1.client(&op);
+    let retired = id_of(&create_agent(&admin, &json!({"name": "retired", "model": "fake"})).await);
+    let schedule = owner
+        .post_json(
+            "/v1/schedules",
+            &json!({"agent": retired, "cron": "0 0 1 1 *", "timezone": "UTC", "input": "x"}),
+        )
+        .await
+        .expect_json(StatusCode::CREATED, "m1's schedule");
+    let schedule = id_of(&schedule);
+    let path = format!("/v1/agents/{retired}");
+    admin
+        .send(admin.request(Method::DELETE, &path))
+        .await
+        .expect_json(StatusCode::OK, "the schedule's agent archived");
     let session = id_of(
         &owner
             .create_session_with(&json!({"client_tools": [client_tool()]}))
@@ -430,6 +466,7 @@ async fn world() -> World {
         credentials,
         session,
         agent,
+        schedule,
         key,
         run,
         step,
@@ -454,6 +491,7 @@ impl World {
             let value = match name {
                 "id" if op.path.starts_with("/v1/sessions/") => &self.session,
                 "id" if op.path.starts_with("/v1/agents/") => &self.agent,
+                "id" if op.path.starts_with("/v1/schedules/") => &self.schedule,
                 "id" | "key_id" if op.path.starts_with("/v1/keys/") => &self.key,
                 "run_id" => &self.run,
                 "step_id" => &self.step,
@@ -484,6 +522,10 @@ impl World {
                 "/v1/agents" => json!({"name": "walked", "model": "fake"}),
                 "/v1/agents/{id}" => json!({"system_prompt": "changed"}),
                 "/v1/keys" => json!({"role": "viewer"}),
+                "/v1/schedules" => json!({"agent": "default", "cron": "0 0 1 1 *",
+                                          "timezone": "UTC", "input": "x", "paused": true}),
+                "/v1/schedules/{id}" => json!({"paused": true}),
+                "/v1/schedules/{id}/trigger" => json!({}),
                 _ if path.starts_with("/v1/vaults/") => json!({"value": "v"}),
                 _ if path.ends_with("/runs") => json!({"input": "hello"}),
                 _ if path.ends_with("/tokens") => json!({"scope": "read"}),
@@ -608,7 +650,7 @@ async fn every_route_denies_every_principal_the_contract_keeps_out() {
     // interact token answers: it is walked after the rest, so that those answers reach a
     // waiting call; the session's deletion is walked last of all.
     operations.sort_by_key(|op| match (&op.method, op.path.as_str()) {
-        (&Method::DELETE, "/v1/sessions/{id}") => 2,
+        (&Method::DELETE, "/v1/sessions/{id}" | "/v1/schedules/{id}") => 2,
         (_, path) if path.ends_with("/cancel") => 1,
         _ => 0,
     });
