@@ -96,6 +96,7 @@ fn turn_events(turn: usize) -> Vec<EventKind> {
             message: Message::assistant("", vec![call.clone()]),
             finish_reason: FinishReason::Model("tool_calls".into()),
             usage,
+            cost_usd: None,
         },
         EventKind::ToolStarted {
             step_id: step1,
@@ -121,6 +122,7 @@ fn turn_events(turn: usize) -> Vec<EventKind> {
             message: Message::assistant(answer.clone(), Vec::new()),
             finish_reason: FinishReason::Model("stop".into()),
             usage,
+            cost_usd: None,
         },
         EventKind::Checkpoint {
             checkpoint_id: tah::model::new_id(),

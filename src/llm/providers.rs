@@ -6,6 +6,8 @@
 //! The clients of one provider share its connection pool; [`file`] reads the `--providers`
 //! file.
 
+mod cost;
+pub use cost::round_usd;
 pub mod file;
 
 use std::collections::{BTreeMap, HashMap};
@@ -208,6 +210,11 @@ impl Providers {
     /// The default agent's thinking budget (`--thinking-budget`).
     pub fn default_thinking(&self) -> Option<u32> {
         self.inner.default_thinking
+    }
+
+    /// The price of `model` on the provider `provider`, when its `prices` give one.
+    pub fn price(&self, provider: &str, model: &str) -> Option<Price> {
+        self.spec(provider)?.prices.get(model).copied()
     }
 
     pub fn spec(&self, name: &str) -> Option<&ProviderSpec> {

@@ -110,6 +110,20 @@ pub enum EventKind {
         message: Message,
         finish_reason: FinishReason,
         usage: Usage,
+        /// What the step cost in US dollars, when its model has a price.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cost_usd: Option<f64>,
+    },
+    /// Follows each completed LLM step: its tokens, its cost and the session's total cost so
+    /// far (the costs are absent while no step had a price).
+    #[serde(rename = "session.usage")]
+    SessionUsage {
+        input_tokens: u64,
+        output_tokens: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cost_usd: Option<f64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        total_cost_usd: Option<f64>,
     },
     #[serde(rename = "llm.retry")]
     LlmRetry {
@@ -234,6 +248,7 @@ impl EventKind {
             EventKind::AssistantStream { .. } => "agent.assistant-stream",
             EventKind::ThinkingStream { .. } => "agent.thinking-stream",
             EventKind::LlmCompleted { .. } => "llm.completed",
+            EventKind::SessionUsage { .. } => "session.usage",
             EventKind::LlmRetry { .. } => "llm.retry",
             EventKind::LlmFailed { .. } => "llm.failed",
             EventKind::ToolStarted { .. } => "tool.started",
@@ -359,6 +374,18 @@ mod tests {
             EventKind::ThinkingStream {
                 step_id: id,
                 text: "so… 🤔".into(),
+            },
+            EventKind::SessionUsage {
+                input_tokens: 12,
+                output_tokens: 3,
+                cost_usd: Some(0.000054),
+                total_cost_usd: Some(0.000108),
+            },
+            EventKind::SessionUsage {
+                input_tokens: 12,
+                output_tokens: 3,
+                cost_usd: None,
+                total_cost_usd: None,
             },
         ];
         for kind in kinds {

@@ -122,6 +122,10 @@ pub enum AgentStep {
         response: Option<Value>,
         status: StepStatus,
         usage: Usage,
+        /// What the step cost in US dollars, when its model had a price (kept in its
+        /// response).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cost_usd: Option<f64>,
         #[serde(skip_serializing_if = "Option::is_none")]
         error: Option<String>,
         created_at: DateTime<Utc>,
@@ -209,6 +213,7 @@ impl From<StepRecord> for AgentStep {
                 session_id,
                 run_id,
                 request,
+                cost_usd: response.as_ref().and_then(|r| r["cost_usd"].as_f64()),
                 response,
                 status,
                 usage: usage.unwrap_or_default(),

@@ -159,6 +159,7 @@ pub(crate) mod tests {
                 message: Message::assistant(text, calls),
                 finish_reason: FinishReason::Model("stop".into()),
                 usage: Usage::default(),
+                cost_usd: None,
             });
         }
 

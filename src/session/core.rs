@@ -21,6 +21,20 @@ pub(super) struct Core {
     pub(super) parked: Option<Waiting>,
     /// The newest artifact version of each path this actor has seen or recorded.
     pub(super) artifact_versions: HashMap<String, i64>,
+    /// What the session's LLM steps cost so far, in US dollars (`None`: no step had a price);
+    /// read from its steps with its history.
+    pub(super) cost_usd: Option<f64>,
+}
+
+impl Core {
+    /// Adds a step's cost to the session's total and answers the new total.
+    pub(super) fn add_cost(&mut self, cost_usd: Option<f64>) -> Option<f64> {
+        if let Some(cost) = cost_usd {
+            let total = self.cost_usd.unwrap_or(0.0) + cost;
+            self.cost_usd = Some(crate::llm::providers::round_usd(total));
+        }
+        self.cost_usd
+    }
 }
 
 /// A session's state for tests: a new, idle session with its system message, history loaded.
@@ -45,6 +59,7 @@ pub(super) mod fixture {
             last_run: None,
             parked: None,
             artifact_versions: HashMap::new(),
+            cost_usd: None,
         }
     }
 }

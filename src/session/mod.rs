@@ -37,6 +37,7 @@ mod agents;
 mod command;
 mod coordination;
 mod core;
+mod cost;
 mod deps;
 mod errors;
 mod lease;

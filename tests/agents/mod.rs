@@ -12,10 +12,12 @@
 //!   file stops the start.
 //! - `subagents`: `task` delegating to one of the agent's `subagents`.
 //! - `restart`: a session pinned to an agent version keeps it across a restart.
+//! - `cost`: the cost of steps at a price from the providers file, and `session.usage`.
 //!
 //! Most tests run on the mock model, whose provider is `default` (model `mock`).
 
 mod bad_input;
+mod cost;
 mod providers;
 mod resources;
 mod restart;

@@ -27,6 +27,7 @@ RUST_TYPES = {
     "u32": ("type", "integer"),
     "u64": ("type", "integer"),
     "i64": ("type", "integer"),
+    "f64": ("type", "number"),
     "FinishReason": ("type", "string"),
     "Message": ("ref", "Message"),
     "ArtifactRecord": ("ref", "Artifact"),

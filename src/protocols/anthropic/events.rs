@@ -417,6 +417,7 @@ impl SessionEvents {
             | EventKind::SubagentFinished { .. }
             | EventKind::ContextTrimmed { .. }
             | EventKind::ContextCompactFailed { .. }
+            | EventKind::SessionUsage { .. }
             | EventKind::Checkpoint { .. } => {}
         }
     }
@@ -551,6 +552,7 @@ mod tests {
                 input_tokens: 3,
                 output_tokens: 4,
             },
+            cost_usd: None,
         });
     }
 
@@ -608,6 +610,7 @@ mod tests {
             message: Message::assistant("", vec![call.clone()]),
             finish_reason: FinishReason::Model("tool_calls".into()),
             usage: Usage::default(),
+            cost_usd: None,
         });
         log.push(EventKind::ToolApprovalRequested {
             step_id,
@@ -669,6 +672,7 @@ mod tests {
             message: Message::assistant("", vec![call]),
             finish_reason: FinishReason::Model("tool_calls".into()),
             usage: Usage::default(),
+            cost_usd: None,
         });
         log.push(EventKind::ToolApprovalRequested {
             step_id,
@@ -731,6 +735,7 @@ mod tests {
             message: Message::assistant("", calls.clone()),
             finish_reason: FinishReason::Model("tool_calls".into()),
             usage: Usage::default(),
+            cost_usd: None,
         });
         log.push(EventKind::ToolStarted {
             step_id,

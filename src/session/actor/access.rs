@@ -129,6 +129,7 @@ impl SessionActor {
         let core = self.core.as_mut().ok_or(Refusal::Missing)?;
         if !core.history_loaded {
             core.history = store.messages(id, -1, i64::MAX).await?;
+            core.cost_usd = crate::session::cost::spent(&*store, id).await?;
             core.history_loaded = true;
         }
         Ok(core)
@@ -151,6 +152,7 @@ impl SessionActor {
             history_loaded: false,
             parked: None,
             artifact_versions: Default::default(),
+            cost_usd: None,
             last_result: last_run.as_ref().map(RunResult::from),
             last_run,
         }))

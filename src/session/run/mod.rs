@@ -29,6 +29,7 @@ use uuid::Uuid;
 use crate::agent::compaction::Summary;
 use crate::agent::context::TrimStats;
 use crate::agent::{Admission, Answer, Completion, Journal, Redactor};
+use crate::llm::providers::Price;
 use crate::model::{
     self, CharsBeforeAfter, EventKind, LlmRequestDescriptor, Message, Role, StepKind, StepStatus,
     ToolCall,
@@ -52,6 +53,8 @@ const PIECES_PER_COMMIT: usize = 64;
 struct LlmStepResponse<'a> {
     finish_reason: &'a model::FinishReason,
     message: &'a Message,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cost_usd: Option<f64>,
 }
 
 /// A run being driven: the agent loop's journal.
@@ -66,6 +69,8 @@ pub(in crate::session) struct Run<'a> {
     pub board: Arc<CallBoard>,
     /// What the run's calls run with.
     pub calls: RunTools,
+    /// The price of the current LLM step's model, when the providers file gives one.
+    price: Option<Price>,
 }
 
 /// What a run's tool calls run with, the run's own.
@@ -104,6 +109,7 @@ impl<'a> Run<'a> {
             batch: Batch::new(id),
             board,
             calls,
+            price: None,
         }
     }
 
@@ -197,6 +203,11 @@ impl Journal for Run<'_> {
 
     async fn llm_started(&mut self, request: LlmRequestDescriptor) -> Result<Uuid, StoreError> {
         let step_id = model::new_id();
+        self.price = self
+            .sink
+            .deps
+            .providers
+            .price(&request.provider, &request.model);
         // A struct of strings, numbers and lists: serialising it cannot fail.
         let request = serde_json::to_string(&request).unwrap_or_else(|_| "null".to_string());
         let step = self.step(step_id, StepKind::Llm, StepStatus::Streaming, request);
@@ -249,9 +260,11 @@ impl Journal for Run<'_> {
         let message = self.batch.message(self.core, message);
         // The request was written when the step started; an update keeps it.
         let mut step = self.step(step_id, StepKind::Llm, StepStatus::Completed, "null".into());
+        let cost_usd = self.price.map(|price| price.cost_usd(usage));
         let response = LlmStepResponse {
             finish_reason: &finish_reason,
             message: &message,
+            cost_usd,
         };
         step.response = serde_json::to_string(&response).ok();
         step.usage = Some(usage);
@@ -277,8 +290,23 @@ impl Journal for Run<'_> {
                 message,
                 finish_reason,
                 usage,
+                cost_usd,
             },
         );
+        // Only a priced step is followed by `session.usage`: the log of a server without
+        // prices stays as it was.
+        if cost_usd.is_some() {
+            let total_cost_usd = self.core.add_cost(cost_usd);
+            self.batch.event(
+                self.core,
+                EventKind::SessionUsage {
+                    input_tokens: usage.input_tokens,
+                    output_tokens: usage.output_tokens,
+                    cost_usd,
+                    total_cost_usd,
+                },
+            );
+        }
         self.batch.checkpoint(self.core, self.run_id, Some(step_id));
         // Not committed on its own: it goes with what follows before the loop waits again (a
         // tool's start, an approval's request, the run's end), which are waited for.
