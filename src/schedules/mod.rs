@@ -18,8 +18,8 @@ use std::time::Duration;
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::model::{self, AgentChoice, RunStatus, SessionOptions};
-use crate::session::{Follow, IfBusy, NewSession, Pending, RunRequest, SessionError, Sessions};
+use crate::model::{self, AgentChoice, RunStatus};
+use crate::session::{Follow, IfBusy, Pending, RunRequest, SessionError, Sessions};
 use crate::store::schedules::{FireRow, ScheduleRow};
 use crate::store::{StoreError, StoreResult};
 use timing::{Overlap, Trigger};
@@ -246,25 +246,13 @@ async fn start_run(
 /// owner.
 async fn new_session(sessions: &Sessions, schedule: &ScheduleRow) -> Result<Uuid, SessionError> {
     let choice = agent_choice(&schedule.agent)?;
-    let (agent, version) = sessions
-        .choose_agent(Some(&choice), Some(&schedule.tenant))
-        .await?;
-    let options = SessionOptions {
-        agent,
-        ..SessionOptions::default()
-    };
-    let options = sessions.check_options_on(options, &version)?;
+    let metadata = Some(serde_json::json!({ "schedule_id": schedule.id }));
     let record = sessions
-        .create(
-            NewSession {
-                system_prompt: None,
-                title: None,
-                metadata: Some(serde_json::json!({ "schedule_id": schedule.id })),
-                options,
-                tenant: schedule.tenant.clone(),
-                owner: Some(schedule.owner.clone()),
-            },
-            &version,
+        .create_on_agent(
+            Some(&choice),
+            Some(&schedule.tenant),
+            Some(schedule.owner.clone()),
+            metadata,
         )
         .await?;
     Ok(record.id)

@@ -18,13 +18,13 @@ use uuid::Uuid;
 
 use super::agent_secrets;
 use super::errors::{ConflictKind, SessionError};
-use super::sessions::Sessions;
+use super::sessions::{NewSession, Sessions};
 use crate::llm::providers::{ModelRef, ModelRefError};
 use crate::llm::ModelClient;
 use crate::mcp::{McpConfig, McpServers, McpSettings};
 use crate::model::{
     self, AgentChoice, AgentId, AgentMcpServer, AgentRecord, AgentSpec, ClientTool, Rule,
-    SessionAgent, SessionOptions, VersionChoice, DEFAULT_AGENT,
+    SessionAgent, SessionOptions, SessionRecord, VersionChoice, DEFAULT_AGENT,
 };
 use crate::store::agents::{AgentQuery, AgentStore, Bumped};
 use crate::tools::policy::Rules;
@@ -429,6 +429,33 @@ impl Sessions {
             follows_latest: choice.version == VersionChoice::Latest,
         };
         Ok((chosen, record))
+    }
+
+    /// A new session on an agent as a face or a schedule makes one, with no settings of its
+    /// own: the agent `choice` (`None`: the default agent) as `tenant` sees it (`None`: an
+    /// operator), in that tenant (for an operator, the agent's), owned by `owner`.
+    pub async fn create_on_agent(
+        &self,
+        choice: Option<&AgentChoice>,
+        tenant: Option<&str>,
+        owner: Option<String>,
+        metadata: Option<Value>,
+    ) -> Result<SessionRecord, SessionError> {
+        let (agent, version) = self.choose_agent(choice, tenant).await?;
+        let options = SessionOptions {
+            agent,
+            ..SessionOptions::default()
+        };
+        let options = self.check_options_on(options, &version)?;
+        let new = NewSession {
+            system_prompt: None,
+            title: None,
+            metadata,
+            options,
+            tenant: tenant.unwrap_or(&version.tenant).to_string(),
+            owner,
+        };
+        self.create(new, &version).await
     }
 
     /// The agent version a run of a session on `chosen` runs, and its model's client.

@@ -52,12 +52,11 @@ use crate::http::access::{check_session_access, denied};
 use crate::http::problem::Problem;
 use crate::http::runs::MAX_INPUT_CHARS;
 use crate::http::AppState;
-use crate::model::{AgentChoice, Decision, Principal, RunRecord, SessionNeed, SessionOptions};
+use crate::model::{AgentChoice, Decision, Principal, RunRecord, SessionNeed};
 use crate::protocols::calls::RunCalls;
 use crate::protocols::mcp::{Outcome, RunWatch};
 use crate::session::{
-    ApprovalAnswer, ClientResult, EventStream, Follow, NewSession, Pending, RunRequest,
-    SessionQuery,
+    ApprovalAnswer, ClientResult, EventStream, Follow, Pending, RunRequest, SessionQuery,
 };
 use axum::RequestExt as _;
 
@@ -646,33 +645,16 @@ impl TahMcp {
                 Some(serde_json::from_value(json!(agent)).map_err(|e| ToolError(e.to_string()))?)
             }
         };
-        let sessions = &self.state.sessions;
-        let (agent, version) = sessions
-            .choose_agent(choice.as_ref(), caller.tenant())
+        let owner = Some(caller.id().to_string());
+        let record = self
+            .state
+            .sessions
+            .create_on_agent(choice.as_ref(), caller.tenant(), owner, None)
             .await
             .map_err(|error| match Problem::from(error) {
                 p if p.status == 404 => ToolError("agent not found".into()),
                 p => ToolError(p.detail),
             })?;
-        let tenant = caller.tenant().unwrap_or(&version.tenant).to_string();
-        let options = SessionOptions {
-            agent,
-            ..SessionOptions::default()
-        };
-        let options = sessions.check_options_on(options, &version)?;
-        let record = sessions
-            .create(
-                NewSession {
-                    system_prompt: None,
-                    title: None,
-                    metadata: None,
-                    options,
-                    tenant,
-                    owner: Some(caller.id().to_string()),
-                },
-                &version,
-            )
-            .await?;
         Ok(record.id)
     }
 

@@ -39,16 +39,14 @@ use crate::http::events::HEARTBEAT;
 use crate::http::problem::{Problem, PROBLEM_JSON};
 use crate::http::AppState;
 use crate::model::{
-    AgentChoice, AgentId, Decision, Principal, RunRecord, SessionNeed, SessionOptions,
-    VersionChoice,
+    AgentChoice, AgentId, Decision, Principal, RunRecord, SessionNeed, VersionChoice,
 };
 use crate::protocols::a2a::{
     read_parts, Answer, PartsError, TaskState, TaskView, PROTOCOL_VERSION,
 };
 use crate::protocols::calls::Wait;
 use crate::session::{
-    ApprovalAnswer, ClientResult, EventStream, Follow, NewSession, Pending, RunRequest,
-    SessionError,
+    ApprovalAnswer, ClientResult, EventStream, Follow, Pending, RunRequest, SessionError,
 };
 
 /// What the face knows of the server's settings.
@@ -927,37 +925,20 @@ async fn new_context(ctx: &Ctx) -> A2aResult<Uuid> {
     ctx.caller
         .may_create_sessions()
         .map_err(|d| A2aError::from(access::denied(d, "session")))?;
-    let sessions = &ctx.state.sessions;
     let choice = AgentChoice {
         id: ctx.agent,
         version: VersionChoice::Current,
     };
-    let (agent, version) = sessions
-        .choose_agent(Some(&choice), ctx.caller.tenant())
+    let owner = Some(ctx.caller.id().to_string());
+    let record = ctx
+        .state
+        .sessions
+        .create_on_agent(Some(&choice), ctx.caller.tenant(), owner, None)
         .await
         .map_err(|error| match error {
             SessionError::AgentNotFound(detail) => A2aError::task_not_found(detail),
             other => A2aError::from(other),
         })?;
-    let tenant = ctx.caller.tenant().unwrap_or(&version.tenant).to_string();
-    let options = SessionOptions {
-        agent,
-        ..SessionOptions::default()
-    };
-    let options = sessions.check_options_on(options, &version)?;
-    let record = sessions
-        .create(
-            NewSession {
-                system_prompt: None,
-                title: None,
-                metadata: None,
-                options,
-                tenant,
-                owner: Some(ctx.caller.id().to_string()),
-            },
-            &version,
-        )
-        .await?;
     Ok(record.id)
 }
 
