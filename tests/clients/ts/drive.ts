@@ -28,6 +28,7 @@ const KNOWN_TYPES: Record<EventType, true> = {
   "session.created": true,
   "session.forked": true,
   "session.state": true,
+  "session.usage": true,
   "agent.started": true,
   "user.message": true,
   "llm.started": true,
