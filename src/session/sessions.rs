@@ -337,14 +337,14 @@ impl Sessions {
     }
 
     /// Sets a session's labels (its title and metadata), whatever its runs are doing: nothing
-    /// else writes them after the session is made. Answers the session as it is now.
+    /// else writes them after the session is made. Answers the session as it is now (`NotFound`
+    /// when there is none: the write then changed nothing).
     pub async fn set_labels(
         &self,
         id: Uuid,
         title: Option<String>,
         metadata: serde_json::Value,
     ) -> Result<SessionRecord, SessionError> {
-        self.get(id).await?;
         let labels = crate::store::SessionLabels {
             id,
             title,

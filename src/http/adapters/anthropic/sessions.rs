@@ -311,15 +311,6 @@ async fn show(
     Ok(Json(session_object(&state, &record).await?))
 }
 
-/// Writes a session's title and metadata (what the face changes; its runs never do).
-async fn save(state: &AppState, record: SessionRecord) -> Result<(), Problem> {
-    state
-        .sessions
-        .set_labels(record.id, record.title, record.metadata)
-        .await?;
-    Ok(())
-}
-
 async fn update(
     State(state): State<AppState>,
     Ids(SessionId(id)): Ids<SessionId>,
@@ -386,9 +377,10 @@ async fn update(
         }
         Some(_) => return Err(Problem::bad_request("metadata: must be an object")),
     }
-    record.updated_at = crate::model::now();
-    save(&state, record).await?;
-    let record = state.sessions.get(id).await?;
+    let record = state
+        .sessions
+        .set_labels(id, record.title, record.metadata)
+        .await?;
     Ok(Json(session_object(&state, &record).await?))
 }
 
@@ -400,15 +392,15 @@ async fn archive(
     Query::parse(raw.as_deref(), &[])?;
     let mut record = state.sessions.get(id).await?;
     if !is_archived(&record) {
-        let now = crate::model::now();
         if !record.metadata.is_object() {
             record.metadata = json!({});
         }
-        record.metadata[ARCHIVED] = json!(stamp(&now));
-        record.updated_at = now;
-        save(&state, record).await?;
+        record.metadata[ARCHIVED] = json!(stamp(&crate::model::now()));
+        record = state
+            .sessions
+            .set_labels(id, record.title, record.metadata)
+            .await?;
     }
-    let record = state.sessions.get(id).await?;
     Ok(Json(session_object(&state, &record).await?))
 }
 
