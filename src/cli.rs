@@ -108,6 +108,12 @@ pub struct ServeArgs {
     )]
     pub database_url: String,
 
+    /// What an acknowledged commit survives: `process` (the server killed, `kill -9`; the
+    /// default) or `power` (a power loss or a kernel crash too: the log is synced before each
+    /// commit is acknowledged, at a cost in throughput).
+    #[arg(long, env = "TAH_DURABILITY", value_enum, default_value_t = crate::store::Durability::Process)]
+    pub durability: crate::store::Durability,
+
     /// Directory the tools work in (it must exist); nothing outside it is reachable.
     #[arg(long, env = "TAH_WORKSPACE", default_value = ".")]
     pub workspace: PathBuf,

@@ -153,6 +153,8 @@ pub struct HttpSettings {
 #[derive(Debug, Clone)]
 pub struct StoreSettings {
     pub database_url: String,
+    /// What an acknowledged commit survives (`--durability`).
+    pub durability: crate::store::Durability,
     /// How long a replica's lease on a session lasts without renewal.
     pub lease_ttl: Duration,
     /// Bytes one artifact may have; a larger file is not kept.
@@ -338,6 +340,7 @@ impl Settings {
             },
             store: StoreSettings {
                 database_url: args.database_url,
+                durability: args.durability,
                 lease_ttl: Duration::from_secs(args.lease_ttl_secs),
                 max_artifact_bytes: args.max_artifact_bytes,
                 master_key,

@@ -66,7 +66,12 @@ impl Runtime {
     /// over runs a dead process left behind.
     pub async fn build(settings: &Settings) -> Result<Runtime, RuntimeError> {
         let replica = crate::model::new_id();
-        let opened = store::open(&settings.store.database_url, replica).await?;
+        let opened = store::open_with(
+            &settings.store.database_url,
+            replica,
+            settings.store.durability,
+        )
+        .await?;
         // The configuration's vault references (the providers file's keys, the webhook
         // secret) are the tenant `default`'s, resolved now that the store is open.
         let vaults = Vaults::new(opened.store.clone(), settings.store.master_key.clone());

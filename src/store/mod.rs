@@ -494,17 +494,46 @@ pub struct Opened {
     pub cluster: Option<Arc<dyn Cluster>>,
 }
 
+/// What a commit survives once it is acknowledged (`--durability`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Durability {
+    /// The server's process being killed (`kill -9`, a crash, an OOM kill): SQLite writes the
+    /// WAL at each commit and syncs it at checkpoints (`synchronous=NORMAL`), so a crash of the
+    /// machine or a power loss may lose the last commits, never leave a torn one. PostgreSQL
+    /// keeps the server's own `synchronous_commit` (on by default: synced).
+    #[default]
+    Process,
+    /// A power loss or a kernel crash too: the log is synced before a commit is acknowledged
+    /// (SQLite `synchronous=FULL`, PostgreSQL `synchronous_commit=on` on every connection).
+    Power,
+}
+
+impl Durability {
+    /// SQLite's `synchronous` setting for it.
+    fn sqlite_synchronous(self) -> &'static str {
+        match self {
+            Durability::Process => "NORMAL",
+            Durability::Power => "FULL",
+        }
+    }
+}
+
 /// Opens the store a database URL names, creating and migrating it as needed. `replica`
 /// names this process in notifications.
 pub async fn open(url: &str, replica: Uuid) -> StoreResult<Opened> {
+    open_with(url, replica, Durability::default()).await
+}
+
+/// [`open`], with commits as durable as `durability` says.
+pub async fn open_with(url: &str, replica: Uuid, durability: Durability) -> StoreResult<Opened> {
     if url.starts_with("sqlite:") {
         Ok(Opened {
-            store: Arc::new(sqlite::SqliteStore::open(url).await?),
+            store: Arc::new(sqlite::SqliteStore::open_with(url, durability).await?),
             cluster: None,
         })
     } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         let store = Arc::new(
-            postgres::PostgresStore::open(url)
+            postgres::PostgresStore::open_with(url, durability)
                 .await?
                 .with_replica(replica),
         );

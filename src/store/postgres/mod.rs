@@ -21,7 +21,7 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::Postgres;
 use uuid::Uuid;
 
-use super::StoreResult;
+use super::{Durability, StoreResult};
 
 /// Connections per replica; PostgreSQL's default `max_connections` (100) leaves room for a few.
 const MAX_CONNECTIONS: u32 = 16;
@@ -44,7 +44,12 @@ impl PostgresStore {
     /// database if it does not exist yet, and applies the migrations. Concurrent replicas may
     /// call this at once: sqlx serialises migrations with an advisory lock.
     pub async fn open(url: &str) -> StoreResult<PostgresStore> {
-        let pool = match connect(url).await {
+        PostgresStore::open_with(url, Durability::default()).await
+    }
+
+    /// [`PostgresStore::open`], each connection's commits as durable as `durability` says.
+    pub async fn open_with(url: &str, durability: Durability) -> StoreResult<PostgresStore> {
+        let pool = match connect(url, durability).await {
             Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(INVALID_CATALOG_NAME) => {
                 match Postgres::create_database(url).await {
                     Ok(()) => {}
@@ -56,7 +61,7 @@ impl PostgresStore {
                         ) => {}
                     Err(e) => return Err(e.into()),
                 }
-                connect(url).await?
+                connect(url, durability).await?
             }
             other => other?,
         };
@@ -74,7 +79,7 @@ impl PostgresStore {
     }
 }
 
-async fn connect(url: &str) -> Result<PgPool, sqlx::Error> {
+async fn connect(url: &str, durability: Durability) -> Result<PgPool, sqlx::Error> {
     // A replica frozen in the middle of a commit (SIGSTOP, a VM pause) must not hold the
     // session rows it locked for longer than a lease lasts, or no other replica could take its
     // sessions over: PostgreSQL ends such a transaction, and its writes are void.
@@ -82,6 +87,11 @@ async fn connect(url: &str) -> Result<PgPool, sqlx::Error> {
         "idle_in_transaction_session_timeout",
         IDLE_IN_TRANSACTION_MS,
     )]);
+    // `process` keeps the server's own setting (PostgreSQL's default syncs at each commit).
+    let options = match durability {
+        Durability::Process => options,
+        Durability::Power => options.options([("synchronous_commit", "on")]),
+    };
     PgPoolOptions::new()
         .max_connections(MAX_CONNECTIONS)
         .min_connections(1)

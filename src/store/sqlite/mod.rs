@@ -1,4 +1,4 @@
-//! The embedded SQLite store: WAL, `synchronous=NORMAL`, a busy timeout, and `BEGIN IMMEDIATE`
+//! The embedded SQLite store: WAL, `synchronous=NORMAL` (`FULL` with `--durability power`), a busy timeout, and `BEGIN IMMEDIATE`
 //! for every write transaction. Ids are stored as text, JSON as text, times as RFC 3339. This
 //! file opens the database and holds the connection settings of both drivers (`PRAGMAS`);
 //! `read.rs` answers the [`Store`](super::Store) reads, `write.rs` applies the writer's batches,
@@ -54,7 +54,7 @@ use std::time::Duration;
 
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
 
-use super::{StoreError, StoreResult};
+use super::{Durability, StoreError, StoreResult};
 use write::SqliteWriter;
 
 /// How long a statement waits for another connection's write lock before it fails with
@@ -82,7 +82,8 @@ const PRAGMAS: [(&str, &str, Connections); 6] = [
     // keys, so it checks nothing, and the batch connection leaves it off (SQLite's default).
     ("foreign_keys", "ON", Connections::Pool),
     // The WAL is not synced at each commit, only at checkpoints: a crash of the machine may
-    // lose the last commits, never leave a torn one.
+    // lose the last commits, never leave a torn one. `--durability power` makes it `FULL`
+    // (synced at each commit) on both drivers: see [`Durability`].
     ("synchronous", "NORMAL", Connections::Both),
     ("temp_store", "MEMORY", Connections::Both),
     // 16 MB of page cache per reader. The batch connection keeps SQLite's 2 MB: 16 MB there
@@ -116,6 +117,11 @@ pub struct SqliteStore {
 impl SqliteStore {
     /// Opens (creating if needed) the database at `url` and applies the migrations.
     pub async fn open(url: &str) -> StoreResult<SqliteStore> {
+        SqliteStore::open_with(url, Durability::default()).await
+    }
+
+    /// [`SqliteStore::open`], with `synchronous` set as `durability` needs on both drivers.
+    pub async fn open_with(url: &str, durability: Durability) -> StoreResult<SqliteStore> {
         let path = url
             .trim_start_matches("sqlite://")
             .trim_start_matches("sqlite:");
@@ -139,12 +145,15 @@ impl SqliteStore {
             }
         }
         let lock = lock::DatabaseLock::take(Path::new(path))?;
-        let options = pragmas(Connections::Pool).fold(
-            SqliteConnectOptions::from_str(url)?
-                .create_if_missing(true)
-                .busy_timeout(BUSY_TIMEOUT),
-            |options, (name, value)| options.pragma(name, value),
-        );
+        let options = pragmas(Connections::Pool)
+            .fold(
+                SqliteConnectOptions::from_str(url)?
+                    .create_if_missing(true)
+                    .busy_timeout(BUSY_TIMEOUT),
+                |options, (name, value)| options.pragma(name, value),
+            )
+            // In place of the list's `NORMAL` (the same key keeps its position).
+            .pragma("synchronous", durability.sqlite_synchronous());
         // Created if missing by the first connection only: a file deleted later is never made
         // again, empty, by a new connection of the pool.
         let first = <sqlx::sqlite::SqliteConnection as sqlx::Connection>::connect_with(&options)
@@ -158,7 +167,7 @@ impl SqliteStore {
             .await
             .map_err(|e| unusable(format!("cannot open it: {e}")))?;
         // Before migrating: a read-only database is refused with a message that says so.
-        let writer = SqliteWriter::open(Path::new(path))?;
+        let writer = SqliteWriter::open(Path::new(path), durability)?;
         sqlx::migrate!("./migrations/sqlite")
             .run(&pool)
             .await
@@ -273,5 +282,28 @@ mod tests {
             .expect("the next commit");
         assert_eq!(store.last_seq(kept.id).await.expect("reads"), 6);
         assert!(store.session(kept.id).await.expect("reads").is_some());
+    }
+
+    #[tokio::test]
+    async fn durability_sets_synchronous_on_both_drivers() {
+        // SQLite's numbers: NORMAL is 1, FULL is 2.
+        for (durability, expected) in [(Durability::Process, 1), (Durability::Power, 2)] {
+            let dir = tempfile::tempdir().expect("a directory");
+            let url = format!("sqlite://{}", dir.path().join("tah.db").display());
+            let store = SqliteStore::open_with(&url, durability)
+                .await
+                .expect("opens");
+            assert_eq!(
+                store.writer.pragma("synchronous"),
+                expected,
+                "{durability:?}"
+            );
+            let mut pooled = store.pool.acquire().await.expect("a connection");
+            let synchronous: i64 = sqlx::query_scalar("PRAGMA synchronous")
+                .fetch_one(&mut *pooled)
+                .await
+                .expect("reads");
+            assert_eq!(synchronous, expected, "{durability:?}");
+        }
     }
 }

@@ -17,7 +17,8 @@ use crate::model::{
 };
 use crate::store::rows::{tokens, CopiedRows, COPIED_ARTIFACTS, COPIED_MESSAGES, SESSION_TABLES};
 use crate::store::{
-    NewArtifact, SessionLabels, SessionProgress, StepRow, StoreError, StoreResult, WriteOp,
+    Durability, NewArtifact, SessionLabels, SessionProgress, StepRow, StoreError, StoreResult,
+    WriteOp,
 };
 
 #[derive(Clone)]
@@ -38,7 +39,7 @@ fn file_id(path: &Path) -> std::io::Result<FileId> {
 
 impl SqliteWriter {
     /// Opens the write connection and checks that the database can be written.
-    pub fn open(path: &Path) -> StoreResult<SqliteWriter> {
+    pub fn open(path: &Path, durability: Durability) -> StoreResult<SqliteWriter> {
         let unusable =
             |what: String| StoreError::Unusable(format!("the database {}: {what}", path.display()));
         // rusqlite runs the very SQLite library sqlx does (its version is pinned to sqlx's in
@@ -72,11 +73,24 @@ impl SqliteWriter {
             conn.execute_batch(&format!("PRAGMA {name} = {value}"))
                 .map_err(write_error)?;
         }
+        conn.execute_batch(&format!(
+            "PRAGMA synchronous = {}",
+            durability.sqlite_synchronous()
+        ))
+        .map_err(write_error)?;
         conn.set_prepared_statement_cache_capacity(64);
         Ok(SqliteWriter {
             conn: Arc::new(Mutex::new(conn)),
             file: Arc::new((path.to_path_buf(), id)),
         })
+    }
+
+    /// A setting of the write connection, as SQLite reports it.
+    #[cfg(test)]
+    pub fn pragma(&self, name: &str) -> i64 {
+        let conn = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+        conn.pragma_query_value(None, name, |row| row.get(0))
+            .expect("a setting")
     }
 
     /// Fails when the database file is no longer the one that was opened (deleted, replaced).
