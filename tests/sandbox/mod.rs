@@ -404,3 +404,102 @@ async fn bombs_end_as_limit_errors_under_bwrap() {
     }
     bombs("bwrap", &["--sandbox", "bwrap"], &[]).await;
 }
+
+/// The pids whose command line contains `marker`.
+fn pids_with(marker: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            text.contains(marker) && !text.contains("cargo") && !text.contains("sandbox-exec")
+        })
+        .collect()
+}
+
+#[cfg_attr(
+    not(landlock_tests),
+    ignore = "needs a kernel with Landlock (Linux 5.13+); TAH_TEST_LANDLOCK=on to force"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_landlock_nothing_a_call_starts_outlives_it() {
+    if is_postgres() {
+        return;
+    }
+    let marker = format!("tah-escape-{}", uuid::Uuid::now_v7().simple());
+    // One call exits at once, leaving a process that left its group; one times out with one.
+    let (server, _model, _dir) = server(
+        vec![
+            call(
+                "e",
+                "shell",
+                json!({ "command": format!("(setsid sh -c 'sleep 1000; : {marker}-e' &); echo left") }),
+            ),
+            call(
+                "t",
+                "shell",
+                json!({
+                    "command": format!("setsid sh -c 'sleep 1000; : {marker}-t' & sleep 1000"),
+                    "timeout_s": 2
+                }),
+            ),
+        ],
+        &["--sandbox", "landlock"],
+        &[],
+    )
+    .await;
+    let id = server.create_session().await;
+    server.start_run(&id, "escape").await;
+    ended(&server, &id).await;
+    let events = server.events(&id).await;
+    assert!(output_of(&events, "e").contains("left"));
+    assert!(output_of(&events, "t").contains("timed out after 2 s"));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !pids_with(&marker).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "processes outlived their call: {:?}",
+            pids_with(&marker)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[cfg_attr(
+    not(landlock_tests),
+    ignore = "needs a kernel with Landlock (Linux 5.13+); TAH_TEST_LANDLOCK=on to force"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_landlock_a_cancelled_call_leaves_nothing_behind() {
+    if is_postgres() {
+        return;
+    }
+    let marker = format!("tah-cancel-{}", uuid::Uuid::now_v7().simple());
+    let command =
+        format!("setsid sh -c 'sleep 1000; : {marker}-a' & sh -c 'sleep 1000; : {marker}-b'");
+    let (server, _model, _dir) = server(
+        vec![call("c", "shell", json!({ "command": command }))],
+        &["--sandbox", "landlock"],
+        &[],
+    )
+    .await;
+    let id = server.create_session().await;
+    server.start_run(&id, "cancel me").await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while pids_with(&marker).len() < 2 {
+        assert!(Instant::now() < deadline, "the command never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    server.cancel(&id).await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !pids_with(&marker).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "processes outlived their cancelled call: {:?}",
+            pids_with(&marker)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -410,14 +410,18 @@ impl Sandbox {
             .stdin(Stdio::null())
             .stdout(Stdio::from(stdout))
             .stderr(Stdio::from(stderr))
-            .process_group(0)
-            .kill_on_drop(true);
+            .process_group(0);
+        let leader = match self.backend {
+            Backend::Bwrap(_) => Leader::Bwrap,
+            Backend::Landlock { .. } => Leader::Helper,
+        };
+        command.kill_on_drop(leader == Leader::Bwrap);
         first_for_the_oom_killer(&mut command);
         let mut child = command.spawn().map_err(start)?;
         // The command holds our copies of the pipe's write end: without dropping it, the pipe
         // would never report its end.
         drop(command);
-        let mut group = ProcessGroup::of(&child);
+        let mut group = ProcessGroup::of(&child, leader);
         let _cleanup = KillOnDrop(cgroups.clone());
 
         let mut read = Read::default();
@@ -761,7 +765,9 @@ async fn finish(
     })
     .await
     .map(|over| {
-        if over && !matches!(ending, Ending::Exceeded(_)) {
+        // Over the /tmp limit is the cause even when a file size or a process was what
+        // stopped the command first (the directory is checked only every so often).
+        if over {
             ending = Ending::Exceeded(Breach::Tmp);
         }
     });
@@ -922,15 +928,27 @@ fn ending_of(status: ExitStatus) -> Ending {
 /// The sandboxed processes are not in it: bwrap's child, the init of the sandbox's PID
 /// namespace, starts a session of its own. Killing that init is what ends them all; killing
 /// bwrap ends it too (`--die-with-parent`), a moment later.
-struct ProcessGroup(Option<Pid>);
+///
+/// With Landlock the leader is the helper, and its child the command's `sh`: killing `sh` makes
+/// the helper kill whatever the command left (also what left its group), then exit; so when
+/// the call is dropped (cancelled) only `sh` is killed, and the helper, not killed on drop,
+/// finishes that and is reaped in the background.
+struct ProcessGroup(Option<Pid>, Leader);
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Leader {
+    Bwrap,
+    Helper,
+}
 
 impl ProcessGroup {
-    fn of(child: &Child) -> ProcessGroup {
+    fn of(child: &Child, leader: Leader) -> ProcessGroup {
         ProcessGroup(
             child
                 .id()
                 .and_then(|id| i32::try_from(id).ok())
                 .and_then(Pid::from_raw),
+            leader,
         )
     }
 
@@ -959,7 +977,13 @@ impl ProcessGroup {
 
 impl Drop for ProcessGroup {
     fn drop(&mut self) {
-        self.kill();
+        match self.1 {
+            Leader::Bwrap => self.kill(),
+            Leader::Helper => {
+                self.kill_namespace();
+                self.forget();
+            }
+        }
     }
 }
 
