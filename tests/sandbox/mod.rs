@@ -369,6 +369,20 @@ async fn bombs(backend: &str, args: &[&str], env: &[(&str, &str)]) {
             "file size limit (48 MB)",
         ),
     ];
+    // CPU time: a busy loop in a child of the shell, with a limit of 1 s.
+    let cpu_args = [&args[..], &["--shell-cpu-s", "1"]].concat();
+    let (out, failed, _measured) = bomb(
+        &format!("{backend}: busy loop"),
+        "sh -c 'while :; do :; done'",
+        &cpu_args,
+        env,
+    )
+    .await;
+    assert!(failed, "{backend}: busy loop: not an error: {out}");
+    assert!(
+        out.contains("the command exceeded the CPU time limit (1 s)"),
+        "{backend}: busy loop: {out}"
+    );
     for (name, command, limit) in cases {
         let (out, failed, _measured) =
             bomb(&format!("{backend}: {name}"), command, &args, env).await;

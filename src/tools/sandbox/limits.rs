@@ -10,7 +10,7 @@
 //! without write access, the rlimits below bound memory and processes instead.
 //!
 //! **rlimits always**, set on the call's first process and inherited by all it starts:
-//! `RLIMIT_CPU` (SIGXCPU, then SIGKILL), `RLIMIT_FSIZE` (SIGXFSZ / EFBIG), `RLIMIT_CORE` 0.
+//! `RLIMIT_CPU` (SIGXCPU, then SIGKILL a second later), `RLIMIT_FSIZE` (SIGXFSZ / EFBIG), `RLIMIT_CORE` 0.
 //! Without a memory cgroup, `RLIMIT_AS` per process (allocations past it fail). Without a
 //! pids cgroup, `RLIMIT_NPROC`: it counts every process of the user, not of the call, and does
 //! not bind root, so it is only a backstop (the count is the limit plus the user's current
@@ -127,9 +127,18 @@ impl Rlimits {
     /// Sets them on the calling process: async-signal-safe (only `setrlimit`), for `pre_exec`.
     pub fn apply(&self) -> std::io::Result<()> {
         for &(resource, value) in &self.items[..self.len] {
+            // CPU: SIGXCPU at the limit (named as such when it ends the command), SIGKILL a
+            // second later for a command that handles it. (Equal limits would be SIGKILL
+            // alone, indistinguishable from any other kill.)
+            #[allow(clippy::unnecessary_cast)]
+            let hard = if resource == libc::RLIMIT_CPU as u32 {
+                value.saturating_add(1)
+            } else {
+                value
+            };
             let limit = libc::rlimit {
                 rlim_cur: value,
-                rlim_max: value,
+                rlim_max: hard,
             };
             // SAFETY: setrlimit with a valid pointer to a local.
             if unsafe { libc::setrlimit(resource as _, &limit) } != 0 {
