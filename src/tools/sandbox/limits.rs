@@ -232,6 +232,7 @@ impl Cgroups {
                 let probe = dir.join(format!("tah-probe-{}", std::process::id()));
                 if fs::create_dir(&probe).is_ok() {
                     let _ = fs::remove_dir(&probe);
+                    sweep(&dir);
                     *slot = Some(dir);
                 }
             }
@@ -288,6 +289,32 @@ impl Cgroups {
         }
         let pids = make(&self.pids, "pids.max", limits.pids.to_string());
         CallCgroups { memory, pids }
+    }
+}
+
+/// Empties and removes the call cgroups under `parent` left by a server that is gone (killed
+/// mid-call: nothing removed them), so what its calls left running ends now.
+fn sweep(parent: &Path) {
+    let Ok(entries) = fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("tah-call-")) else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let stale = CallCgroup {
+            dir: entry.path(),
+            procs: None,
+        };
+        tracing::info!(dir = %stale.dir.display(), "removing a shell call's cgroup left by a server that is gone");
+        drop(stale);
     }
 }
 
