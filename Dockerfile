@@ -32,6 +32,12 @@ RUN touch src/main.rs src/lib.rs \
 # ---- runtime ---------------------------------------------------------------------------------
 FROM debian:bookworm-slim
 
+# No bubblewrap: a default `docker run` refuses the user namespaces it needs. `shell` runs under
+# the Landlock backend instead (`--sandbox auto`), which is the tah binary itself and needs no
+# package and no extra privilege: Docker's default seccomp profile allows the Landlock system
+# calls. It needs a host kernel with Landlock (Linux 5.13+); /tmp holds each call's private
+# temporary directory.
+
 RUN apt-get update \
     && apt-get install -y --no-install-recommends ca-certificates \
     && rm -rf /var/lib/apt/lists/*

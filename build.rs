@@ -13,6 +13,10 @@
 //! And `cfg(sandbox_tests)`: the tests of the `shell` tool need bubblewrap (`bwrap` on `PATH`)
 //! able to build its sandbox here; `TAH_TEST_SANDBOX=on|off` overrides the guess and
 //! `TAH_REQUIRE_SANDBOX=1` (CI) is `on`.
+//!
+//! And `cfg(landlock_tests)`: the tests of the Landlock backend need a kernel with Landlock
+//! (Linux 5.13 or later, with Landlock among its security modules: most distributions' kernels);
+//! the guess is the kernel's version, `TAH_TEST_LANDLOCK=on|off` overrides it.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -56,6 +60,30 @@ fn main() {
     if sandbox {
         println!("cargo::rustc-cfg=sandbox_tests");
     }
+    println!("cargo::rustc-check-cfg=cfg(landlock_tests)");
+    println!("cargo::rerun-if-env-changed=TAH_TEST_LANDLOCK");
+    let landlock = match std::env::var("TAH_TEST_LANDLOCK")
+        .unwrap_or_default()
+        .as_str()
+    {
+        "off" => false,
+        "on" => true,
+        _ => kernel_at_least(5, 13),
+    };
+    if landlock {
+        println!("cargo::rustc-cfg=landlock_tests");
+    }
+}
+
+/// Whether the running kernel's version is at least `major.minor`.
+fn kernel_at_least(major: u32, minor: u32) -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut parts = release
+        .trim()
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    let found = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    found >= (major, minor)
 }
 
 /// Whether a `bwrap` on `PATH` can build a sandbox here (user namespaces may be refused, as

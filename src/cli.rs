@@ -66,6 +66,14 @@ pub enum Provider {
     Anthropic,
 }
 
+/// `--sandbox`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SandboxArg {
+    Auto,
+    Bwrap,
+    Landlock,
+}
+
 /// `--approval-mode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ApprovalModeArg {
@@ -370,6 +378,33 @@ pub struct ServeArgs {
     /// The longest `timeout_s` a `shell` call may ask for, in seconds (the default is 120).
     #[arg(long = "shell-max-timeout-s", env = "TAH_SHELL_MAX_TIMEOUT_S", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..=86400))]
     pub shell_max_timeout_secs: u64,
+
+    /// The sandbox `shell` runs in: `bwrap` (bubblewrap; needs user namespaces), `landlock`
+    /// (Landlock + seccomp; works in a default container), or `auto`: bwrap where it works,
+    /// else landlock. Where the chosen one cannot work, `shell` is not offered.
+    #[arg(long, env = "TAH_SANDBOX", value_enum, default_value = "auto")]
+    pub sandbox: SandboxArg,
+
+    /// Memory of one `shell` call, all its processes together, in MB (where the server may
+    /// make cgroups; else the address space of each process).
+    #[arg(long = "shell-memory-mb", env = "TAH_SHELL_MEMORY_MB", default_value_t = 2048, value_parser = clap::value_parser!(u64).range(16..=1_048_576))]
+    pub shell_memory_mb: u64,
+
+    /// Processes (and threads) of one `shell` call at once.
+    #[arg(long = "shell-pids", env = "TAH_SHELL_PIDS", default_value_t = 256, value_parser = clap::value_parser!(u64).range(8..=1_000_000))]
+    pub shell_pids: u64,
+
+    /// CPU seconds of each process of a `shell` call (default: the call's timeout).
+    #[arg(long = "shell-cpu-s", env = "TAH_SHELL_CPU_S", value_parser = clap::value_parser!(u64).range(1..=86400))]
+    pub shell_cpu_s: Option<u64>,
+
+    /// The largest file a `shell` command may write, in MB.
+    #[arg(long = "shell-file-mb", env = "TAH_SHELL_FILE_MB", default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
+    pub shell_file_mb: u64,
+
+    /// The size of a `shell` call's private /tmp, in MB.
+    #[arg(long = "shell-tmp-mb", env = "TAH_SHELL_TMP_MB", default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
+    pub shell_tmp_mb: u64,
 
     /// How deep sub-agents may nest: a session at this depth is not offered the `task` tool
     /// (1: sessions a client created may start sub-agents, which may not start their own; 0:

@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::cli::ApprovalModeArg;
+use crate::cli::{ApprovalModeArg, SandboxArg};
 pub use crate::cli::{LogFormat, Provider, ServeArgs, DEFAULT_SYSTEM_PROMPT};
 use crate::http::jwt::JwtSettings;
 use crate::llm::guard::ReplyLimits;
@@ -20,6 +20,7 @@ use crate::mcp::{McpConfig, McpConfigError, McpSettings};
 use crate::model::Rule;
 use crate::tools::builtin::shell::ShellSettings;
 use crate::tools::policy::{ApprovalMode, Rules};
+use crate::tools::sandbox::{Limits, SandboxChoice};
 use crate::vault::{MasterKey, MasterKeyError};
 use crate::webhooks::{SigningSecret, WebhookSecret, WebhookSettings};
 
@@ -384,6 +385,18 @@ impl Settings {
                     network: args.shell_network,
                     max_timeout: Duration::from_secs(args.shell_max_timeout_secs),
                     default_timeout: Duration::from_secs(120.min(args.shell_max_timeout_secs)),
+                    sandbox: match args.sandbox {
+                        SandboxArg::Auto => SandboxChoice::Auto,
+                        SandboxArg::Bwrap => SandboxChoice::Bwrap,
+                        SandboxArg::Landlock => SandboxChoice::Landlock,
+                    },
+                    limits: Limits {
+                        memory_mb: args.shell_memory_mb,
+                        pids: args.shell_pids,
+                        cpu_s: args.shell_cpu_s,
+                        file_mb: args.shell_file_mb,
+                        tmp_mb: args.shell_tmp_mb,
+                    },
                 },
                 mcp,
                 mcp_timeouts: McpSettings {

@@ -1,7 +1,8 @@
 //! The `tah` binary: parses the command line, sets up logging, and serves until SIGINT or
 //! SIGTERM (see [`tah::app::Application`]); `tah bench` and the hidden `tah fake-model` are the
 //! load generator and the fake model in [`bench`], and `tah healthcheck` is the probe in
-//! [`healthcheck`], which live here rather than in the library.
+//! [`healthcheck`], which live here rather than in the library. `tah sandbox-exec`, not a
+//! command of `tah --help`, is the Landlock sandbox's helper (`tah::tools::sandbox::landlock`).
 
 mod bench;
 mod healthcheck;
@@ -26,6 +27,15 @@ use tracing_subscriber::{EnvFilter, Layer as _};
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> ExitCode {
+    // The Landlock sandbox's helper (`tah sandbox-exec`, run by the server for each `shell`
+    // call; not a command of `tah --help`): before anything else, since it forks its command
+    // and must have no other thread.
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == "sandbox-exec")
+    {
+        return tah::tools::sandbox::landlock::helper_main(std::env::args_os().skip(2));
+    }
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -275,13 +275,29 @@ async fn builtin_tools(settings: &ToolSettings) -> ToolRegistry {
         .as_ref()
         .is_none_or(|tools| tools.iter().any(|t| t == "shell"));
     let sandbox = if wants_shell {
-        Sandbox::probe().await
+        let programs = crate::tools::sandbox::Programs::from_env();
+        Sandbox::select(settings.shell.sandbox, &programs).await
     } else {
         SandboxStatus::Unavailable("not chosen by --tools".into())
     };
-    match (wants_shell, sandbox.reason()) {
-        (true, Some(reason)) => tracing::warn!(%reason, "the shell tool is not offered"),
-        (true, None) => crate::tools::sandbox::shield_server(),
+    match (wants_shell, &sandbox) {
+        (true, SandboxStatus::Unavailable(reason)) => {
+            tracing::warn!(%reason, "the shell tool is not offered")
+        }
+        (true, SandboxStatus::Ready(ready)) => {
+            let backend = ready.backend_name();
+            let limits = ready.limits_by();
+            match ready.passed_over() {
+                Some(why) => tracing::info!(
+                    sandbox = backend,
+                    limits,
+                    bwrap_not_chosen = %why,
+                    "shell sandbox: {backend} (bwrap does not work here)"
+                ),
+                None => tracing::info!(sandbox = backend, limits, "shell sandbox: {backend}"),
+            }
+            crate::tools::sandbox::shield_server();
+        }
         (false, _) => {}
     }
     let registry = crate::tools::ToolSettings {

@@ -13,6 +13,7 @@
 //! - `limits`: per-tenant limits (runs at once, tokens per day) and their `429`s.
 //! - `openai`: OpenAI's face: bad input, tenants and session tokens, exact stream resume.
 //! - `replicas`: several processes on one PostgreSQL database.
+//! - `sandbox`: the `shell` sandbox's backends (bubblewrap, Landlock) and the limits on a call.
 //! - `schedules`: schedules, their fires, overlap and misfire policies, across restarts and
 //!   replicas.
 //! - `store`: the store conformance suite, on SQLite and PostgreSQL.
@@ -42,6 +43,7 @@ mod principals;
 mod provider_e2e;
 mod providers;
 mod replicas;
+mod sandbox;
 mod schedules;
 mod store;
 mod tools;

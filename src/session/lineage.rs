@@ -204,5 +204,6 @@ pub(super) fn task_info() -> ToolInfo {
         server: None,
         available: true,
         reason: None,
+        sandbox: None,
     }
 }

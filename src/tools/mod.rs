@@ -1,6 +1,6 @@
 //! Tools the agent can call: the [`Tool`] trait, the [`ToolRegistry`] that offers and runs them,
-//! the built-in tools, the [`Workspace`] that confines them, the bubblewrap [`sandbox`] that
-//! `shell` runs in, and the pure [`policy`] that says whether a call may run.
+//! the built-in tools, the [`Workspace`] that confines them, the [`sandbox`] (bubblewrap or
+//! Landlock) that `shell` runs in, and the pure [`policy`] that says whether a call may run.
 //!
 //! A tool knows nothing of sessions, the store or policy: it gets a [`ToolContext`] (the
 //! workspace of the session it runs for) and the model's input, and answers text, plus the files
@@ -11,7 +11,8 @@
 //!
 //! - [`workspace`]: the security boundary between the model and the host filesystem.
 //! - [`builtin`]: `list_files`, `read_file`, `glob`, `grep`, `write_file`, `edit_file`, `shell`.
-//! - [`sandbox`]: the start-up probe for bubblewrap and the confined `sh -c` it runs.
+//! - [`sandbox`]: the start-up probe that picks bubblewrap or Landlock, the confined `sh -c` it
+//!   runs, and the limits on each call.
 //! - [`registry`]: choosing tools by name, describing them, validating and running calls.
 //! - [`schema`]: the small JSON-schema check used for edited approval inputs.
 //! - [`policy`]: allow / ask / deny rules, as a pure function.
@@ -191,6 +192,10 @@ pub trait Tool: Send + Sync {
     }
     fn availability(&self) -> Availability {
         Availability::Available
+    }
+    /// The sandbox the tool runs commands in (`"bwrap"`, `"landlock"`), for `GET /v1/tools`.
+    fn sandbox(&self) -> Option<&'static str> {
+        None
     }
     /// What policy rules match this call against. File tools answer the path they would touch,
     /// symlinks resolved where it exists; the default is the input's JSON.

@@ -67,6 +67,9 @@ pub struct ToolInfo {
     pub available: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The sandbox `shell` runs in: `bwrap` or `landlock`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<String>,
 }
 
 impl ToolInfo {
@@ -84,6 +87,7 @@ impl ToolInfo {
             server: tool.server().map(str::to_owned),
             available: reason.is_none(),
             reason,
+            sandbox: tool.sandbox().map(str::to_owned),
         }
     }
 }

@@ -1,6 +1,7 @@
-//! `shell`: `sh -c` in the session's workspace, inside the bubblewrap [`Sandbox`]. Offered only
-//! when the sandbox probe succeeded; output is stdout and stderr merged, bounded, then the exit
-//! code. After every call no file in the workspace keeps a setuid or setgid bit ([`setid`]).
+//! `shell`: `sh -c` in the session's workspace, inside the [`Sandbox`] (bubblewrap or Landlock).
+//! Offered only when the sandbox probe succeeded; output is stdout and stderr merged, bounded,
+//! then the exit code; a call that exceeds a limit (memory, processes, CPU time, file size,
+//! /tmp) ends as a tool error naming it. After every call no file in the workspace keeps a setuid or setgid bit ([`setid`]).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -12,7 +13,9 @@ use super::{
     cut_to_cost, in_error_json, in_json, int_arg, required_string, Cost, MAX_OUTPUT_BYTES,
     NOTE_ROOM,
 };
-use crate::tools::sandbox::{Ending, Ran, RunLimits, MAX_READ_BYTES, TMP_BYTES};
+use crate::tools::sandbox::{
+    Ending, Limits, Network, Ran, RunLimits, SandboxChoice, MAX_READ_BYTES,
+};
 use crate::tools::setid;
 use crate::tools::{
     Availability, SandboxStatus, Subject, SubjectKind, Tool, ToolContext, ToolError, ToolResult,
@@ -32,6 +35,10 @@ pub struct ShellSettings {
     pub default_timeout: Duration,
     /// The longest `timeout_s` honoured (`--shell-max-timeout-s`).
     pub max_timeout: Duration,
+    /// The backend `--sandbox` asks for.
+    pub sandbox: SandboxChoice,
+    /// The limits on every call (`--shell-memory-mb` and the like).
+    pub limits: Limits,
 }
 
 impl Default for ShellSettings {
@@ -40,6 +47,8 @@ impl Default for ShellSettings {
             network: false,
             default_timeout: Duration::from_secs(120),
             max_timeout: Duration::from_secs(600),
+            sandbox: SandboxChoice::Auto,
+            limits: Limits::default(),
         }
     }
 }
@@ -74,13 +83,24 @@ impl Tool for Shell {
              stderr merged (at most {} KiB shown; past {} MiB the output is closed and writes \
              to it fail), then `exit code N`. The command and everything it starts is killed \
              after `timeout_s` seconds (default {}, at most {}); nothing keeps running after \
-             the call.",
-            TMP_BYTES >> 20,
+             the call. Limits: {} MB of memory, {} processes, {} MB per file written; a \
+             command exceeding one is killed.",
+            self.settings.limits.tmp_mb,
             MAX_OUTPUT_BYTES / 1024,
             MAX_READ_BYTES >> 20,
             self.settings.default_timeout.as_secs(),
-            self.settings.max_timeout.as_secs()
+            self.settings.max_timeout.as_secs(),
+            self.settings.limits.memory_mb,
+            self.settings.limits.pids,
+            self.settings.limits.file_mb,
         )
+    }
+
+    fn sandbox(&self) -> Option<&'static str> {
+        match &self.sandbox {
+            SandboxStatus::Ready(sandbox) => Some(sandbox.backend_name()),
+            SandboxStatus::Unavailable(_) => None,
+        }
     }
 
     fn input_schema(&self) -> Value {
@@ -137,9 +157,14 @@ impl Tool for Shell {
             None => self.settings.default_timeout.min(self.settings.max_timeout),
         };
         let limits = RunLimits {
-            network: self.settings.network,
+            network: if self.settings.network {
+                Network::All
+            } else {
+                Network::None
+            },
             timeout,
             max_output: MAX_OUTPUT_BYTES - NOTE_ROOM,
+            limits: self.settings.limits,
         };
         let clear_setid = ClearSetid(Some(ctx.workspace.root().to_path_buf()));
         let ran = sandbox
@@ -152,6 +177,11 @@ impl Tool for Shell {
                 "timed out after {} s; the command and everything it started were killed. \
                  Output so far:\n{}",
                 timeout.as_secs(),
+                shown_output(&ran, limits.max_output - TIMEOUT_ROOM, in_error_json)
+            ))),
+            Ending::Exceeded(breach) => Err(ToolError(format!(
+                "{}; the command and everything it started were killed. Output so far:\n{}",
+                breach.describe(&limits.limits, timeout),
                 shown_output(&ran, limits.max_output - TIMEOUT_ROOM, in_error_json)
             ))),
             Ending::Exited(code) => Ok(format!(
