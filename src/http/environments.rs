@@ -239,7 +239,7 @@ async fn result(
             "output is longer than {MAX_OUTPUT_CHARS} characters"
         )));
     }
-    let answered = state
+    let recorded = state
         .sessions
         .worker_result(
             (&environment.tenant, &environment.name),
@@ -248,5 +248,5 @@ async fn result(
             body.is_error,
         )
         .await?;
-    Ok(Json(answered))
+    Ok(Json(json!(recorded)))
 }

@@ -261,71 +261,105 @@ impl Sessions {
     }
 
     /// A worker's result for the call of `environment` (its tenant and name) it claimed: the
-    /// waiting call's answer.
+    /// waiting call's answer. It is kept with the call first, so that the replica that runs
+    /// the session records it when this one may not (see [`Sessions::deliver`]).
     pub async fn worker_result(
         &self,
         environment: (&str, &str),
         claim_id: &str,
         output: String,
         is_error: bool,
-    ) -> Result<Value, SessionError> {
+    ) -> Result<ClientResult, SessionError> {
         let row = self.held_claim(environment, claim_id).await?;
         if !self
             .environment_store()?
-            .finish_worker_call(&row.session_id, &row.call_id, claim_id)
+            .finish_worker_call(&row.session_id, &row.call_id, claim_id, (&output, is_error))
             .await?
         {
             return Err(SessionError::NoSuchCall(format!(
                 "claim {claim_id:?} is no longer held"
             )));
         }
-        let session_id = Uuid::parse_str(&row.session_id).map_err(|_| SessionError::NotFound)?;
         let result = ClientResult {
             call_id: row.call_id,
             output,
             is_error,
         };
-        self.client_result(session_id, result).await
+        self.deliver(&row.session_id, result.clone()).await?;
+        Ok(result)
     }
 
-    /// Answers the claimed calls whose lease ran out and whose tool may not run again (any
-    /// tenant's) as interrupted: what a worker that died holding a `shell` call leaves.
+    /// Records a worker call's kept result in its session, when this replica may write the
+    /// session; otherwise the replica that runs it does, on its next sweep.
+    async fn deliver(&self, session_id: &str, result: ClientResult) -> Result<(), SessionError> {
+        let store = self.environment_store()?;
+        let Ok(id) = Uuid::parse_str(session_id) else {
+            return Ok(store
+                .delivered_worker_call(session_id, &result.call_id)
+                .await?);
+        };
+        let call_id = result.call_id.clone();
+        match self.client_result(id, result).await {
+            Err(SessionError::Conflict(ConflictKind::RunningElsewhere))
+            | Err(SessionError::ShuttingDown) => Ok(()),
+            Err(SessionError::Store(error)) => Err(SessionError::Store(error)),
+            outcome => {
+                if let Err(error) = outcome {
+                    // Answered otherwise meanwhile (its timeout, a cancel): nothing to record.
+                    tracing::debug!(%error, %call_id, "a worker call's result was not recorded");
+                }
+                Ok(store.delivered_worker_call(session_id, &call_id).await?)
+            }
+        }
+    }
+
+    /// Answers the claimed `shell` calls whose lease ran out (any tenant's) as interrupted,
+    /// and records the kept results of worker calls of the sessions this replica may write.
     pub async fn sweep_worker_calls(&self) -> Result<usize, SessionError> {
         let Some(store) = self.deps.store.environments() else {
             return Ok(0);
         };
-        let shell = ["shell"];
         let mut ended = 0;
-        for row in store.lapsed_worker_calls(&shell, model::now(), 64).await? {
+        for row in store
+            .lapsed_worker_calls(&["shell"], model::now(), 64)
+            .await?
+        {
             if self.interrupt(&row).await? {
                 ended += 1;
             }
         }
+        for (session_id, call_id, output, is_error) in store.answered_worker_calls(64).await? {
+            let result = ClientResult {
+                call_id,
+                output,
+                is_error,
+            };
+            self.deliver(&session_id, result).await?;
+        }
         Ok(ended)
     }
 
-    /// Ends a lapsed claim as interrupted and tells the model so; false when another replica
-    /// or worker got to it first.
+    /// Answers a lapsed claim as interrupted and tells the model so; false when another
+    /// replica or worker got to it first.
     async fn interrupt(&self, row: &WorkerCallRow) -> Result<bool, SessionError> {
-        if !self.environment_store()?.interrupt_worker_call(row).await? {
+        let output = serde_json::json!({ "error": INTERRUPTED_OUTPUT }).to_string();
+        if !self
+            .environment_store()?
+            .interrupt_worker_call(row, &output)
+            .await?
+        {
             return Ok(false);
         }
         tracing::warn!(
             session_id = %row.session_id, call_id = %row.call_id, tool = %row.tool,
             "a worker's lease on a call ran out: answered as interrupted"
         );
-        let Ok(session_id) = Uuid::parse_str(&row.session_id) else {
-            return Ok(true);
-        };
         let result = ClientResult {
             call_id: row.call_id.clone(),
-            output: serde_json::json!({ "error": INTERRUPTED_OUTPUT }).to_string(),
+            output,
             is_error: true,
         };
-        // The call may have been answered otherwise meanwhile (its timeout): nothing to do.
-        if let Err(error) = self.client_result(session_id, result).await {
-            tracing::debug!(%error, "an interrupted worker call's answer");
-        }
+        self.deliver(&row.session_id, result).await?;
         Ok(true)
     }
 }

@@ -29,7 +29,8 @@ pub struct WorkerCallRow {
     pub tool: String,
     /// The call's arguments, as JSON text.
     pub input: String,
-    /// `queued`, `claimed`, `done` or `interrupted`.
+    /// `queued`, `claimed`, `answered` (its result is here, the session has not recorded it
+    /// yet) or `done`.
     pub state: String,
     /// The claim that holds it (a fresh id per claim).
     pub worker: Option<String>,
@@ -79,9 +80,9 @@ pub trait EnvironmentStore: Send + Sync {
         lease_until: DateTime<Utc>,
         now: DateTime<Utc>,
     ) -> StoreResult<bool>;
-    /// Ends a claimed call whose lease ran out as `interrupted`; false when someone else did
-    /// something with it first.
-    async fn interrupt_worker_call(&self, call: &WorkerCallRow) -> StoreResult<bool>;
+    /// Answers a claimed call whose lease ran out with `output` (an error); false when
+    /// someone else did something with it first.
+    async fn interrupt_worker_call(&self, call: &WorkerCallRow, output: &str) -> StoreResult<bool>;
     /// Keeps `worker`'s claim until `lease_until`; false when it no longer holds it.
     async fn renew_worker_call(
         &self,
@@ -90,13 +91,23 @@ pub trait EnvironmentStore: Send + Sync {
         worker: &str,
         lease_until: DateTime<Utc>,
     ) -> StoreResult<bool>;
-    /// Ends `worker`'s claim as done; false when it no longer holds it.
+    /// Keeps the result of `worker`'s claim (the call is `answered`); false when it no longer
+    /// holds it.
     async fn finish_worker_call(
         &self,
         session_id: &str,
         call_id: &str,
         worker: &str,
+        result: (&str, bool),
     ) -> StoreResult<bool>;
+    /// The calls whose result the session has not recorded yet (any tenant), oldest first:
+    /// `(session_id, call_id, output, is_error)`.
+    async fn answered_worker_calls(
+        &self,
+        limit: i64,
+    ) -> StoreResult<Vec<(String, String, String, bool)>>;
+    /// Marks an answered call's result as recorded by its session.
+    async fn delivered_worker_call(&self, session_id: &str, call_id: &str) -> StoreResult<()>;
     /// A claimed call of any tenant, by `worker`'s claim id.
     async fn worker_call(&self, worker: &str) -> StoreResult<Option<WorkerCallRow>>;
     /// Claimed calls of tools in `tools` whose lease ran out at `now` (any tenant).
@@ -132,15 +143,21 @@ pub(super) mod sql {
                              lease_until = $2, attempts = attempts + 1 \
                              WHERE session_id = $3 AND call_id = $4 AND attempts = $5 \
                              AND (state = 'queued' OR (state = 'claimed' AND lease_until < $6))";
-    pub const INTERRUPT: &str = "UPDATE worker_calls SET state = 'interrupted' \
+    pub const INTERRUPT: &str = "UPDATE worker_calls SET state = 'answered', output = $4, \
+                                 is_error = 1 \
                                  WHERE session_id = $1 AND call_id = $2 AND attempts = $3 \
                                  AND state = 'claimed'";
     pub const RENEW: &str = "UPDATE worker_calls SET lease_until = $1 \
                              WHERE session_id = $2 AND call_id = $3 AND worker = $4 \
                              AND state = 'claimed'";
-    pub const FINISH: &str = "UPDATE worker_calls SET state = 'done' \
+    pub const FINISH: &str = "UPDATE worker_calls SET state = 'answered', output = $4, \
+                              is_error = $5 \
                               WHERE session_id = $1 AND call_id = $2 AND worker = $3 \
                               AND state = 'claimed'";
+    pub const ANSWERED: &str = "SELECT session_id, call_id, output, is_error FROM worker_calls \
+                                WHERE state = 'answered' ORDER BY queued_at LIMIT $1";
+    pub const DELIVERED: &str = "UPDATE worker_calls SET state = 'done' \
+                                 WHERE session_id = $1 AND call_id = $2 AND state = 'answered'";
     pub const BY_WORKER: &str = "WHERE worker = $1 AND state = 'claimed'";
     pub const LAPSED: &str = "WHERE state = 'claimed' AND lease_until < $1 ORDER BY queued_at \
                               LIMIT $2";
@@ -344,12 +361,14 @@ macro_rules! environments_over_pool {
             async fn interrupt_worker_call(
                 &self,
                 call: &$crate::store::environments::WorkerCallRow,
+                output: &str,
             ) -> $crate::store::StoreResult<bool> {
                 let q = $sql;
                 let done = sqlx::query(&q($crate::store::environments::sql::INTERRUPT))
                     .bind(&call.session_id)
                     .bind(&call.call_id)
                     .bind(call.attempts)
+                    .bind(output)
                     .execute(&self.pool)
                     .await?;
                 Ok(done.rows_affected() > 0)
@@ -378,15 +397,55 @@ macro_rules! environments_over_pool {
                 session_id: &str,
                 call_id: &str,
                 worker: &str,
+                (output, is_error): (&str, bool),
             ) -> $crate::store::StoreResult<bool> {
                 let q = $sql;
                 let done = sqlx::query(&q($crate::store::environments::sql::FINISH))
                     .bind(session_id)
                     .bind(call_id)
                     .bind(worker)
+                    .bind(output)
+                    .bind(i64::from(is_error))
                     .execute(&self.pool)
                     .await?;
                 Ok(done.rows_affected() > 0)
+            }
+
+            async fn answered_worker_calls(
+                &self,
+                limit: i64,
+            ) -> $crate::store::StoreResult<Vec<(String, String, String, bool)>> {
+                let q = $sql;
+                let rows: Vec<(String, String, Option<String>, Option<i64>)> =
+                    sqlx::query_as(&q($crate::store::environments::sql::ANSWERED))
+                        .bind(limit)
+                        .fetch_all(&self.pool)
+                        .await?;
+                Ok(rows
+                    .into_iter()
+                    .map(|(session, call, output, is_error)| {
+                        (
+                            session,
+                            call,
+                            output.unwrap_or_default(),
+                            is_error == Some(1),
+                        )
+                    })
+                    .collect())
+            }
+
+            async fn delivered_worker_call(
+                &self,
+                session_id: &str,
+                call_id: &str,
+            ) -> $crate::store::StoreResult<()> {
+                let q = $sql;
+                sqlx::query(&q($crate::store::environments::sql::DELIVERED))
+                    .bind(session_id)
+                    .bind(call_id)
+                    .execute(&self.pool)
+                    .await?;
+                Ok(())
             }
 
             async fn worker_call(

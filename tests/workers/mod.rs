@@ -495,3 +495,60 @@ async fn a_worker_reconnects_after_the_server_restarts() {
         worker.log()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_share_an_environment_and_each_call_runs_once() {
+    if !is_postgres() {
+        eprintln!("two replicas need PostgreSQL (TAH_TEST_BACKEND=postgres): skipped");
+        return;
+    }
+    const CALLS: usize = 8;
+    let calls: Vec<_> = (0..CALLS)
+        .map(|n| {
+            call(
+                &format!("c{n}"),
+                "shell",
+                json!({"command": format!("echo c{n} >> ran.log; sleep 0.3")}),
+            )
+        })
+        .collect();
+    let model = model_asking(&calls).await;
+    let dir = tempfile::tempdir().unwrap();
+    let a = server_on(&model, dir.path(), &[]).await;
+    let policy = allow_all(dir.path());
+    let lease = LEASE_S.to_string();
+    let b = TestServer::start(
+        options(
+            &model,
+            &["--tool-policy", &policy, "--worker-lease-s", &lease],
+        )
+        .operator_token(OPERATOR)
+        .named("B")
+        .database_url(a.database_url()),
+    )
+    .await;
+    let (admin, id) = environment_and_session(&a, "shared").await;
+    let member = key(&a, "a", "member").await;
+    // One worker dials each replica: the session runs on A, half its results arrive at B.
+    let workers = [
+        Worker::start(&a, &member, "shared"),
+        Worker::start(&b, &member, "shared"),
+    ];
+    admin.start_run(&id, "many calls").await;
+    let events = ended_events(&admin, &id, Duration::from_secs(90)).await;
+    let logs: Vec<String> = workers
+        .iter()
+        .map(|w| std::fs::read_to_string(w.path("ran.log")).unwrap_or_default())
+        .collect();
+    let mut ran: Vec<&str> = logs.iter().flat_map(|l| l.lines()).collect();
+    ran.sort();
+    let mut expected: Vec<String> = (0..CALLS).map(|n| format!("c{n}")).collect();
+    expected.sort();
+    assert_eq!(ran, expected, "each call ran exactly once");
+    for n in 0..CALLS {
+        let finished = crate::support::scripted::finished(&events, &format!("c{n}"));
+        assert_eq!(finished["data"]["is_error"], false, "{finished}");
+    }
+    let per_replica: Vec<usize> = logs.iter().map(|l| l.lines().count()).collect();
+    println!("calls run by the worker of replica A, of B: {per_replica:?}");
+}
