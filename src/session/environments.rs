@@ -200,6 +200,13 @@ impl Sessions {
                 self.interrupt(&row).await?;
                 continue;
             }
+            if !self.still_waits(&row).await? {
+                // Its run was cancelled or ended meanwhile: it must not run any more.
+                store
+                    .delivered_worker_call(&row.session_id, &row.call_id)
+                    .await?;
+                continue;
+            }
             let claim_id = model::new_id().to_string();
             let lease_until = now + chrono_of(lease);
             if store
@@ -222,6 +229,18 @@ impl Sessions {
             }
         }
         Ok(None)
+    }
+
+    /// Whether the session's active run still waits for the call's result.
+    async fn still_waits(&self, row: &WorkerCallRow) -> Result<bool, SessionError> {
+        let Ok(id) = Uuid::parse_str(&row.session_id) else {
+            return Ok(false);
+        };
+        match self.pending_client_calls(id).await {
+            Ok(pending) => Ok(pending.iter().any(|call| call.call_id == row.call_id)),
+            Err(SessionError::NotFound) => Ok(false),
+            Err(error) => Err(error),
+        }
     }
 
     /// The claim `claim_id`, when it is of `tenant`'s environment `name` and still held.

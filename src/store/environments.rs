@@ -106,7 +106,8 @@ pub trait EnvironmentStore: Send + Sync {
         &self,
         limit: i64,
     ) -> StoreResult<Vec<(String, String, String, bool)>>;
-    /// Marks an answered call's result as recorded by its session.
+    /// Marks a call done: its result is recorded by its session, or the session no longer
+    /// waits for it (it is never offered again).
     async fn delivered_worker_call(&self, session_id: &str, call_id: &str) -> StoreResult<()>;
     /// A claimed call of any tenant, by `worker`'s claim id.
     async fn worker_call(&self, worker: &str) -> StoreResult<Option<WorkerCallRow>>;
@@ -157,7 +158,7 @@ pub(super) mod sql {
     pub const ANSWERED: &str = "SELECT session_id, call_id, output, is_error FROM worker_calls \
                                 WHERE state = 'answered' ORDER BY queued_at LIMIT $1";
     pub const DELIVERED: &str = "UPDATE worker_calls SET state = 'done' \
-                                 WHERE session_id = $1 AND call_id = $2 AND state = 'answered'";
+                                 WHERE session_id = $1 AND call_id = $2 AND state <> 'done'";
     pub const BY_WORKER: &str = "WHERE worker = $1 AND state = 'claimed'";
     pub const LAPSED: &str = "WHERE state = 'claimed' AND lease_until < $1 ORDER BY queued_at \
                               LIMIT $2";

@@ -5,8 +5,9 @@
 //! `kill -9` mid `shell` call (the model is told it was interrupted, nothing runs twice, and
 //! the timeline is printed) and a claim that lapses mid idempotent call (run again by another
 //! worker); no worker at all (the session shows what it waits for, then the timeout's
-//! error); a worker with another tenant's key; and a server restarted under a connected
-//! worker.
+//! error); a cancelled run's queued call never run by a later worker; a worker with another
+//! tenant's key; a server restarted under a connected worker; and, on PostgreSQL, two
+//! replicas with a worker each sharing one environment.
 
 mod resource;
 
@@ -551,4 +552,37 @@ async fn two_replicas_share_an_environment_and_each_call_runs_once() {
     }
     let per_replica: Vec<usize> = logs.iter().map(|l| l.lines().count()).collect();
     println!("calls run by the worker of replica A, of B: {per_replica:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_of_a_cancelled_run_is_never_run_by_a_later_worker() {
+    let model = model_asking(&[call(
+        "s1",
+        "shell",
+        json!({"command": "echo ran > ran.log"}),
+    )])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let server = server_on(&model, dir.path(), &[]).await;
+    let (admin, id) = environment_and_session(&server, "late").await;
+    admin.start_run(&id, "run it").await;
+    admin
+        .poll_session(&id, "waiting", Duration::from_secs(10), |s| {
+            s["state"] == "waiting_tool"
+        })
+        .await;
+    admin
+        .post_empty(&format!("/v1/sessions/{id}/cancel"))
+        .await
+        .expect_json(StatusCode::OK, "cancel");
+    let member = key(&server, "a", "member").await;
+    let worker = Worker::start(&server, &member, "late");
+    // The worker polls every 200 ms on the server: a few seconds is many chances to run it.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        !worker.path("ran.log").exists(),
+        "a cancelled run's call ran: {}",
+        worker.log()
+    );
+    assert!(!worker.log().contains("running a call"), "{}", worker.log());
 }
