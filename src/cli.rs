@@ -48,6 +48,10 @@ pub enum Command {
     Keys(KeysArgs),
     /// Speak the Agent Client Protocol on stdin and stdout, bridged to a tah server.
     Acp(AcpArgs),
+    /// Run the built-in tool calls of a `workers` environment on this machine: dials out to
+    /// the server (no inbound port), claims calls, runs them in its own workspace and
+    /// sandbox, and sends their results back.
+    Worker(WorkerArgs),
 }
 
 /// How boolean flags and environment variables are read: `true`/`false`, `1`/`0`,
@@ -369,6 +373,18 @@ pub struct ServeArgs {
     )]
     pub approval_timeout_secs: u64,
 
+    /// How long a worker's claim on a tool call of a `workers` environment lasts without a
+    /// heartbeat (the worker renews it every third of this while the call runs). After it ran
+    /// out, a file tool's call is offered to the environment's workers again, and a `shell`
+    /// call is answered to the model as interrupted.
+    #[arg(
+        long = "worker-lease-s",
+        env = "TAH_WORKER_LEASE_S",
+        default_value_t = 30,
+        value_parser = clap::value_parser!(u64).range(1..=3600)
+    )]
+    pub worker_lease_secs: u64,
+
     /// Let `shell` commands use the network (default: none, not even loopback; the env var
     /// takes true/false, 1/0, yes/no or on/off, in any case). Needs API tokens: a command
     /// could otherwise use this server's own API.
@@ -495,6 +511,32 @@ pub struct AcpArgs {
     /// The API token or key it sends (`Authorization: Bearer`); better in the environment.
     #[arg(long, env = "TAH_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+}
+
+/// `tah worker`'s flags.
+#[derive(Debug, Clone, Args)]
+pub struct WorkerArgs {
+    /// The tah server's URL, e.g. http://127.0.0.1:8080.
+    #[arg(long, env = "TAH_SERVER")]
+    pub server: String,
+    /// The API key it authenticates with (a member or an admin of the environment's tenant);
+    /// better in the environment.
+    #[arg(long, env = "TAH_TOKEN", hide_env_values = true)]
+    pub token: String,
+    /// The `workers` environment whose calls it runs (its name or id).
+    #[arg(long, env = "TAH_ENVIRONMENT")]
+    pub environment: String,
+    /// The directory its tools work in (created if missing).
+    #[arg(long, env = "TAH_WORKSPACE")]
+    pub workspace: std::path::PathBuf,
+    /// How long one claim request waits on the server for a call, in seconds (1-60).
+    #[arg(
+        long = "poll-s",
+        env = "TAH_WORKER_POLL_S",
+        default_value_t = 20,
+        value_parser = clap::value_parser!(u64).range(1..=60)
+    )]
+    pub poll_secs: u64,
 }
 
 /// `tah keys`' flags.

@@ -238,6 +238,8 @@ pub struct PolicySettings {
     pub mode: ApprovalMode,
     /// How long an approval or a client's result is waited for (`None`: for ever).
     pub approval_timeout: Option<Duration>,
+    /// How long a worker's claim on a call lasts without a heartbeat (`--worker-lease-s`).
+    pub worker_lease: Duration,
 }
 
 /// The log's format (`--log-format`). The binary sets up logging from the flags themselves,
@@ -412,6 +414,7 @@ impl Settings {
                 },
                 approval_timeout: (args.approval_timeout_secs > 0)
                     .then(|| Duration::from_secs(args.approval_timeout_secs)),
+                worker_lease: Duration::from_secs(args.worker_lease_secs),
             },
             webhooks,
             telemetry: TelemetrySettings {

@@ -7,7 +7,8 @@
 //!   [`model::Event`] keeps its typed kind), `published` (an event on its way out, its wire
 //!   form rendered once), `waiting` (the one replay of a log into the calls that wait for an
 //!   answer), `session` (sessions, runs, steps, checkpoints as stored), `step` (the LLM step
-//!   descriptor and finish reasons), `artifact` (the files a session produced).
+//!   descriptor and finish reasons), `artifact` (the files a session produced), `environment`
+//!   (where a session's built-in tools run).
 //! - [`cli`]: the binary's command line (clap types only: `serve`, `bench`, `fake-model`).
 //! - [`config`]: `tah serve`'s flags parsed once into validated [`config::Settings`], in groups
 //!   (HTTP, store, model, run, tools, policy, webhooks, telemetry).
@@ -46,6 +47,8 @@
 //! - [`vault`]: the tenants' secrets: the master key, sealing and opening a value, the
 //!   `${vault:VAULT/NAME}` references.
 //! - [`runtime`]: ties store, model, tools and settings together; usable without HTTP.
+//! - [`worker`]: `tah worker`, which dials a server and runs a `workers` environment's
+//!   built-in tool calls in its own workspace and sandbox, under leases.
 //! - [`http`]: the axum router, one module per resource (`sessions`, `runs`, `events`,
 //!   `artifacts`, `approvals`), the faces in `adapters/` (`ai_sdk`, `ag_ui`), `extract`
 //!   (typed path ids), `auth`, `guard` (requests a web page could forge), `problem` (problem+json), `paging`,
@@ -83,3 +86,4 @@ pub mod telemetry;
 pub mod tools;
 pub mod vault;
 pub mod webhooks;
+pub mod worker;

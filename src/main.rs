@@ -60,6 +60,7 @@ fn main() -> ExitCode {
             };
             tah::acp::run(options).await.map_err(anyhow::Error::msg)
         }),
+        Command::Worker(args) => runtime.block_on(worker(args)),
         Command::Healthcheck(args) => {
             // Docker keeps a probe's output: one line on stdout either way.
             return match runtime.block_on(healthcheck::probe(&args)) {
@@ -82,6 +83,34 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `tah worker`: serves an environment's calls until SIGINT or SIGTERM.
+async fn worker(args: tah::cli::WorkerArgs) -> anyhow::Result<()> {
+    init_tracing(LogFormat::Text, None);
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let stop = shutdown.clone();
+    tokio::spawn(async move {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(_) => return,
+            };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        stop.cancel();
+    });
+    let options = tah::worker::WorkerOptions {
+        server: args.server,
+        token: args.token,
+        environment: args.environment,
+        workspace: args.workspace,
+        wait: std::time::Duration::from_secs(args.poll_secs),
+    };
+    tah::worker::run(options, shutdown).await?;
+    Ok(())
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {

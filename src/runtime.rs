@@ -133,6 +133,7 @@ impl Runtime {
             );
         }
         crate::schedules::scheduler::start(runtime.sessions().clone(), runtime.shutdown_token());
+        crate::session::start_worker_sweeper(runtime.sessions().clone(), runtime.shutdown_token());
         Ok(runtime)
     }
 
@@ -190,6 +191,7 @@ impl Runtime {
                 rules: policy.rules.clone(),
                 mode: policy.mode,
                 approval_timeout: policy.approval_timeout,
+                worker_lease: policy.worker_lease,
             },
             max_subagent_depth: run.max_subagent_depth,
             max_subagents_per_run: run.max_subagents_per_run,

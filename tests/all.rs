@@ -22,6 +22,7 @@
 //! - `usage`: the manual, checked against real servers.
 //! - `ui`: the web page's files and its sign-in.
 //! - `vaults`: write-only secrets, sealed at rest; who may use them; a provider key from one.
+//! - `workers`: remote environments and `tah worker`: calls run on workers, leases, kills.
 //! - `support`: what the suites share, and its own tests (`support::tests`).
 //!
 //! The MCP suite (`tests/mcp`) is a binary of its own: it runs its own harness and is also the
@@ -50,3 +51,4 @@ mod tools;
 mod ui;
 mod usage;
 mod vaults;
+mod workers;

@@ -4,7 +4,7 @@
 //! answer. One module per resource; `router` merges them.
 //!
 //! - `sessions`, `runs`, `events`, `approvals`, `artifacts`, `agents`, `vaults` (write-only
-//!   secrets), `schedules`: the resources.
+//!   secrets), `schedules`, `environments` (and their workers' claims): the resources.
 //! - `adapters/`: the faces, front-end protocols over the same sessions (`ai_sdk`: the Vercel
 //!   AI SDK's UI message stream; `ag_ui`: AG-UI), and what they share (streaming a run
 //!   through an adapter of [`crate::protocols`]).
@@ -23,6 +23,7 @@ mod agents;
 mod approvals;
 mod artifacts;
 mod auth;
+mod environments;
 mod events;
 mod extract;
 mod guard;
@@ -146,6 +147,7 @@ pub fn router(state: AppState, options: &HttpOptions) -> Router {
         .merge(agents::routes())
         .merge(keys::routes(principals))
         .merge(vaults::routes())
+        .merge(environments::routes())
         .merge(schedules::routes())
         .merge(runs::routes())
         .merge(approvals::routes())

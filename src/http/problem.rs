@@ -72,7 +72,9 @@ impl From<SessionError> for Problem {
         match error {
             SessionError::NotFound => Problem::not_found("session not found"),
             SessionError::BadInput(detail) => Problem::bad_request(detail),
-            SessionError::AgentNotFound(detail) => Problem::not_found(detail),
+            SessionError::AgentNotFound(detail) | SessionError::EnvironmentNotFound(detail) => {
+                Problem::not_found(detail)
+            }
             error @ SessionError::AgentStale { .. } => Problem::new(
                 StatusCode::PRECONDITION_FAILED,
                 "agent-version-stale",

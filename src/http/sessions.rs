@@ -61,6 +61,8 @@ struct CreateBody {
     mcp_servers: Option<Vec<String>>,
     /// The agent it runs (default: the default agent).
     agent: Option<AgentChoice>,
+    /// The environment its built-in tools run in (default: its agent's, else `local`).
+    environment: Option<String>,
 }
 
 async fn create(
@@ -119,6 +121,16 @@ async fn create(
     let tenant = caller.tenant().unwrap_or(&version.tenant).to_string();
     let options = SessionOptions { agent, ..options };
     let mut options = state.sessions.check_options_on(options, &version)?;
+    options.environment = Some(
+        state
+            .sessions
+            .session_environment(
+                &tenant,
+                body.environment.as_deref(),
+                version.spec.environment.as_deref(),
+            )
+            .await?,
+    );
     if let Some(workspace) = &body.workspace {
         options.workspace = state.sessions.resolve_workspace(workspace).await?;
     }

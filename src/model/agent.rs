@@ -149,6 +149,10 @@ pub struct AgentSpec {
     /// US dollars a session of it may spend.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_cost_usd: Option<f64>,
+    /// The environment its sessions' built-in tools run in, unless a session names its own;
+    /// `None`: `local`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment: Option<String>,
     #[serde(default = "empty_object")]
     pub metadata: Value,
 }
@@ -176,6 +180,7 @@ impl AgentSpec {
             max_tokens: None,
             max_run_tokens: None,
             max_cost_usd: None,
+            environment: None,
             metadata: empty_object(),
         }
     }

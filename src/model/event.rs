@@ -183,6 +183,11 @@ pub enum EventKind {
         tool: String,
         input: Value,
         expires_at: Option<DateTime<Utc>>,
+        /// For a built-in tool's call of a session in a `workers` environment: the
+        /// environment whose workers run it (the call waits until one of them sends its
+        /// result, not the client).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        environment: Option<String>,
     },
     /// A `task` call started a sub-agent: a child session with its own log.
     #[serde(rename = "subagent.started")]

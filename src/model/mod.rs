@@ -4,6 +4,7 @@
 //! may depend on it without pulling in a runtime.
 //!
 //! - `agent`: agents and their versions, and how sessions choose and record them.
+//! - `environment`: where a session's built-in tools run (`local`, or a `workers` one).
 //! - `artifact`: the files a session produced, as versions of a path.
 //! - `message`: messages, tool calls and thinking blocks, the model-visible history.
 //! - `ids`: typed ids ([`SessionId`], [`RunId`], [`CallId`] …), serde-transparent.
@@ -19,6 +20,7 @@
 
 mod agent;
 mod artifact;
+mod environment;
 mod event;
 mod ids;
 mod message;
@@ -34,6 +36,9 @@ pub use agent::{
     SessionAgent, VersionChoice, DEFAULT_AGENT,
 };
 pub use artifact::ArtifactRecord;
+pub use environment::{
+    rerun_safe, valid_environment_name, Environment, EnvironmentKind, LOCAL_ENVIRONMENT,
+};
 pub use event::{CharsBeforeAfter, Event, EventKind};
 pub use ids::{ArtifactId, CallId, PathId, RunId, SessionId, StepId, MAX_CALL_ID_CHARS};
 pub use message::{

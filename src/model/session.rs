@@ -144,6 +144,11 @@ pub struct SessionOptions {
     /// The agent it runs (the default agent for a session made before agents were).
     #[serde(default)]
     pub agent: super::SessionAgent,
+    /// The environment its built-in tools run in (by name): its own choice at creation, else
+    /// its agent's, else `local`; not shown for a session made before environments were
+    /// (which runs them locally).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment: Option<String>,
 }
 
 fn is_zero(n: &u32) -> bool {

@@ -222,6 +222,8 @@ pub struct Item {
     pub input: Value,
     pub subject: String,
     pub expires_at: Option<DateTime<Utc>>,
+    /// For a call that waits for a worker's result: the environment whose workers run it.
+    pub environment: Option<String>,
     pub resolution: Option<Resolution>,
     /// A client's result, or the result recorded when the call was refused or timed out.
     pub result: Option<ClientResult>,
@@ -261,6 +263,9 @@ pub struct PendingClientCall {
     pub tool: String,
     pub input: Value,
     pub expires_at: Option<DateTime<Utc>>,
+    /// Set for a built-in tool's call that waits for a worker of this environment.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub environment: Option<String>,
 }
 
 /// What an answer did.
@@ -340,15 +345,21 @@ impl Waiting {
                 tool,
                 input,
                 expires_at,
-            } => self.request(
-                Kind::Client,
-                call_id,
-                *step_id,
-                tool,
-                input,
-                "",
-                *expires_at,
-            ),
+                environment,
+            } => {
+                self.request(
+                    Kind::Client,
+                    call_id,
+                    *step_id,
+                    tool,
+                    input,
+                    "",
+                    *expires_at,
+                );
+                if let Some(item) = self.items.get_mut(call_id) {
+                    item.environment = environment.clone();
+                }
+            }
             EventKind::ToolApprovalResolved {
                 call_id,
                 decision,
@@ -411,6 +422,7 @@ impl Waiting {
                 input: input.clone(),
                 subject: subject.to_string(),
                 expires_at,
+                environment: None,
                 resolution: None,
                 result: None,
                 finished: false,
@@ -466,6 +478,7 @@ impl Waiting {
                 tool: item.tool.clone(),
                 input: item.input.clone(),
                 expires_at: item.expires_at,
+                environment: item.environment.clone(),
             })
             .collect()
     }

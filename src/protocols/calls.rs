@@ -181,6 +181,7 @@ pub(crate) mod tests {
                 tool: tool.into(),
                 input: json!({"question": "?"}),
                 expires_at: None,
+                environment: None,
             });
         }
 

@@ -52,6 +52,7 @@ const FIELDS: &[&str] = &[
     "max_tokens",
     "max_run_tokens",
     "max_cost_usd",
+    "environment",
     "metadata",
 ];
 
@@ -89,6 +90,8 @@ pub struct AgentBody {
     #[serde(default)]
     pub max_cost_usd: Option<f64>,
     #[serde(default)]
+    /// The environment its sessions' built-in tools run in (default: `local`).
+    pub environment: Option<String>,
     pub metadata: Option<Value>,
 }
 
@@ -446,13 +449,18 @@ impl Sessions {
             agent,
             ..SessionOptions::default()
         };
-        let options = self.check_options_on(options, &version)?;
+        let mut options = self.check_options_on(options, &version)?;
+        let tenant = tenant.unwrap_or(&version.tenant).to_string();
+        options.environment = Some(
+            self.session_environment(&tenant, None, version.spec.environment.as_deref())
+                .await?,
+        );
         let new = NewSession {
             system_prompt: None,
             title: None,
             metadata,
             options,
-            tenant: tenant.unwrap_or(&version.tenant).to_string(),
+            tenant,
             owner,
         };
         self.create(new, &version).await
@@ -571,6 +579,10 @@ impl Sessions {
         let subagents = self
             .check_subagents(body.subagents.unwrap_or_default(), this, tenant)
             .await?;
+        let environment = match &body.environment {
+            Some(name) => Some(self.environment(tenant, name).await?.name),
+            None => None,
+        };
         Ok(AgentSpec {
             name: name.to_string(),
             description: body.description,
@@ -587,6 +599,7 @@ impl Sessions {
             max_tokens: body.max_tokens,
             max_run_tokens: body.max_run_tokens,
             max_cost_usd: body.max_cost_usd,
+            environment,
             metadata: body
                 .metadata
                 .unwrap_or_else(|| Value::Object(Default::default())),

@@ -21,6 +21,8 @@ pub struct ToolPolicy {
     pub mode: ApprovalMode,
     /// `None`: wait for ever.
     pub approval_timeout: Option<Duration>,
+    /// How long a worker's claim on a call of a `workers` environment lasts unrenewed.
+    pub worker_lease: Duration,
 }
 
 /// What every session actor depends on, shared by all of them.

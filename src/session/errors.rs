@@ -13,6 +13,9 @@ pub enum SessionError {
     /// No such agent, or no such version of it.
     #[error("{0}")]
     AgentNotFound(String),
+    /// No environment of that id or name in the tenant.
+    #[error("{0}")]
+    EnvironmentNotFound(String),
     /// A conditional update made from a version that is no longer the latest.
     #[error("the agent's latest version is {latest}, not the one this update was made from; read it and try again")]
     AgentStale { latest: u32 },
@@ -100,6 +103,8 @@ pub enum ConflictKind {
     AgentArchived(crate::model::AgentId),
     /// The default agent follows the server's flags: it is not changed through the API.
     DefaultAgent,
+    /// The tenant has an environment of that name already (or it is the built-in `local`).
+    EnvironmentExists(String),
 }
 
 /// The answer that came too late for [`ConflictKind::RunEnded`].
@@ -129,6 +134,7 @@ impl ConflictKind {
             ConflictKind::CompactionCancelled => "compaction-cancelled",
             ConflictKind::AgentArchived(_) => "agent-archived",
             ConflictKind::DefaultAgent => "default-agent",
+            ConflictKind::EnvironmentExists(_) => "environment-exists",
         }
     }
 
@@ -181,6 +187,9 @@ impl ConflictKind {
             ),
             ConflictKind::DefaultAgent => "the default agent follows the server's flags                 (--model, --system-prompt, --tools, …); change them, or create an agent"
                 .to_string(),
+            ConflictKind::EnvironmentExists(name) => format!(
+                "the tenant has an environment named {name:?} already (local is built in)"
+            ),
         }
     }
 

@@ -39,6 +39,7 @@ mod coordination;
 mod core;
 mod cost;
 mod deps;
+mod environments;
 mod errors;
 mod lease;
 mod lineage;
@@ -64,6 +65,7 @@ pub use command::{
     ApprovalAnswer, CancelOutcome, Compacted, IfBusy, Pending, RunRequest, RunStarted, RunStopped,
 };
 pub use deps::{SessionDeps, ToolPolicy};
+pub use environments::{start_sweeper as start_worker_sweeper, WorkerClaim};
 pub use errors::{ConflictKind, SessionError, Unanswered};
 pub use sessions::{NewSession, Sessions, Subscription};
 pub use start::{one_input_one_purpose, Follow, RunEnd, Started, StartedRun};

@@ -114,8 +114,9 @@ impl Sessions {
     }
 
     /// Creates the child session a sub-agent works in: `parent`'s agent, prompt, tools, policy
-    /// and workspace (not its client's tools: nobody answers them for a child), one level
-    /// deeper; or, when `agent` names another agent, that agent's in `parent`'s workspace.
+    /// workspace and environment (not its client's tools: nobody answers them for a child), one
+    /// level deeper; or, when `agent` names another agent, that agent's in `parent`'s workspace
+    /// and environment.
     pub async fn create_child(
         &self,
         parent: &SessionRecord,
@@ -139,6 +140,8 @@ impl Sessions {
             Some((chosen, _)) => (
                 SessionOptions {
                     workspace: parent.options.workspace.clone(),
+                    // Its tools run where its parent's do, as its workspace is its parent's.
+                    environment: parent.options.environment.clone(),
                     depth,
                     task_call_id,
                     agent: chosen.clone(),

@@ -22,8 +22,11 @@
 //! - `agents`: the agents and their versions, on both backends.
 //! - `vaults`: the tenants' sealed secrets, on both backends.
 //! - `schedules`: the schedules and their fires log, on both backends.
+//! - `environments`: the remote environments and the calls queued for their workers, on both
+//!   backends.
 
 pub mod agents;
+pub mod environments;
 pub mod keys;
 pub mod postgres;
 pub mod principals;
@@ -406,6 +409,12 @@ pub trait Store: SessionHistory + Send + Sync + 'static {
             .map(|tables| tables as &dyn schedules::ScheduleStore)
     }
 
+    /// The environments and their workers' calls; `None` for a store without them.
+    fn environments(&self) -> Option<&dyn environments::EnvironmentStore> {
+        self.server_tables()
+            .map(|tables| tables as &dyn environments::EnvironmentStore)
+    }
+
     /// The API keys and session tokens; `None` for a store without them.
     fn principals(&self) -> Option<&dyn principals::PrincipalStore> {
         self.server_tables()
@@ -430,6 +439,7 @@ pub trait ServerTables:
     + principals::PrincipalStore
     + vaults::VaultStore
     + schedules::ScheduleStore
+    + environments::EnvironmentStore
 {
 }
 
@@ -441,6 +451,7 @@ impl<T> ServerTables for T where
         + principals::PrincipalStore
         + vaults::VaultStore
         + schedules::ScheduleStore
+        + environments::EnvironmentStore
 {
 }
 

@@ -184,6 +184,18 @@ fn class_of(op: &Operation) -> Option<Class> {
         // A vault is named in the caller's own tenant: nothing of tenant A's is named.
         return Some(Class::Admin { specific: false });
     }
+    if let Some(rest) = path.strip_prefix("/v1/environments") {
+        // The walk names the built-in `local`, which every tenant has: nothing of tenant A's.
+        return match (m.clone(), rest) {
+            (Method::GET, "" | "/{env}") => Some(Class::TenantRead { specific: false }),
+            (Method::POST, "") | (Method::DELETE, "/{env}") => {
+                Some(Class::Admin { specific: false })
+            }
+            // A worker's routes: members and admins of the tenant, like making a session.
+            (Method::POST, _) if rest.starts_with("/{env}/claims") => Some(Class::Create),
+            _ => None,
+        };
+    }
     None
 }
 
@@ -502,6 +514,8 @@ impl World {
                 "version" => "1",
                 "file" => "app.js",
                 "vault" => "main",
+                "env" => "local",
+                "claim_id" => "none",
                 "name" => "token",
                 _ => return Err(format!("no value for the parameter {{{name}}}")),
             };
@@ -527,6 +541,8 @@ impl World {
                 "/v1/schedules/{id}" => json!({"paused": true}),
                 "/v1/schedules/{id}/trigger" => json!({}),
                 _ if path.starts_with("/v1/vaults/") => json!({"value": "v"}),
+                "/v1/environments" => json!({"name": "walked", "type": "workers"}),
+                _ if path.ends_with("/claims/{claim_id}/result") => json!({"output": "x"}),
                 _ if path.ends_with("/runs") => json!({"input": "hello"}),
                 _ if path.ends_with("/tokens") => json!({"scope": "read"}),
                 _ if path.contains("/approvals/") => json!({"decision": "allow"}),

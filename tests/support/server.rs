@@ -273,16 +273,10 @@ impl TestServer {
 
     /// The flags of `tah serve`, without the subcommand.
     fn serve_args(&self) -> Vec<String> {
-        let mut args: Vec<String> = [
-            "--listen",
-            "127.0.0.1:0",
-            "--database-url",
-            &self.database_url,
-            "--workspace",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        let mut args: Vec<String> = ["--database-url", &self.database_url, "--workspace"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
         args.push(self.workspace.path().display().to_string());
         let chosen = |flag: &str| {
             let with_value = format!("{flag}=");
@@ -291,6 +285,9 @@ impl TestServer {
                 .iter()
                 .any(|a| a == flag || a.starts_with(&with_value))
         };
+        if !chosen("--listen") {
+            args.extend(["--listen", "127.0.0.1:0"].map(String::from));
+        }
         if self.pg_database.is_some() {
             // Auto-resume is on by default with PostgreSQL; the tests resume by themselves
             // unless they ask for it. A short lease lets a killed process's sessions be taken

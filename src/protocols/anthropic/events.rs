@@ -753,6 +753,7 @@ mod tests {
             tool: "lookup".into(),
             input: json!({"q": 1}),
             expires_at: None,
+            environment: None,
         });
         let frames = all(&log, Deltas::default());
         assert_eq!(

@@ -14,13 +14,24 @@ use super::Run;
 use crate::agent::Admission;
 use crate::model::waiting::Item;
 use crate::model::{
-    self, Action, ClientTool, Decision, EventKind, ResolvedBy, SessionState, StepStatus, ToolCall,
+    self, Action, ClientTool, Decision, EnvironmentKind, EventKind, ResolvedBy, SessionState,
+    StepStatus, ToolCall, LOCAL_ENVIRONMENT,
 };
 use crate::session::deps::ToolPolicy;
 use crate::session::waiting::{refusal_output, Kind, Resolution};
 use crate::store::{StoreError, WriteOp};
 use crate::tools::policy::{self, Rules};
 use crate::tools::{Subject, ToolOutput};
+
+/// Where a call runs.
+enum Runs {
+    /// On this server.
+    Here,
+    /// On a worker of this (`workers`) environment.
+    Workers(String),
+    /// The session's environment was deleted.
+    Gone(String),
+}
 
 /// What admission decided of a call nobody asked about yet.
 #[derive(Debug, Clone, PartialEq)]
@@ -148,6 +159,49 @@ impl Run<'_> {
             .board
             .with_rules(|rules| admit(policy, rules, proposed));
         let call = call.clone();
+        let admitted = match (admitted, self.runs_on(&call.name).await?) {
+            (admitted, Runs::Here) => admitted,
+            (Admit::Deny(reason), _) => Admit::Deny(reason),
+            (_, Runs::Gone(environment)) => {
+                return Ok(Admission::Refused {
+                    step_id,
+                    output: ToolOutput::error(format!(
+                        "the session's environment {environment:?} does not exist (any more): \
+                         its built-in tools cannot run"
+                    )),
+                })
+            }
+            (Admit::Ask, Runs::Workers(_)) => Admit::Deny(
+                "the call needs an approval, and approvals are not taken for the calls of a \
+                 workers environment: allow or deny the tool in the policy"
+                    .to_string(),
+            ),
+            (Admit::Answered(resolution), Runs::Workers(_)) if !resolution.decision.runs() => {
+                Admit::Answered(resolution)
+            }
+            (_, Runs::Workers(environment)) => {
+                let timeout = policy.approval_timeout;
+                let expires_at = expires(timeout);
+                let kind = EventKind::ToolClientRequested {
+                    step_id,
+                    call_id: call.id.clone(),
+                    tool: call.name.clone(),
+                    input: call.arguments.clone(),
+                    expires_at,
+                    environment: Some(environment.clone()),
+                };
+                self.wait_for(step_id, &call, kind).await?;
+                crate::session::environments::queue_call(
+                    self.sink.deps.store.as_ref(),
+                    &self.core.record,
+                    &environment,
+                    &call,
+                    expires_at,
+                )
+                .await?;
+                return Ok(Admission::Waits { step_id });
+            }
+        };
         match admitted {
             Admit::Client { timeout } => {
                 let kind = EventKind::ToolClientRequested {
@@ -156,6 +210,7 @@ impl Run<'_> {
                     tool: call.name.clone(),
                     input: call.arguments.clone(),
                     expires_at: expires(timeout),
+                    environment: None,
                 };
                 self.wait_for(step_id, &call, kind).await?;
                 Ok(Admission::Waits { step_id })
@@ -174,6 +229,27 @@ impl Run<'_> {
             Admit::Deny(reason) => self.deny(step_id, &call.id, reason).await,
             Admit::Ask => self.ask(step_id, &call, subject.take()).await,
         }
+    }
+
+    /// Where a call of `tool` runs: a built-in tool's call of a session in a `workers`
+    /// environment runs on one of its workers; everything else here.
+    async fn runs_on(&self, tool: &str) -> Result<Runs, StoreError> {
+        let record = &self.core.record;
+        let name = match record.options.environment.as_deref() {
+            Some(name) if name != LOCAL_ENVIRONMENT => name,
+            _ => return Ok(Runs::Here),
+        };
+        if !crate::tools::builtin::NAMES.contains(&tool) || self.calls.tools.get(tool).is_none() {
+            return Ok(Runs::Here);
+        }
+        let Some(store) = self.sink.deps.store.environments() else {
+            return Ok(Runs::Here);
+        };
+        Ok(match store.environment(&record.tenant, name).await? {
+            None => Runs::Gone(name.to_string()),
+            Some(row) if row.kind == EnvironmentKind::Workers.as_str() => Runs::Workers(row.name),
+            Some(_) => Runs::Here,
+        })
     }
 
     /// Records that a human is asked about a call (about its subject, worked out now if the
@@ -345,6 +421,7 @@ mod tests {
             rules: Rules::compile(rules).unwrap(),
             mode,
             approval_timeout: Some(Duration::from_secs(60)),
+            worker_lease: Duration::from_secs(30),
         }
     }
 

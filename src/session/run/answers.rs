@@ -124,10 +124,17 @@ impl Run<'_> {
 
     /// Nobody answered `call_id` in time.
     async fn expire(&mut self, call_id: &str) -> Result<Answer, StoreError> {
-        let kind = self.board.get(call_id).map(|item| item.kind);
+        let item = self.board.get(call_id);
+        let kind = item.as_ref().map(|item| item.kind);
+        let environment = item.and_then(|item| item.environment);
         let output = match kind {
             Some(Kind::Client) => {
-                let output = unanswered_output(Kind::Client);
+                let output = match environment {
+                    Some(environment) => ToolOutput::error(
+                        crate::session::environments::no_worker_output(&environment),
+                    ),
+                    None => unanswered_output(Kind::Client),
+                };
                 self.board.settle(ClientResult {
                     call_id: call_id.to_string(),
                     output: output.output.clone(),

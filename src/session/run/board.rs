@@ -338,6 +338,7 @@ mod tests {
             tool: "pick_color".into(),
             input: json!({}),
             expires_at: None,
+            environment: None,
         }
     }
 

@@ -114,6 +114,8 @@ crate::store::principals::principals_over_pool!(PostgresStore, |s: &str| s.to_st
 
 // The vaults' sealed secrets, in the pool (they are not part of a session's batches).
 crate::store::vaults::vaults_over_pool!(PostgresStore, |s: &str| s.to_string());
+// The environments and their workers' calls, in the pool.
+crate::store::environments::environments_over_pool!(PostgresStore, |s: &str| s.to_string());
 
 // The schedules and their fires, in the pool (they are not part of a session's batches).
 crate::store::schedules::schedules_over_pool!(PostgresStore, |s: &str| s.to_string());

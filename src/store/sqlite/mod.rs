@@ -210,6 +210,12 @@ crate::store::schedules::schedules_over_pool!(SqliteStore, |s: &str| {
     crate::store::keys::sql::sqlite(s)
 });
 
+// The environments and their workers' calls, in the pool (they are not part of a session's
+// batches).
+crate::store::environments::environments_over_pool!(SqliteStore, |s: &str| {
+    crate::store::keys::sql::sqlite(s)
+});
+
 // The webhook queue, in the pool (the trigger that fills it runs in the writer's commits).
 crate::store::webhooks::webhook_queue_over_pool!(SqliteStore, |s: &str| {
     crate::store::webhooks::sql::sqlite(s)
