@@ -343,3 +343,19 @@ async fn the_tenant_day_cap_counts_every_session_and_a_raised_flag_lets_them_res
         assert_eq!(user_messages(&server.messages(id).await), 1);
     }
 }
+
+#[tokio::test]
+async fn the_cap_does_not_change_under_a_running_run() {
+    let server = TestServer::start(ServerOptions::new().mock_delay_ms(40)).await;
+    let id = server.create_session().await;
+    let run = server.start_run(&id, "What is in this workspace?").await;
+    let reply = update(&server, &id, json!({"max_cost_usd": 1})).await;
+    assert_conflict(&reply, "a cap changed while a run is active");
+    let ended = server.wait_run(&id, &id_of(&run)).await;
+    assert_eq!(ended["status"], "completed", "{ended}");
+    assert!(server.session(&id).await.get("max_cost_usd").is_none());
+    let set = update(&server, &id, json!({"max_cost_usd": 1}))
+        .await
+        .expect_json(StatusCode::OK, "once the run has ended");
+    assert_eq!(set["max_cost_usd"], 1.0, "{set}");
+}
