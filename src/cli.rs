@@ -260,6 +260,14 @@ pub struct ServeArgs {
     #[arg(long, env = "TAH_TENANT_MAX_TOKENS_PER_DAY", value_parser = clap::value_parser!(u64).range(1..))]
     pub tenant_max_tokens_per_day: Option<u64>,
 
+    /// US dollars, a positive number, that a tenant's LLM steps may cost per day (UTC): the
+    /// sum of their `cost_usd` (steps of models with prices in the providers file) since
+    /// 00:00 UTC. Checked before each LLM step: a run that reaches it ends with
+    /// `finish_reason: budget` and can be resumed after 00:00 UTC or once the cap is raised.
+    /// Unset: no cap.
+    #[arg(long, env = "TAH_TENANT_MAX_COST_USD_PER_DAY", value_parser = positive_usd)]
+    pub tenant_max_cost_usd_per_day: Option<f64>,
+
     /// Seconds, N ≥ 1, that a request to the session, fork, message and step routes may take
     /// before it is answered 408; never applied to events, runs (`?wait=true` included),
     /// resume, cancel or compaction.
@@ -717,5 +725,13 @@ fn at_least_one(s: &str) -> Result<usize, String> {
     match s.parse::<usize>() {
         Ok(n) if n >= 1 => Ok(n),
         _ => Err("must be a whole number of at least 1".to_string()),
+    }
+}
+
+/// A positive, finite amount of US dollars.
+fn positive_usd(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(usd) if usd.is_finite() && usd > 0.0 => Ok(usd),
+        _ => Err(format!("{text:?} is not a positive number of US dollars")),
     }
 }

@@ -207,6 +207,8 @@ pub struct RunSettings {
     pub tenant_max_concurrent_runs: Option<usize>,
     /// Tokens a tenant's sessions may use per day, UTC (`None`: no limit).
     pub tenant_max_tokens_per_day: Option<u64>,
+    /// US dollars a tenant's LLM steps may cost per day, UTC (`None`: no cap).
+    pub tenant_max_cost_usd_per_day: Option<f64>,
     /// Whether interrupted runs resume by themselves: `--auto-resume`, by default on with
     /// PostgreSQL and off with SQLite.
     pub auto_resume: bool,
@@ -376,6 +378,7 @@ impl Settings {
                 max_concurrent_runs: args.max_concurrent_runs as usize,
                 tenant_max_concurrent_runs: args.tenant_max_concurrent_runs.map(|n| n as usize),
                 tenant_max_tokens_per_day: args.tenant_max_tokens_per_day,
+                tenant_max_cost_usd_per_day: args.tenant_max_cost_usd_per_day,
                 auto_resume,
                 max_subagent_depth: args.max_subagent_depth,
                 max_subagents_per_run: args.max_subagents_per_run,

@@ -182,6 +182,7 @@ impl Runtime {
             tenant_limits: crate::session::TenantLimits::new(
                 run.tenant_max_concurrent_runs,
                 run.tenant_max_tokens_per_day,
+                run.tenant_max_cost_usd_per_day,
             ),
             cluster: opened.cluster.clone(),
             replica,

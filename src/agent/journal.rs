@@ -45,6 +45,12 @@ pub trait Journal: Send {
     fn redactor(&self) -> Option<Redactor> {
         None
     }
+    /// Why the run may not start another LLM step because of what it has cost: a cap in money
+    /// it has reached, in words; `None` while every cap leaves room (a step's cost is known
+    /// only once it is done, so this is asked at each step boundary).
+    async fn spend_limit(&mut self) -> Result<Option<String>, Self::Error> {
+        Ok(None)
+    }
     /// An LLM step begins; `request` describes how to rebuild the exact request.
     async fn llm_started(&mut self, request: LlmRequestDescriptor) -> Result<Uuid, Self::Error>;
     /// A piece of the model's text.

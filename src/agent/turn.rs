@@ -103,7 +103,11 @@ pub async fn run_turn<J: Journal>(
                 steps,
             });
         }
-        if let Some(limit) = settings.budget.exceeded(usage) {
+        let limit = match settings.budget.exceeded(usage) {
+            Some(limit) => Some(limit),
+            None => journal.spend_limit().await?,
+        };
+        if let Some(limit) = limit {
             return Ok(TurnOutcome {
                 text: last_text,
                 finish_reason: FinishReason::Budget,

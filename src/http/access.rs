@@ -277,6 +277,11 @@ mod tests {
             Session(SessionNeed::Own)
         );
         assert_eq!(
+            need(Method::POST, "/v1/sessions/{id}"),
+            Session(SessionNeed::Own),
+            "the session update (its cap in money) is the owner's"
+        );
+        assert_eq!(
             need(Method::POST, "/anthropic/v1/sessions/{id}/events"),
             Session(SessionNeed::Interact)
         );

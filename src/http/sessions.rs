@@ -27,7 +27,7 @@ use crate::session::{NewSession, SessionQuery};
 pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/v1/sessions", post(create).get(list))
-        .route("/v1/sessions/{id}", get(show).delete(delete))
+        .route("/v1/sessions/{id}", get(show).post(update).delete(delete))
         .route("/v1/sessions/{id}/fork", post(fork))
         .route("/v1/sessions/{id}/messages", get(messages))
         .route("/v1/sessions/{id}/steps", get(steps))
@@ -57,6 +57,9 @@ struct CreateBody {
     max_tokens: Option<u64>,
     /// Token budget of each of its runs, N ≥ 1.
     max_run_tokens: Option<u64>,
+    /// US dollars its LLM steps may cost over all its runs, a positive number (read here, so
+    /// that a refusal names the field).
+    max_cost_usd: Option<Value>,
     /// The MCP servers whose tools it is offered (default: all of them).
     mcp_servers: Option<Vec<String>>,
     /// The agent it runs (default: the default agent).
@@ -104,6 +107,7 @@ async fn create(
             )));
         }
     }
+    let max_cost_usd = cost_cap(body.max_cost_usd.unwrap_or(Value::Null))?;
     let options = SessionOptions {
         tools: body.tools,
         mcp_servers: body.mcp_servers,
@@ -111,6 +115,7 @@ async fn create(
         client_tools: body.client_tools,
         max_tokens: body.max_tokens,
         max_run_tokens: body.max_run_tokens,
+        max_cost_usd,
         ..SessionOptions::default()
     };
     let (agent, version) = state
@@ -162,13 +167,17 @@ fn created(record: SessionRecord) -> Response {
         .into_response()
 }
 
-/// A session as served: the stored record plus, for one session, its last run.
+/// A session as served: the stored record plus, for one session, its last run and what its
+/// LLM steps have cost.
 #[derive(Debug, Serialize)]
 pub struct SessionView {
     #[serde(flatten)]
     record: SessionRecord,
     #[serde(skip_serializing_if = "Option::is_none")]
     last_run: Option<RunRecord>,
+    /// US dollars its priced LLM steps have cost (not shown when none had a price).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    total_cost_usd: Option<f64>,
 }
 
 impl From<SessionRecord> for SessionView {
@@ -176,8 +185,90 @@ impl From<SessionRecord> for SessionView {
         SessionView {
             record,
             last_run: None,
+            total_cost_usd: None,
         }
     }
+}
+
+/// A cap in money as a request gives it: a positive, finite number of US dollars, or `null`
+/// (none).
+fn cost_cap(value: Value) -> Result<Option<f64>, Problem> {
+    match value {
+        Value::Null => Ok(None),
+        Value::Number(n) if n.as_f64().is_some_and(|usd| usd.is_finite() && usd > 0.0) => {
+            Ok(n.as_f64())
+        }
+        _ => Err(Problem::bad_request(
+            "max_cost_usd must be a positive number of US dollars (or null for none)",
+        )),
+    }
+}
+
+/// `POST /v1/sessions/{id}`: changes what may change of a session: `max_cost_usd` (a
+/// positive number; `null` clears the session's own cap, its agent's then applies), `title`
+/// (a string or `null`) and `metadata` (an object). Answers the session as `GET` does.
+async fn update(
+    State(state): State<AppState>,
+    Ids(SessionId(id)): Ids<SessionId>,
+    OptionalJson(body): OptionalJson<Value>,
+) -> Result<Json<SessionView>, Problem> {
+    let Value::Object(fields) = body else {
+        return Err(Problem::bad_request("the body must be a JSON object"));
+    };
+    let mut cap = None;
+    let mut title = None;
+    let mut metadata = None;
+    for (key, value) in fields {
+        match key.as_str() {
+            "max_cost_usd" => cap = Some(cost_cap(value)?),
+            "title" => {
+                title = Some(match value {
+                    Value::Null => None,
+                    Value::String(t) if t.chars().count() <= MAX_TITLE_CHARS => Some(t),
+                    Value::String(_) => {
+                        return Err(Problem::bad_request(format!(
+                            "title is longer than {MAX_TITLE_CHARS} characters"
+                        )))
+                    }
+                    _ => return Err(Problem::bad_request("title must be a string or null")),
+                })
+            }
+            "metadata" if value.is_object() => metadata = Some(value),
+            "metadata" => return Err(Problem::bad_request("metadata must be a JSON object")),
+            other => {
+                return Err(Problem::bad_request(format!(
+                    "unknown field {other:?}: a session update takes max_cost_usd, title and \
+                     metadata"
+                )))
+            }
+        }
+    }
+    let sessions = &state.sessions;
+    let mut record = sessions.get(id).await?;
+    if let Some(cap) = cap {
+        record = sessions.set_cost_cap(id, cap).await?;
+    }
+    if title.is_some() || metadata.is_some() {
+        let title = title.unwrap_or(record.title);
+        let metadata = metadata.unwrap_or(record.metadata);
+        record = sessions.set_labels(id, title, metadata).await?;
+    }
+    view(&state, record).await.map(Json)
+}
+
+/// The session as `GET` serves it: with its last run and its spend.
+async fn view(state: &AppState, record: SessionRecord) -> Result<SessionView, Problem> {
+    let id = record.id;
+    let last_run = match record.last_run_id {
+        Some(run_id) => state.sessions.run_record(id, run_id).await?,
+        None => None,
+    };
+    let total_cost_usd = state.sessions.spent(id).await?;
+    Ok(SessionView {
+        record,
+        last_run,
+        total_cost_usd,
+    })
 }
 
 #[derive(Debug, Deserialize)]
@@ -231,11 +322,7 @@ async fn show(
     Ids(SessionId(id)): Ids<SessionId>,
 ) -> Result<Json<SessionView>, Problem> {
     let record = state.sessions.get(id).await?;
-    let last_run = match record.last_run_id {
-        Some(run_id) => state.sessions.run_record(id, run_id).await?,
-        None => None,
-    };
-    Ok(Json(SessionView { record, last_run }))
+    view(&state, record).await.map(Json)
 }
 
 async fn delete(

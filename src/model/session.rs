@@ -141,6 +141,9 @@ pub struct SessionOptions {
     /// Tokens one of its runs may use; `None`: the server's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_run_tokens: Option<u64>,
+    /// US dollars its LLM steps may cost over all its runs; `None`: its agent's cap, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cost_usd: Option<f64>,
     /// The agent it runs (the default agent for a session made before agents were).
     #[serde(default)]
     pub agent: super::SessionAgent,

@@ -234,7 +234,10 @@ async fn start_run(
         }
     };
     fire.session_id = Some(session);
-    let request = RunRequest::run(schedule.input.clone(), Pending::Refuse).if_busy(if_busy);
+    // The fire's run spends at most the schedule's cap itself, also in a reused session.
+    let request = RunRequest::run(schedule.input.clone(), Pending::Refuse)
+        .if_busy(if_busy)
+        .max_cost_usd(schedule.max_cost_usd);
     let started = sessions
         .start(session, request, Follow::Record)
         .await?
@@ -243,7 +246,8 @@ async fn start_run(
 }
 
 /// A new session for a fire: the schedule's agent (its version current now), its tenant, its
-/// owner.
+/// owner, and the schedule's `max_cost_usd` as its own cap (what a resume of it by hand is
+/// bounded by).
 async fn new_session(sessions: &Sessions, schedule: &ScheduleRow) -> Result<Uuid, SessionError> {
     let choice = agent_choice(&schedule.agent)?;
     let metadata = Some(serde_json::json!({ "schedule_id": schedule.id }));
@@ -255,6 +259,9 @@ async fn new_session(sessions: &Sessions, schedule: &ScheduleRow) -> Result<Uuid
             metadata,
         )
         .await?;
+    if let Some(cap) = schedule.max_cost_usd {
+        sessions.set_cost_cap(record.id, Some(cap)).await?;
+    }
     Ok(record.id)
 }
 

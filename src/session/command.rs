@@ -10,7 +10,9 @@ use uuid::Uuid;
 
 use super::lineage::Lineage;
 use super::waiting::ClientResult;
-use crate::model::{ClientTool, Decision, RunKind, RunRecord, RunResult, SessionState};
+use crate::model::{
+    ClientTool, Decision, RunKind, RunRecord, RunResult, SessionRecord, SessionState,
+};
 use crate::session::errors::SessionError;
 
 /// Where an actor sends a command's answer.
@@ -34,6 +36,11 @@ pub(super) enum Command {
     },
     Delete {
         reply: Reply<()>,
+    },
+    /// Sets the session's own cap in money (`None`: clears it); answers the session.
+    SetCostCap {
+        max_cost_usd: Option<f64>,
+        reply: Reply<SessionRecord>,
     },
     /// Records a run left in progress by a dead process or replica as interrupted (taking
     /// the session's lease first when replicas share the database); answers whether it was.
@@ -109,6 +116,8 @@ pub struct RunRequest {
     /// The trace span the run's span is a child of (a sub-agent's: its parent's `task` call);
     /// none for a root.
     pub trace_parent: tracing::Span,
+    /// US dollars this run may spend (a schedule's fire: the schedule's `max_cost_usd`).
+    pub max_cost_usd: Option<f64>,
 }
 
 impl RunRequest {
@@ -122,6 +131,7 @@ impl RunRequest {
             subagent: None,
             client_tools: Vec::new(),
             trace_parent: tracing::Span::none(),
+            max_cost_usd: None,
         }
     }
 
@@ -135,6 +145,7 @@ impl RunRequest {
             subagent: None,
             client_tools: Vec::new(),
             trace_parent: tracing::Span::none(),
+            max_cost_usd: None,
         }
     }
 
@@ -142,6 +153,14 @@ impl RunRequest {
     pub fn with_client_tools(self, client_tools: Vec<ClientTool>) -> RunRequest {
         RunRequest {
             client_tools,
+            ..self
+        }
+    }
+
+    /// The run bounded to spend at most `max_cost_usd` US dollars itself.
+    pub fn max_cost_usd(self, max_cost_usd: Option<f64>) -> RunRequest {
+        RunRequest {
+            max_cost_usd,
             ..self
         }
     }

@@ -458,6 +458,25 @@ impl Sessions {
         self.send(id, |reply| Command::Compact { reply }).await
     }
 
+    /// Sets the session's own `max_cost_usd` (`None`: clears it, its agent's cap applies);
+    /// refused while a run is active. Answers the session as it is now.
+    pub async fn set_cost_cap(
+        &self,
+        id: Uuid,
+        max_cost_usd: Option<f64>,
+    ) -> Result<SessionRecord, SessionError> {
+        self.send(id, |reply| Command::SetCostCap {
+            max_cost_usd,
+            reply,
+        })
+        .await
+    }
+
+    /// What the session's LLM steps have cost, in US dollars (`None`: none had a price).
+    pub async fn spent(&self, id: Uuid) -> Result<Option<f64>, SessionError> {
+        Ok(super::cost::spent(self.deps.store.as_ref(), id).await?)
+    }
+
     pub async fn delete(&self, id: Uuid) -> Result<(), SessionError> {
         self.send(id, |reply| Command::Delete { reply }).await
     }

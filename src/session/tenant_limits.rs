@@ -1,11 +1,18 @@
-//! The limits of one tenant (`--tenant-max-concurrent-runs`, `--tenant-max-tokens-per-day`),
-//! checked when a run is asked for. Concurrency is counted in this process: a top-level run
+//! The limits of one tenant (`--tenant-max-concurrent-runs`, `--tenant-max-tokens-per-day`,
+//! `--tenant-max-cost-usd-per-day`). Runs and tokens are checked when a run is asked for; the
+//! spend of the day before each LLM step (a run that reaches it ends with `budget`). Concurrency is counted in this process: a top-level run
 //! holds a [`TenantSlot`] for its whole tree of sub-agents (whose runs take none), given back
 //! when the run ends however it ends (the slot is dropped with the run, and before its end is
 //! written when it is recorded). The tokens of the day are read from the
 //! database, which replicas share, and kept for a few seconds per tenant; a run of the tenant
 //! that ends here forgets them once its end is written, so the next request reads what it
 //! used.
+//!
+//! The spend of the day (the `cost_usd` of the tenant's LLM steps since 00:00 UTC) is read from
+//! the database at first use and at most every few seconds after, and the steps of this
+//! process add to it between two reads. With several replicas, a replica sees what the others
+//! spent at its next read: the tenant may go past its cap by what the other replicas' runs
+//! spend in that time, one step each at most per run once they read it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -14,7 +21,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, NaiveDate, Utc};
 
 use super::errors::SessionError;
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 
 /// How long a tenant's usage of the day is kept before it is read again.
 const USAGE_TTL: Duration = Duration::from_secs(5);
@@ -27,6 +34,7 @@ const RUNS_RETRY_AFTER: u64 = 2;
 pub struct TenantLimits {
     max_runs: Option<usize>,
     max_tokens_per_day: Option<u64>,
+    max_cost_usd_per_day: Option<f64>,
     state: Mutex<State>,
 }
 
@@ -36,6 +44,15 @@ struct State {
     running: HashMap<String, usize>,
     /// Tokens used today, by tenant, as last read.
     usage: HashMap<String, Usage>,
+    /// US dollars spent today, by tenant: as last read, plus this process's steps since.
+    spend: HashMap<String, Spend>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Spend {
+    day: NaiveDate,
+    usd: f64,
+    read_at: Instant,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -53,12 +70,75 @@ pub struct TenantSlot {
 }
 
 impl TenantLimits {
-    pub fn new(max_runs: Option<usize>, max_tokens_per_day: Option<u64>) -> Arc<TenantLimits> {
+    pub fn new(
+        max_runs: Option<usize>,
+        max_tokens_per_day: Option<u64>,
+        max_cost_usd_per_day: Option<f64>,
+    ) -> Arc<TenantLimits> {
         Arc::new(TenantLimits {
             max_runs,
             max_tokens_per_day,
+            max_cost_usd_per_day,
             state: Mutex::default(),
         })
+    }
+
+    /// Why `tenant` may not start another LLM step: its spend of the day has reached
+    /// `--tenant-max-cost-usd-per-day`; `None` while it has room or there is no such cap.
+    pub async fn cost_reached(
+        &self,
+        store: &dyn Store,
+        tenant: &str,
+    ) -> Result<Option<String>, StoreError> {
+        let Some(max) = self.max_cost_usd_per_day else {
+            return Ok(None);
+        };
+        let spent = self.spent_today(store, tenant, Utc::now()).await?;
+        Ok((spent >= max).then(|| {
+            format!(
+                "cost budget reached: tenant {tenant:?} has spent {} today (UTC), its cap is \
+                 {max} a day (--tenant-max-cost-usd-per-day); resume after 00:00 UTC or once \
+                 the cap is raised",
+                super::cost::usd(spent)
+            )
+        }))
+    }
+
+    /// Adds the cost of a step of `tenant`'s to its spend of the day.
+    pub fn add_cost(&self, tenant: &str, usd: f64) {
+        if self.max_cost_usd_per_day.is_none() {
+            return;
+        }
+        let today = Utc::now().date_naive();
+        if let Some(spend) = self.lock().spend.get_mut(tenant) {
+            if spend.day == today {
+                spend.usd += usd;
+            }
+        }
+    }
+
+    /// What `tenant` spent today: as read less than [`USAGE_TTL`] ago plus this process's
+    /// steps since, or read now.
+    async fn spent_today(
+        &self,
+        store: &dyn Store,
+        tenant: &str,
+        now: DateTime<Utc>,
+    ) -> Result<f64, StoreError> {
+        let day = now.date_naive();
+        let kept = self.lock().spend.get(tenant).copied();
+        if let Some(spend) = kept.filter(|s| s.day == day && s.read_at.elapsed() < USAGE_TTL) {
+            return Ok(spend.usd);
+        }
+        let since = day.and_time(chrono::NaiveTime::MIN).and_utc();
+        let usd = store.tenant_cost_since(tenant, since).await?;
+        let spend = Spend {
+            day,
+            usd,
+            read_at: Instant::now(),
+        };
+        self.lock().spend.insert(tenant.to_string(), spend);
+        Ok(usd)
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -189,7 +269,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let url = format!("sqlite://{}", dir.path().join("t.db").display());
         let store = SqliteStore::open(&url).await.expect("open");
-        let limits = TenantLimits::new(Some(1), None);
+        let limits = TenantLimits::new(Some(1), None, None);
         let a = limits
             .admit(&store, "a")
             .await
@@ -214,7 +294,7 @@ mod tests {
         assert_eq!(limits.running("a"), 1);
         drop((again, b));
         assert!(limits.lock().running.is_empty());
-        let off = TenantLimits::new(None, None);
+        let off = TenantLimits::new(None, None, None);
         assert!(off.admit(&store, "a").await.expect("ok").is_none());
     }
 }

@@ -366,6 +366,12 @@ pub trait Store: SessionHistory + Send + Sync + 'static {
     /// The tokens (input + output) the LLM steps of a tenant's sessions used since `since`
     /// (what `--tenant-max-tokens-per-day` counts).
     async fn tenant_tokens_since(&self, tenant: &str, since: DateTime<Utc>) -> StoreResult<u64>;
+    /// What the LLM steps of a tenant's sessions cost since `since`, in US dollars (what
+    /// `--tenant-max-cost-usd-per-day` counts); steps without a price count nothing.
+    async fn tenant_cost_since(&self, tenant: &str, since: DateTime<Utc>) -> StoreResult<f64> {
+        let _ = (tenant, since);
+        Ok(0.0)
+    }
 
     /// The tables that belong to no session; `None` for a store without them. A store that
     /// keeps them answers `Some(self)`, and the accessors below follow.

@@ -45,6 +45,18 @@ pub const TENANT_TOKENS_SINCE: &str = "SELECT COALESCE(SUM(COALESCE(st.input_tok
      JOIN steps st ON st.session_id = s.id \
      WHERE s.tenant = $1 AND st.kind = 'llm' AND st.id >= $2 AND st.created_at >= $3";
 
+/// What the LLM steps of a tenant's sessions cost since a time (`$3`; `$2`: the first step
+/// id of that time), in US dollars: `{COST}` is the backend's reading of a step response's
+/// `cost_usd`.
+pub fn tenant_cost_since(cost: &str) -> String {
+    format!(
+        "SELECT COALESCE(SUM({cost}), 0.0) AS spent FROM sessions s \
+         JOIN steps st ON st.session_id = s.id \
+         WHERE s.tenant = $1 AND st.kind = 'llm' AND st.id >= $2 AND st.created_at >= $3 \
+         AND st.response IS NOT NULL"
+    )
+}
+
 /// The smallest UUID v7 made at or after `at`: its 48-bit millisecond time, then zeros.
 pub fn first_id_at(at: DateTime<Utc>) -> Uuid {
     let millis = u64::try_from(at.timestamp_millis()).unwrap_or(0);

@@ -13,7 +13,7 @@ const INPUT_PER_MTOK: f64 = 2.5;
 const OUTPUT_PER_MTOK: f64 = 10.0;
 
 /// A providers file with `priced`, a mock provider whose model `mock` has a price.
-fn priced_providers() -> (TempDir, String) {
+pub(super) fn priced_providers() -> (TempDir, String) {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("providers.json");
     let text = json!({"providers": {"priced": {
@@ -25,20 +25,20 @@ fn priced_providers() -> (TempDir, String) {
 }
 
 /// A step's cost by the formula, rounded to the nano-dollar as the server rounds.
-fn expected_cost(usage: &Value) -> f64 {
+pub(super) fn expected_cost(usage: &Value) -> f64 {
     let input = usage["input_tokens"].as_u64().expect("input_tokens") as f64;
     let output = usage["output_tokens"].as_u64().expect("output_tokens") as f64;
     let usd = (input * INPUT_PER_MTOK + output * OUTPUT_PER_MTOK) / 1e6;
     (usd * 1e9).round() / 1e9
 }
 
-fn close(a: f64, b: f64) -> bool {
+pub(super) fn close(a: f64, b: f64) -> bool {
     (a - b).abs() < 1e-12
 }
 
 /// Checks every priced step of the log: its `llm.completed` has the cost of its usage, the
 /// next event is its `session.usage`, and the totals add up from `start`. Answers the total.
-fn check_log(events: &[Value], start: f64) -> f64 {
+pub(super) fn check_log(events: &[Value], start: f64) -> f64 {
     let mut total = start;
     let mut steps = 0;
     for (at, event) in events.iter().enumerate() {

@@ -13,6 +13,8 @@
 //! - `subagents`: `task` delegating to one of the agent's `subagents`.
 //! - `restart`: a session pinned to an agent version keeps it across a restart.
 //! - `cost`: the cost of steps at a price from the providers file, and `session.usage`.
+//! - `spend`: caps in money (`max_cost_usd` of sessions, agents and schedules, and
+//!   `--tenant-max-cost-usd-per-day`) that pause a run, raised and resumed.
 //!
 //! Most tests run on the mock model, whose provider is `default` (model `mock`).
 
@@ -22,6 +24,7 @@ mod providers;
 mod resources;
 mod restart;
 mod sessions;
+mod spend;
 mod subagents;
 
 use reqwest::{Method, StatusCode};

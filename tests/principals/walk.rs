@@ -131,7 +131,7 @@ fn class_of(op: &Operation) -> Option<Class> {
     if let Some(rest) = path.strip_prefix("/v1/sessions/{id}") {
         return match (m.clone(), rest) {
             (Method::GET, _) => Some(Class::SessionRead),
-            (Method::DELETE, "") => Some(Class::SessionOwn),
+            (Method::DELETE | Method::POST, "") => Some(Class::SessionOwn),
             (
                 Method::POST,
                 "/runs"

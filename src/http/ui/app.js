@@ -5,7 +5,7 @@
 // authenticated by the token (an end user of an app needs no key and no sign-in).
 
 import { api, ApiError, authEvents, auth, sessions, useSessionToken } from "./api.js";
-import { h, clear, show, isId, clock, count } from "./dom.js";
+import { h, clear, show, isId, clock, count, usd } from "./dom.js";
 import { EventFeed } from "./stream.js";
 import { Conversation } from "./conversation.js";
 import { Inspector } from "./inspector.js";
@@ -20,6 +20,7 @@ const ui = {
   title: $("session-title"),
   meta: $("session-meta"),
   agent: $("session-agent"),
+  spend: $("session-spend"),
   agents: $("agents"),
   agentsLink: $("agents-link"),
   state: $("session-state"),
@@ -76,6 +77,7 @@ function view(name) {
   else ui.agentsLink.removeAttribute("aria-current");
   if (name !== "session") {
     show(ui.agent, false);
+    show(ui.spend, false);
     show(ui.artifacts, false);
     setInspector(false);
   }
@@ -202,6 +204,7 @@ class OpenSession {
       if (event.type === "llm.completed" && event.data?.usage && event.seq > this.record.last_seq) {
         this.newUsage.push({ seq: event.seq, usage: event.data.usage });
       }
+      if (event.type === "session.usage" && event.data?.total_cost_usd != null) this.totalCost = event.data.total_cost_usd;
       if (event.type === "session.state" && event.data?.to) this.setState(event.data.to);
       if (event.type === "artifact.created") loadArtifacts(this);
       if (event.type === "agent.context.compacted") toast("Compacted.", "info");
@@ -269,6 +272,13 @@ class OpenSession {
     return total;
   }
 
+  /** What the session's model calls cost so far: the newest of its record and its events. */
+  spent() {
+    const read = this.record.total_cost_usd;
+    if (read == null) return this.totalCost ?? null;
+    return Math.max(read, this.totalCost ?? 0);
+  }
+
   setRecord(record) {
     this.record = record;
     this.newUsage = this.newUsage.filter((u) => u.seq > record.last_seq);
@@ -303,14 +313,24 @@ function drawHeader(session) {
   if (usage.input_tokens || usage.output_tokens) {
     parts.push(`${count(usage.input_tokens)} in · ${count(usage.output_tokens)} out tokens`);
   }
+  const spent = session.spent();
+  const priced = spent != null || r.max_cost_usd != null;
+  show(ui.spend, priced);
+  if (priced) {
+    const cap = r.max_cost_usd != null ? ` of ${usd(r.max_cost_usd)} cap` : "";
+    setText(ui.spend, `${usd(spent ?? 0)} spent${cap}`);
+    ui.spend.classList.toggle("over", r.max_cost_usd != null && (spent ?? 0) >= r.max_cost_usd);
+  }
   setText(ui.title, r.title || "Untitled session");
   setText(ui.meta, parts.join(" · "));
   if (session.drawnAgent !== r.agent) {
     session.drawnAgent = r.agent;
     drawSessionAgent(ui.agent, r.agent);
   }
-  setText(ui.state, session.state.replace("_", " "));
-  ui.state.dataset.state = session.state;
+  // A run a budget stopped leaves the session failed, and resumable once the cap is raised.
+  const paused = session.state === "failed" && r.last_run?.id === r.last_run_id && r.last_run?.finish_reason === "budget";
+  setText(ui.state, paused ? "paused (budget)" : session.state.replace("_", " "));
+  ui.state.dataset.state = paused ? "paused" : session.state;
   const title = `${r.title || "Session"} · tah`;
   if (document.title !== title) document.title = title;
 }

@@ -11,7 +11,7 @@
 // reply's length); text that arrives in between is shown as it came until the next redraw.
 // Model output only ever enters the page as text nodes, or as elements `markdown.js` made.
 
-import { h, append, clear, pretty, brief, clock, count, bytes, duration, isId, copyButton } from "./dom.js";
+import { h, append, clear, pretty, brief, clock, count, usd, bytes, duration, isId, copyButton } from "./dom.js";
 import { renderMarkdown } from "./markdown.js";
 import { lineDiff, diffStats, diffView } from "./diff.js";
 
@@ -274,7 +274,13 @@ export class Conversation {
     run.el.classList.add(how);
     const took = duration(Date.parse(at) - run.startedAt);
     const parts = [];
-    if (how === "finished") {
+    if (how === "finished" && d.finish_reason === "budget") {
+      // A cap (tokens or money) paused the run: the session is resumed once it is raised.
+      run.el.classList.add("paused");
+      parts.push(h("strong", { text: "Paused" }));
+      parts.push(h("span", { class: "pill", text: "budget" }));
+      parts.push(h("span", { class: "budget-hint", text: "a budget was reached: raise the cap and resume" }));
+    } else if (how === "finished") {
       parts.push(h("strong", { text: "Finished" }));
       if (d.finish_reason) parts.push(h("span", { class: "pill", text: d.finish_reason }));
     } else if (how === "failed") {
@@ -331,7 +337,7 @@ export class Conversation {
   llmCompleted(d) {
     const block = this.block(d.step_id);
     const message = d.message ?? {};
-    block.complete(message.content ?? "", thinkingText(message.thinking), d.usage, d.finish_reason);
+    block.complete(message.content ?? "", thinkingText(message.thinking), d.usage, d.finish_reason, d.cost_usd);
     if (message.content) this.shown.messages += 1;
     this.shown.calls += (message.tool_calls ?? []).length;
     for (const call of message.tool_calls ?? []) {
@@ -491,7 +497,7 @@ class AssistantBlock {
     if (this.tail || this.drawTimer) this.draw();
   }
 
-  complete(text, thinking, usage, finishReason) {
+  complete(text, thinking, usage, finishReason, costUsd) {
     this.pendingText = "";
     this.pendingThinking = "";
     this.source = text ?? "";
@@ -504,6 +510,7 @@ class AssistantBlock {
     if (usage) {
       append(this.meta, [
         h("span", { text: `${count(usage.input_tokens)} in · ${count(usage.output_tokens)} out` }),
+        costUsd != null ? h("span", { class: "step-cost", title: "what this model call cost", text: ` · ${usd(costUsd)}` }) : null,
         finishReason ? h("span", { text: ` · ${finishReason}` }) : null,
       ]);
     }

@@ -94,6 +94,14 @@ export function count(n) {
   return Number(n ?? 0).toLocaleString();
 }
 
+/** "$0.0000525", "$1.5", "$12.35": US dollars with three significant digits at least. */
+export function usd(n) {
+  const x = Number(n ?? 0);
+  if (!x) return "$0";
+  const digits = Math.min(9, Math.max(2, 2 - Math.floor(Math.log10(Math.abs(x)))));
+  return `$${x.toFixed(digits).replace(/(\.\d*?)0+$/, "$1").replace(/\.$/, "")}`;
+}
+
 /** "12.3 KB". */
 export function bytes(n) {
   const units = ["B", "KB", "MB", "GB"];

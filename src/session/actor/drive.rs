@@ -15,6 +15,7 @@ use crate::model::{
     self, AgentSpec, ClientTool, ResolvedBy, RunRecord, RunResult, SessionAgent, SessionRecord,
 };
 use crate::session::command::{Reply, RunRequest, RunStarted, RunStopped};
+use crate::session::cost::CostCaps;
 use crate::session::deps::SessionDeps;
 use crate::session::errors::SessionError;
 use crate::session::lineage::{Children, Lineage, Tree, TASK};
@@ -60,6 +61,8 @@ pub(super) struct Begin {
     /// A top-level run's place among its tenant's runs, for the whole tree (none: a
     /// sub-agent's run, a continued run, or no tenant limit).
     pub tenant_slot: Option<TenantSlot>,
+    /// US dollars the run may spend itself (a schedule's fire), beside the session's caps.
+    pub max_cost_usd: Option<f64>,
 }
 
 impl Begin {
@@ -78,6 +81,7 @@ impl Begin {
             decided: HashMap::new(),
             lineage: None,
             tenant_slot: None,
+            max_cost_usd: None,
         }
     }
 
@@ -102,6 +106,8 @@ struct Prepared {
     calls: RunTools,
     agent: AgentDeps,
     settings: AgentSettings,
+    /// The caps in money the run is bounded by.
+    caps: CostCaps,
     span: tracing::Span,
     /// Why the run cannot start (its workspace cannot be used).
     unusable: Option<String>,
@@ -200,6 +206,7 @@ impl SessionActor {
         };
         let core = self.core.as_mut().ok_or(Stop::Gone)?;
         let mut journal = Run::new(self.id, run.id, core, sink, prepared.board, prepared.calls);
+        journal.caps = prepared.caps;
         if let Some(opening) = begin.opening.take() {
             journal.batch = opening;
         }
@@ -295,6 +302,11 @@ impl SessionActor {
             activity.cancel.cancel();
         }
         let settings = self.run_settings(&core.record, &agent);
+        let caps = CostCaps::new(
+            core.record.options.max_cost_usd,
+            agent.record.spec.max_cost_usd,
+            begin.max_cost_usd,
+        );
         let span = telemetry::run_span(
             &begin.trace_parent,
             self.id,
@@ -323,6 +335,7 @@ impl SessionActor {
             calls,
             agent,
             settings,
+            caps,
             span,
             unusable,
             agent_moved,

@@ -3,6 +3,7 @@
 
 use super::drive::Begin;
 use super::{Phase, Stop};
+use crate::model::SessionRecord;
 use crate::session::actor::access::Refusal;
 use crate::session::command::Reply;
 use crate::session::errors::SessionError;
@@ -31,6 +32,43 @@ pub(super) async fn delete(phase: Phase<'_>, reply: Reply<()>) -> Result<(), Sto
         Ok(()) => {
             let _ = reply.send(Ok(()));
             Err(Stop::Gone)
+        }
+        Err(error) => {
+            let stop = Stop::write_failed(id, &error);
+            let _ = reply.send(Err(SessionError::Store(error)));
+            Err(stop)
+        }
+    }
+}
+
+/// Sets the session's own cap in money: while nothing runs (a run captures its caps when it
+/// starts), written at once with the session.
+pub(super) async fn set_cost_cap(
+    phase: Phase<'_>,
+    max_cost_usd: Option<f64>,
+    reply: Reply<SessionRecord>,
+) -> Result<(), Stop> {
+    let actor = match phase {
+        Phase::Busy(activity) => {
+            let _ = reply.send(Err(activity.conflict("change max_cost_usd")));
+            return Ok(());
+        }
+        Phase::Idle(actor, _) => actor,
+    };
+    let id = actor.id;
+    let record = match actor.claim().await {
+        Err(refusal) => return refusal.answer(id, reply),
+        Ok(core) => {
+            core.record.options.max_cost_usd = max_cost_usd;
+            core.record.updated_at = crate::model::now();
+            core.record.clone()
+        }
+    };
+    let batch = Batch::new(id).with(WriteOp::UpdateSession(record.clone()));
+    match actor.sink().commit(batch).await {
+        Ok(()) => {
+            let _ = reply.send(Ok(record));
+            Ok(())
         }
         Err(error) => {
             let stop = Stop::write_failed(id, &error);

@@ -118,6 +118,10 @@ impl Command {
             Command::RemoteCancel => cancel::remote(phase),
             Command::Compact { reply } => compact::handle(phase, reply).await,
             Command::Delete { reply } => lifecycle::delete(phase, reply).await,
+            Command::SetCostCap {
+                max_cost_usd,
+                reply,
+            } => lifecycle::set_cost_cap(phase, max_cost_usd, reply).await,
             Command::TakeOver { reply } => lifecycle::take_over(phase, reply).await,
             Command::LeaseLost => lifecycle::lease_lost(phase),
             Command::Recover { reply } => lifecycle::recover(phase, reply).await,

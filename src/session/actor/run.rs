@@ -55,7 +55,8 @@ fn busy(activity: &Activity, request: RunRequest, reply: Reply<RunStarted>) {
             }
             IfBusy::Interrupt => {
                 match driven.board.supersede((request, reply)) {
-                    Err((_, reply)) => {
+                    Err(refused) => {
+                        let (_, reply) = *refused;
                         let _ = reply.send(Err(activity.conflict("interrupt it again")));
                     }
                     // Starts once the active run has ended as cancelled.
@@ -209,6 +210,7 @@ impl SessionActor {
         begin.decided = decided;
         begin.lineage = Some(lineage);
         begin.tenant_slot = slot;
+        begin.max_cost_usd = request.max_cost_usd;
         self.drive(run, begin, inbox).await
     }
 

@@ -284,11 +284,12 @@ impl CallBoard {
         std::mem::take(&mut self.lock().queued)
     }
 
-    /// Sets the run that follows this one; a second one is handed back.
-    pub fn supersede(&self, next: Successor) -> Result<(), Successor> {
+    /// Sets the run that follows this one; a second one is handed back (boxed: a request
+    /// is large).
+    pub fn supersede(&self, next: Successor) -> Result<(), Box<Successor>> {
         let mut board = self.lock();
         if board.successor.is_some() {
-            return Err(next);
+            return Err(Box::new(next));
         }
         board.successor = Some(next);
         Ok(())

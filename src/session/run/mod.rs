@@ -35,6 +35,7 @@ use crate::model::{
     ToolCall,
 };
 use crate::session::core::Core;
+use crate::session::cost::CostCaps;
 use crate::session::lineage::Children;
 use crate::session::waiting::Resolution;
 use crate::store::{StepRow, StoreError, WriteOp};
@@ -71,6 +72,10 @@ pub(in crate::session) struct Run<'a> {
     pub calls: RunTools,
     /// The price of the current LLM step's model, when the providers file gives one.
     price: Option<Price>,
+    /// The caps in money the run is bounded by (besides its tenant's of the day).
+    pub caps: CostCaps,
+    /// What this run's LLM steps have cost so far, in US dollars.
+    spent: f64,
 }
 
 /// What a run's tool calls run with, the run's own.
@@ -110,6 +115,8 @@ impl<'a> Run<'a> {
             board,
             calls,
             price: None,
+            caps: CostCaps::default(),
+            spent: 0.0,
         }
     }
 
@@ -199,6 +206,17 @@ impl Journal for Run<'_> {
 
     fn redactor(&self) -> Option<Redactor> {
         self.calls.redactor.clone()
+    }
+
+    async fn spend_limit(&mut self) -> Result<Option<String>, StoreError> {
+        if let Some(limit) = self.caps.reached(self.core.cost_usd, self.spent) {
+            return Ok(Some(limit));
+        }
+        let deps = self.sink.deps;
+        let tenant = &self.core.record.tenant;
+        deps.tenant_limits
+            .cost_reached(deps.store.as_ref(), tenant)
+            .await
     }
 
     async fn llm_started(&mut self, request: LlmRequestDescriptor) -> Result<Uuid, StoreError> {
@@ -295,7 +313,10 @@ impl Journal for Run<'_> {
         );
         // Only a priced step is followed by `session.usage`: the log of a server without
         // prices stays as it was.
-        if cost_usd.is_some() {
+        if let Some(cost) = cost_usd {
+            self.spent = crate::llm::providers::round_usd(self.spent + cost);
+            let limits = &self.sink.deps.tenant_limits;
+            limits.add_cost(&self.core.record.tenant, cost);
             let total_cost_usd = self.core.add_cost(cost_usd);
             self.batch.event(
                 self.core,

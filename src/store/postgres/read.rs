@@ -14,8 +14,8 @@ use crate::model::INTERRUPTED;
 use crate::model::{ArtifactRecord, Checkpoint, Event, EventKind, SessionRecord, SessionState};
 use crate::store::rows::{
     artifact_from, checkpoint_from, corrupt_event, first_id_at, listed_sessions, session_from,
-    versions_kept, ArtifactPage, KeyedTable, LogPage, LogTable, Plain, RowKey, RowPage,
-    SessionRows, StoredRow, ARTIFACT_COLUMNS, CHECKPOINT_COLUMNS, INTERRUPTED_SESSIONS,
+    tenant_cost_since, versions_kept, ArtifactPage, KeyedTable, LogPage, LogTable, Plain, RowKey,
+    RowPage, SessionRows, StoredRow, ARTIFACT_COLUMNS, CHECKPOINT_COLUMNS, INTERRUPTED_SESSIONS,
     SESSION_COLUMNS, TENANT_TOKENS_SINCE,
 };
 use crate::store::{SessionQuery, Store, StoreResult, WriteOp};
@@ -282,5 +282,17 @@ impl Store for PostgresStore {
         .await?;
         let used: i64 = row.try_get("used")?;
         Ok(u64::try_from(used).unwrap_or(0))
+    }
+
+    async fn tenant_cost_since(&self, tenant: &str, since: DateTime<Utc>) -> StoreResult<f64> {
+        let sql = tenant_cost_since("(st.response->>'cost_usd')::float8");
+        let row = sqlx::query(&format!("SELECT spent::float8 AS spent FROM ({sql}) t"))
+            .bind(tenant)
+            .bind(first_id_at(since))
+            .bind(since)
+            .fetch_one(&self.pool)
+            .await?;
+        let spent: f64 = row.try_get("spent")?;
+        Ok(crate::llm::providers::round_usd(spent))
     }
 }

@@ -14,9 +14,9 @@ use crate::model::INTERRUPTED;
 use crate::model::{ArtifactRecord, Checkpoint, Event, SessionRecord, SessionState};
 use crate::store::rows::{
     artifact_from, checkpoint_from, corrupt, corrupt_event, first_id_at, listed_sessions,
-    session_from, versions_kept, ArtifactPage, KeyedTable, LogPage, LogTable, Plain, RowKey,
-    RowPage, SessionRows, StoredRow, ARTIFACT_COLUMNS, CHECKPOINT_COLUMNS, INTERRUPTED_SESSIONS,
-    SESSION_COLUMNS, TENANT_TOKENS_SINCE,
+    session_from, tenant_cost_since, versions_kept, ArtifactPage, KeyedTable, LogPage, LogTable,
+    Plain, RowKey, RowPage, SessionRows, StoredRow, ARTIFACT_COLUMNS, CHECKPOINT_COLUMNS,
+    INTERRUPTED_SESSIONS, SESSION_COLUMNS, TENANT_TOKENS_SINCE,
 };
 use crate::store::{SessionQuery, Store, StoreError, StoreResult, WriteOp};
 
@@ -317,5 +317,18 @@ impl Store for SqliteStore {
             .map_err(|e| self.read_failed(e))?;
         let used: i64 = row.try_get("used")?;
         Ok(u64::try_from(used).unwrap_or(0))
+    }
+
+    async fn tenant_cost_since(&self, tenant: &str, since: DateTime<Utc>) -> StoreResult<f64> {
+        let sql = tenant_cost_since("CAST(json_extract(st.response, '$.cost_usd') AS REAL)");
+        let row = sqlx::query(&sql)
+            .bind(tenant)
+            .bind(first_id_at(since).to_string())
+            .bind(since.to_rfc3339())
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| self.read_failed(e))?;
+        let spent: f64 = row.try_get("spent")?;
+        Ok(crate::llm::providers::round_usd(spent))
     }
 }
