@@ -33,6 +33,7 @@ mod paging;
 mod params;
 mod problem;
 mod providers;
+mod replays;
 mod runs;
 mod schedules;
 pub mod server;
@@ -148,6 +149,7 @@ pub fn router(state: AppState, options: &HttpOptions) -> Router {
         .merge(vaults::routes())
         .merge(schedules::routes())
         .merge(runs::routes())
+        .merge(replays::routes())
         .merge(approvals::routes())
         .merge(events::routes())
         .merge(auth::routes(auth.clone()))

@@ -46,6 +46,7 @@ mod live;
 mod log;
 mod options;
 mod reads;
+pub mod replay;
 mod run;
 mod run_permit;
 mod sessions;

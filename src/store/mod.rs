@@ -27,6 +27,7 @@ pub mod agents;
 pub mod keys;
 pub mod postgres;
 pub mod principals;
+pub mod replays;
 mod rows;
 pub mod schedules;
 pub mod sign_ins;
@@ -406,6 +407,12 @@ pub trait Store: SessionHistory + Send + Sync + 'static {
             .map(|tables| tables as &dyn schedules::ScheduleStore)
     }
 
+    /// The replays; `None` for a store without them.
+    fn replay_store(&self) -> Option<&dyn replays::ReplayStore> {
+        self.server_tables()
+            .map(|tables| tables as &dyn replays::ReplayStore)
+    }
+
     /// The API keys and session tokens; `None` for a store without them.
     fn principals(&self) -> Option<&dyn principals::PrincipalStore> {
         self.server_tables()
@@ -420,8 +427,8 @@ pub trait Store: SessionHistory + Send + Sync + 'static {
 }
 
 /// The tables that belong to no session, written by their own statements rather than in a
-/// session's batches: the idempotency keys, the webhook queue, the sign-ins, the agents and the
-/// vaults' secrets. Both backends keep them all; any type that implements them all is one.
+/// session's batches: the idempotency keys, the webhook queue, the sign-ins, the agents, the
+/// vaults' secrets, the schedules and the replays. Both backends keep them all; any type that implements them all is one.
 pub trait ServerTables:
     keys::IdempotencyKeys
     + webhooks::WebhookQueue
@@ -430,6 +437,7 @@ pub trait ServerTables:
     + principals::PrincipalStore
     + vaults::VaultStore
     + schedules::ScheduleStore
+    + replays::ReplayStore
 {
 }
 
@@ -441,6 +449,7 @@ impl<T> ServerTables for T where
         + principals::PrincipalStore
         + vaults::VaultStore
         + schedules::ScheduleStore
+        + replays::ReplayStore
 {
 }
 
