@@ -305,6 +305,7 @@ async fn a_recorded_replay_that_the_policy_makes_diverge_fails_that_turn_and_say
     let first = &report["turns"][0];
     assert_eq!(first["replay"]["status"], "failed", "{report:#}");
     let error = first["replay"]["error"].as_str().unwrap_or_default();
+    println!("the diverged turn's error: {error}");
     assert!(
         error.contains("diverged") && error.contains("turn 1, step 2"),
         "{error}"
