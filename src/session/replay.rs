@@ -21,20 +21,24 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::command::{Pending, RunRequest};
+use super::command::{ApprovalAnswer, Pending, RunRequest};
 use super::{Follow, NewSession, SessionError, Sessions};
 use crate::llm::providers::round_usd;
 use crate::llm::recorded::{RecordedModel, RecordedTurn};
 use crate::llm::ModelReply;
 use crate::model::{
-    self, AgentChoice, AgentStep, AgentTag, ClientTool, Message, Role, RunKind, RunRecord,
-    RunStatus, SessionOptions, SessionRecord, StepKind, StepRecord, StepStatus, ToolCall,
+    self, AgentChoice, AgentStep, AgentTag, ClientTool, Decision, Event, EventKind, Message,
+    ResolvedBy, Role, RunKind, RunRecord, RunStatus, SessionOptions, SessionRecord, StepKind,
+    StepRecord, StepStatus, ToolCall,
 };
 use crate::session::RunAgent;
 use crate::store::replays::{ReplayRow, ReplayStore};
 use crate::tools::client::ClientSide;
 use crate::tools::recorded::{RecordedCall, RecordedCalls, RecordedTool};
 use crate::tools::{Tool, ToolRegistry};
+
+/// Who answers a recorded replay's approvals, as its events name them.
+const REPLAY_ANSWERER: &str = "replay";
 
 /// How a replay gets its model replies and tool results.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -146,6 +150,8 @@ struct Script {
     calls: RecordedCalls,
     /// The source's client tools, answered from the log like the others.
     client_tools: Vec<ClientTool>,
+    /// How the source's approvals were answered, by call id.
+    approvals: HashMap<String, ApprovalAnswer>,
     /// The turn being replayed (from 0), set before its run starts.
     current: AtomicUsize,
 }
@@ -204,6 +210,8 @@ struct Log {
     runs: Vec<RunRecord>,
     steps: Vec<StepRecord>,
     messages: Vec<Message>,
+    /// The answers to its approvals, by call id (read for a recorded replay only).
+    approvals: HashMap<String, ApprovalAnswer>,
 }
 
 impl Sessions {
@@ -213,12 +221,17 @@ impl Sessions {
         })
     }
 
-    async fn log_of(&self, id: Uuid) -> Result<Log, SessionError> {
+    async fn log_of(&self, id: Uuid, approvals: bool) -> Result<Log, SessionError> {
         let store = &self.deps.store;
+        let approvals = match approvals {
+            true => answers_of(&store.events(id, 0, i64::MAX).await?),
+            false => HashMap::new(),
+        };
         Ok(Log {
             runs: store.runs(id, None, i64::MAX).await?,
             steps: store.steps(id, None, i64::MAX).await?,
             messages: store.messages(id, -1, i64::MAX).await?,
+            approvals,
         })
     }
 
@@ -234,7 +247,9 @@ impl Sessions {
         }
         let replays = self.replay_store()?;
         let parent = self.get(source).await?;
-        let log = self.log_of(source).await?;
+        let log = self
+            .log_of(source, request.mode == ReplayMode::Recorded)
+            .await?;
         let turns: Vec<Vec<&RunRecord>> = turns_of(&log.runs)
             .into_iter()
             .filter(|turn| ended(turn) && turn[0].input.is_some())
@@ -328,7 +343,7 @@ impl Sessions {
         let sessions = self.clone();
         let id = record.id;
         tokio::spawn(async move {
-            sessions.run_replay(id, inputs, script.as_deref()).await;
+            sessions.run_replay(id, inputs, script).await;
             sessions.deps.replays.remove(id);
             let finished = model::now().timestamp_millis();
             if let Ok(store) = sessions.replay_store() {
@@ -341,9 +356,9 @@ impl Sessions {
     }
 
     /// Runs the replay's turns one after the other; a turn that fails does not stop the next.
-    async fn run_replay(&self, id: Uuid, inputs: Vec<String>, script: Option<&Script>) {
+    async fn run_replay(&self, id: Uuid, inputs: Vec<String>, script: Option<Arc<Script>>) {
         for (at, input) in inputs.into_iter().enumerate() {
-            if let Some(script) = script {
+            if let Some(script) = &script {
                 script.current.store(at, Ordering::SeqCst);
             }
             // The previous run's end is sent just before its session is free again.
@@ -353,7 +368,16 @@ impl Sessions {
                     return;
                 }
                 let request = RunRequest::run(input.clone(), Pending::Refuse);
-                match self.start(id, request, Follow::End).await {
+                // A recorded turn's approvals are answered as the source's were.
+                let answering = script.clone().map(|script| {
+                    let sessions = self.clone();
+                    tokio::spawn(async move { sessions.answer_approvals(id, &script).await })
+                });
+                let ended = self.start(id, request, Follow::End).await;
+                if let Some(answering) = answering {
+                    answering.abort();
+                }
+                match ended {
                     Ok(_) => break,
                     Err(SessionError::Conflict(_)) if tries < 100 => {
                         tries += 1;
@@ -369,6 +393,39 @@ impl Sessions {
         }
     }
 
+    /// Answers the approvals the replay `id`'s run waits for, until it is aborted: as the
+    /// source's were answered, or, for a call the source ran with no approval, `deny` (the
+    /// recorded model then reports the divergence).
+    async fn answer_approvals(&self, id: Uuid, script: &Script) {
+        let mut answered: Vec<String> = Vec::new();
+        loop {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let Ok(pending) = self.pending_approvals(id).await else {
+                continue;
+            };
+            for call in pending {
+                if answered.contains(&call.call_id) {
+                    continue;
+                }
+                let answer = script
+                    .approvals
+                    .get(&call.call_id)
+                    .cloned()
+                    .unwrap_or_else(|| ApprovalAnswer {
+                        decision: Decision::Deny,
+                        reason: Some(
+                            "replay: the source ran this call without an approval".to_string(),
+                        ),
+                        input: None,
+                        answered_by: Some(REPLAY_ANSWERER.to_string()),
+                    });
+                if self.approve(id, call.call_id.clone(), answer).await.is_ok() {
+                    answered.push(call.call_id);
+                }
+            }
+        }
+    }
+
     /// The report of the replay `id`: each turn of the source next to the replay's;
     /// `None` when the session is no replay.
     pub async fn replay_report(&self, id: Uuid) -> Result<Option<ReplayReport>, SessionError> {
@@ -377,12 +434,13 @@ impl Sessions {
             return Ok(None);
         };
         let replay_of = ReplayOf::of(&row);
-        let source_log = self.log_of(row.source_id).await.ok();
-        let replay_log = self.log_of(id).await?;
+        let source_log = self.log_of(row.source_id, false).await.ok();
+        let replay_log = self.log_of(id, false).await?;
         let empty = Log {
             runs: Vec::new(),
             steps: Vec::new(),
             messages: Vec::new(),
+            approvals: HashMap::new(),
         };
         let source_log = source_log.as_ref().unwrap_or(&empty);
         let source_turns = turns_of(&source_log.runs);
@@ -485,8 +543,35 @@ fn script_of(log: &Log, turns: &[Vec<&RunRecord>], client_tools: &[ClientTool]) 
         turns: recorded_turns,
         calls: Arc::new(calls),
         client_tools: client_tools.to_vec(),
+        approvals: log.approvals.clone(),
         current: AtomicUsize::new(0),
     }
+}
+
+/// The answers a session's approvals got (by a human, or by nobody in time), by call id.
+fn answers_of(events: &[Event]) -> HashMap<String, ApprovalAnswer> {
+    events
+        .iter()
+        .filter_map(|event| match &event.kind {
+            EventKind::ToolApprovalResolved {
+                call_id,
+                decision,
+                by: ResolvedBy::User | ResolvedBy::Timeout,
+                reason,
+                input,
+                ..
+            } => Some((
+                call_id.clone(),
+                ApprovalAnswer {
+                    decision: *decision,
+                    reason: reason.clone(),
+                    input: input.clone(),
+                    answered_by: Some(REPLAY_ANSWERER.to_string()),
+                },
+            )),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The steps of a turn's runs, in order.

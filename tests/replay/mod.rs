@@ -3,7 +3,8 @@
 //! and read files of the workspace, replayed `recorded` (every turn equal, the same messages,
 //! no model call and no tool run: the metrics and the workspace tell) and `live` on another
 //! agent (the report shows what differs); a replay of a replay; `turns`; a divergence the
-//! policy causes; bad input; another tenant's source.
+//! policy causes; approvals answered as the source's were; bad input; another tenant's
+//! source.
 
 use std::time::{Duration, Instant};
 
@@ -14,6 +15,7 @@ use crate::agents::cost::priced_providers;
 use crate::agents::create_agent;
 use crate::principals::{create_key, operated};
 use crate::support::*;
+use crate::tools::{answer, pending_within};
 
 /// The tools of the source's agent: it lists, reads and writes files.
 const FILE_TOOLS: [&str; 3] = ["list_files", "read_file", "write_file"];
@@ -408,4 +410,51 @@ async fn another_tenants_source_or_replay_is_not_found() {
         .expect_problem(StatusCode::NOT_FOUND, "another tenant's replay");
     // The operator sees every tenant's.
     assert_eq!(op.get_ok(&report_path(&id)).await["complete"], true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recorded_replay_answers_approvals_as_the_source_did() {
+    let (server, _dir) = priced_server().await;
+    let api = server.api.clone();
+    // Its writes wait for an approval (the default policy).
+    let body = json!({"name": "asking", "model": "priced/mock", "tools": FILE_TOOLS});
+    let asking = id_of(&create_agent(&api, &body).await);
+    let source = id_of(&api.create_session_with(&json!({"agent": asking})).await);
+    let run = api.start_run(&source, INPUTS[0]).await;
+    let pending = pending_within(&server, &source, 1, Duration::from_secs(10)).await;
+    let call = pending[0]["call_id"].as_str().expect("a call id");
+    answer(&server, &source, call, json!({"decision": "allow"}))
+        .await
+        .expect_json(StatusCode::OK, "an approval");
+    let ended = api.wait_run(&source, &id_of(&run)).await;
+    assert_eq!(ended["status"], "completed", "{ended}");
+
+    let made = replay(&api, &source, json!({"mode": "recorded"})).await;
+    let id = id_of(&made);
+    let report = finished_report(&api, &id).await;
+    assert_eq!(report["messages_equal"], true, "{report:#}");
+    assert_eq!(report["turns"][0]["replay"]["status"], "completed");
+    let events = api.events(&id).await;
+    let resolved = events
+        .iter()
+        .find(|e| e["type"] == "tool.approval-resolved")
+        .expect("the replay's approval");
+    assert_eq!(resolved["data"]["decision"], "allow", "{resolved}");
+    assert_eq!(resolved["data"]["answered_by"], "replay", "{resolved}");
+
+    // A call the source ran with no approval is denied when the replay's policy asks: the
+    // turn diverges, and ends.
+    let writer = agent(&api, "writer", &FILE_TOOLS, json!({})).await;
+    let free = id_of(&api.create_session_with(&json!({"agent": writer})).await);
+    let result = api.run_wait(&free, INPUTS[0]).await;
+    assert_eq!(result["status"], "completed", "{result}");
+    let made = replay(&api, &free, json!({"mode": "recorded", "agent": asking})).await;
+    let report = finished_report(&api, &id_of(&made)).await;
+    let error = report["turns"][0]["replay"]["error"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        error.contains("diverged") && error.contains("without an approval"),
+        "{report:#}"
+    );
 }
