@@ -4,7 +4,7 @@
 //! answer. One module per resource; `router` merges them.
 //!
 //! - `sessions`, `runs`, `events`, `approvals`, `artifacts`, `agents`, `vaults` (write-only
-//!   secrets), `schedules`: the resources.
+//!   secrets), `schedules`, `replays` (a session's replay and its report): the resources.
 //! - `adapters/`: the faces, front-end protocols over the same sessions (`ai_sdk`: the Vercel
 //!   AI SDK's UI message stream; `ag_ui`: AG-UI), and what they share (streaming a run
 //!   through an adapter of [`crate::protocols`]).
