@@ -345,6 +345,10 @@ impl Sessions {
         tokio::spawn(async move {
             sessions.run_replay(id, inputs, script).await;
             sessions.deps.replays.remove(id);
+            if sessions.deps.shutdown.is_cancelled() {
+                // Cut short by a stop: it stays incomplete.
+                return;
+            }
             let finished = model::now().timestamp_millis();
             if let Ok(store) = sessions.replay_store() {
                 if let Err(error) = store.finish_replay(id, finished).await {

@@ -3,8 +3,8 @@
 //! and read files of the workspace, replayed `recorded` (every turn equal, the same messages,
 //! no model call and no tool run: the metrics and the workspace tell) and `live` on another
 //! agent (the report shows what differs); a replay of a replay; `turns`; a divergence the
-//! policy causes; approvals answered as the source's were; bad input; another tenant's
-//! source.
+//! policy causes; approvals answered as the source's were; the report of a replay still
+//! running, and of one a stop cut short; bad input; another tenant's source.
 
 use std::time::{Duration, Instant};
 
@@ -456,5 +456,39 @@ async fn a_recorded_replay_answers_approvals_as_the_source_did() {
     assert!(
         error.contains("diverged") && error.contains("without an approval"),
         "{report:#}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_report_of_a_running_replay_says_which_turns_are_done_and_a_stop_leaves_it_incomplete()
+{
+    let mut server = TestServer::start(ServerOptions::new().process().mock_delay_ms(20)).await;
+    let source = server.create_session().await;
+    for input in ["What is here?", "And now?", "Once more?"] {
+        let result = server.run_wait(&source, input).await;
+        assert_eq!(result["status"], "completed", "{input}: {result}");
+    }
+    let id = id_of(&replay(&server, &source, json!({"mode": "live"})).await);
+    let running = server.get_ok(&report_path(&id)).await;
+    assert_eq!(running["complete"], false, "{running:#}");
+    let turns = running["turns"].as_array().expect("turns");
+    assert_eq!(turns.len(), 3);
+    let done = turns.iter().filter(|t| t["done"] == true).count();
+    assert_eq!(running["turns_done"], json!(done));
+    assert!(done < 3, "{running:#}");
+    for turn in turns.iter().filter(|t| t["done"] == false) {
+        assert!(
+            turn["replay"].is_null() && turn["source"].is_object(),
+            "{turn:#}"
+        );
+    }
+    // Cut short by a stop, it stays incomplete: its turns so far are reported.
+    server.restart().await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let stopped = server.get_ok(&report_path(&id)).await;
+    assert_eq!(stopped["complete"], false, "{stopped:#}");
+    assert!(
+        stopped["turns_done"].as_u64().unwrap_or(3) < 3,
+        "{stopped:#}"
     );
 }
