@@ -197,6 +197,7 @@ impl Runtime {
             max_subagent_depth: run.max_subagent_depth,
             max_subagents_per_run: run.max_subagents_per_run,
             started_at: crate::model::now(),
+            replays: Default::default(),
         });
         sessions.start_coordination();
         let interrupted = sessions.recover_interrupted().await?;

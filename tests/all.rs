@@ -12,6 +12,7 @@
 //! - `hardening`: crash safety under kill -9, reconnect chaos, load, shutdown under load.
 //! - `limits`: per-tenant limits (runs at once, tokens per day) and their `429`s.
 //! - `openai`: OpenAI's face: bad input, tenants and session tokens, exact stream resume.
+//! - `replay`: replays of recorded sessions (`recorded` and `live`) and their reports.
 //! - `replicas`: several processes on one PostgreSQL database.
 //! - `sandbox`: the `shell` sandbox's backends (bubblewrap, Landlock) and the limits on a call.
 //! - `schedules`: schedules, their fires, overlap and misfire policies, across restarts and
@@ -43,6 +44,7 @@ mod openai;
 mod principals;
 mod provider_e2e;
 mod providers;
+mod replay;
 mod replicas;
 mod sandbox;
 mod schedules;

@@ -4,7 +4,8 @@
 //! answer. One module per resource; `router` merges them.
 //!
 //! - `sessions`, `runs`, `events`, `approvals`, `artifacts`, `agents`, `vaults` (write-only
-//!   secrets), `schedules`, `environments` (and their workers' claims): the resources.
+//!   secrets), `schedules`, `environments` (and their workers' claims), `replays` (a
+//!   session's replay and its report): the resources.
 //! - `adapters/`: the faces, front-end protocols over the same sessions (`ai_sdk`: the Vercel
 //!   AI SDK's UI message stream; `ag_ui`: AG-UI), and what they share (streaming a run
 //!   through an adapter of [`crate::protocols`]).
@@ -34,6 +35,7 @@ mod paging;
 mod params;
 mod problem;
 mod providers;
+mod replays;
 mod runs;
 mod schedules;
 pub mod server;
@@ -150,6 +152,7 @@ pub fn router(state: AppState, options: &HttpOptions) -> Router {
         .merge(environments::routes())
         .merge(schedules::routes())
         .merge(runs::routes())
+        .merge(replays::routes())
         .merge(approvals::routes())
         .merge(events::routes())
         .merge(auth::routes(auth.clone()))

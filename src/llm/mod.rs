@@ -6,6 +6,7 @@
 //! the store.
 //!
 //! - [`mock`]: the deterministic offline model.
+//! - [`recorded`]: a session's recorded replies, served again (replays).
 //! - [`openai`], [`anthropic`]: the two provider dialects.
 //! - [`wire`]: what both dialects share: configuration, transport, retries, SSE decoding.
 //! - [`guard`]: size limits and secret scrubbing for everything a provider sends back.
@@ -15,6 +16,7 @@ pub mod guard;
 pub mod mock;
 pub mod openai;
 pub mod providers;
+pub mod recorded;
 pub mod wire;
 
 use std::borrow::Cow;

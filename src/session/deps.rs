@@ -65,4 +65,6 @@ pub struct SessionDeps {
     pub started_at: chrono::DateTime<chrono::Utc>,
     /// Sub-agent sessions one top-level run may start, at every depth.
     pub max_subagents_per_run: u32,
+    /// The recorded replays running in this process.
+    pub replays: super::replay::Scripts,
 }

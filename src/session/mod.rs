@@ -23,6 +23,8 @@
 //! - `lease`: the one copy of a session's lease (scale-out).
 //! - `coordination`: heartbeat, takeover sweep and notifications (scale-out).
 //! - `start`: [`Sessions::start`], subscribe-run-follow for every face.
+//! - `replay`: replays of a session's turns (`recorded`: served from its log; `live`) and
+//!   their reports.
 //! - `steps`: rebuilding an LLM step's exact request.
 //! - `stream`: replay-then-live event streams.
 //! - `lineage`: a run's tree of sub-agents and the children of its `task` calls.
@@ -47,6 +49,7 @@ mod live;
 mod log;
 mod options;
 mod reads;
+pub mod replay;
 mod run;
 mod run_permit;
 mod sessions;

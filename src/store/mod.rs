@@ -30,6 +30,7 @@ pub mod environments;
 pub mod keys;
 pub mod postgres;
 pub mod principals;
+pub mod replays;
 mod rows;
 pub mod schedules;
 pub mod sign_ins;
@@ -421,6 +422,12 @@ pub trait Store: SessionHistory + Send + Sync + 'static {
             .map(|tables| tables as &dyn environments::EnvironmentStore)
     }
 
+    /// The replays; `None` for a store without them.
+    fn replay_store(&self) -> Option<&dyn replays::ReplayStore> {
+        self.server_tables()
+            .map(|tables| tables as &dyn replays::ReplayStore)
+    }
+
     /// The API keys and session tokens; `None` for a store without them.
     fn principals(&self) -> Option<&dyn principals::PrincipalStore> {
         self.server_tables()
@@ -435,8 +442,8 @@ pub trait Store: SessionHistory + Send + Sync + 'static {
 }
 
 /// The tables that belong to no session, written by their own statements rather than in a
-/// session's batches: the idempotency keys, the webhook queue, the sign-ins, the agents and the
-/// vaults' secrets. Both backends keep them all; any type that implements them all is one.
+/// session's batches: the idempotency keys, the webhook queue, the sign-ins, the agents, the
+/// vaults' secrets, the schedules and the replays. Both backends keep them all; any type that implements them all is one.
 pub trait ServerTables:
     keys::IdempotencyKeys
     + webhooks::WebhookQueue
@@ -446,6 +453,7 @@ pub trait ServerTables:
     + vaults::VaultStore
     + schedules::ScheduleStore
     + environments::EnvironmentStore
+    + replays::ReplayStore
 {
 }
 
@@ -458,6 +466,7 @@ impl<T> ServerTables for T where
         + vaults::VaultStore
         + schedules::ScheduleStore
         + environments::EnvironmentStore
+        + replays::ReplayStore
 {
 }
 

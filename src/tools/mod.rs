@@ -20,6 +20,7 @@
 pub mod builtin;
 pub mod client;
 pub mod policy;
+pub mod recorded;
 pub mod registry;
 pub mod sandbox;
 pub mod schema;

@@ -197,6 +197,22 @@ impl ToolRegistry {
         }
     }
 
+    /// These tools, each replaced by what `wrap` makes of it (same name; the schemas built so
+    /// far are kept).
+    pub fn map(&self, wrap: impl Fn(&Arc<dyn Tool>) -> Arc<dyn Tool>) -> ToolRegistry {
+        ToolRegistry {
+            tools: self
+                .tools
+                .iter()
+                .map(|e| Entry {
+                    tool: wrap(&e.tool),
+                    schema: e.schema.clone(),
+                })
+                .collect(),
+            max_output_bytes: self.max_output_bytes,
+        }
+    }
+
     pub fn names(&self) -> Vec<&str> {
         self.tools.iter().map(|e| e.tool.name()).collect()
     }

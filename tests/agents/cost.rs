@@ -13,7 +13,7 @@ const INPUT_PER_MTOK: f64 = 2.5;
 const OUTPUT_PER_MTOK: f64 = 10.0;
 
 /// A providers file with `priced`, a mock provider whose model `mock` has a price.
-pub(super) fn priced_providers() -> (TempDir, String) {
+pub fn priced_providers() -> (TempDir, String) {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("providers.json");
     let text = json!({"providers": {"priced": {

@@ -19,7 +19,7 @@
 //! Most tests run on the mock model, whose provider is `default` (model `mock`).
 
 mod bad_input;
-mod cost;
+pub mod cost;
 mod providers;
 mod resources;
 mod restart;

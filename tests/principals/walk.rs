@@ -142,7 +142,7 @@ fn class_of(op: &Operation) -> Option<Class> {
                 | "/ai-sdk/chat"
                 | "/ag-ui",
             ) => Some(Class::SessionInteract),
-            (Method::POST, "/fork" | "/compact" | "/tokens") => Some(Class::SessionOwn),
+            (Method::POST, "/fork" | "/replay" | "/compact" | "/tokens") => Some(Class::SessionOwn),
             _ => None,
         };
     }
@@ -540,6 +540,7 @@ impl World {
                                           "timezone": "UTC", "input": "x", "paused": true}),
                 "/v1/schedules/{id}" => json!({"paused": true}),
                 "/v1/schedules/{id}/trigger" => json!({}),
+                "/v1/sessions/{id}/replay" => json!({"mode": "recorded"}),
                 _ if path.starts_with("/v1/vaults/") => json!({"value": "v"}),
                 "/v1/environments" => json!({"name": "walked", "type": "workers"}),
                 _ if path.ends_with("/claims/{claim_id}/result") => json!({"output": "x"}),

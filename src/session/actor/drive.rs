@@ -260,6 +260,8 @@ impl SessionActor {
         let redactor = self.deps.vaults.redactor(&agent.record.tenant);
         let core = self.core.as_ref().ok_or(Stop::Gone)?;
         let tools = self.run_tools(&core.record, run, &agent, (&children, &lineage.permit));
+        // A recorded replay's run is served from its source's log.
+        let (agent, tools) = self.deps.replays.serve(self.id, agent, tools);
         let context = match self.tool_context(&core.record).await {
             Ok(context) => context,
             // Never used: the loop does not run.

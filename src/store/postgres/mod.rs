@@ -120,6 +120,9 @@ crate::store::environments::environments_over_pool!(PostgresStore, |s: &str| s.t
 // The schedules and their fires, in the pool (they are not part of a session's batches).
 crate::store::schedules::schedules_over_pool!(PostgresStore, |s: &str| s.to_string());
 
+// The replays, in the pool (they are not part of a session's batches).
+crate::store::replays::replays_over_pool!(PostgresStore, |s: &str| s.to_string());
+
 // The webhook queue, in the pool (the trigger that fills it runs in the writer's commits).
 crate::store::webhooks::webhook_queue_over_pool!(PostgresStore, |s: &str| {
     crate::store::webhooks::sql::postgres(s)

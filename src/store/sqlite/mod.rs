@@ -216,6 +216,11 @@ crate::store::environments::environments_over_pool!(SqliteStore, |s: &str| {
     crate::store::keys::sql::sqlite(s)
 });
 
+// The replays, in the pool (they are not part of a session's batches).
+crate::store::replays::replays_over_pool!(SqliteStore, |s: &str| {
+    crate::store::keys::sql::sqlite(s)
+});
+
 // The webhook queue, in the pool (the trigger that fills it runs in the writer's commits).
 crate::store::webhooks::webhook_queue_over_pool!(SqliteStore, |s: &str| {
     crate::store::webhooks::sql::sqlite(s)
