@@ -27,6 +27,19 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let command = match cli.command {
+        // Inside a sandbox, before any runtime: plain threads.
+        Command::EgressBridge(args) => {
+            return match tah::tools::egress::bridge(args.listen, &args.socket) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(error) => {
+                    eprintln!("tah egress-bridge: {error}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
+        command => command,
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -37,7 +50,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = match cli.command {
+    let result = match command {
         Command::Serve(args) => runtime.block_on(serve(*args)),
         Command::FakeModel(args) => runtime.block_on(bench::fake_model(args)),
         Command::Bench(args) => runtime.block_on(bench::bench(*args)),
@@ -50,6 +63,7 @@ fn main() -> ExitCode {
             };
             tah::acp::run(options).await.map_err(anyhow::Error::msg)
         }),
+        Command::EgressBridge(_) => Ok(()),
         Command::Healthcheck(args) => {
             // Docker keeps a probe's output: one line on stdout either way.
             return match runtime.block_on(healthcheck::probe(&args)) {

@@ -280,7 +280,7 @@ async fn builtin_tools(settings: &ToolSettings) -> ToolRegistry {
         (false, _) => {}
     }
     let registry = crate::tools::ToolSettings {
-        shell: settings.shell,
+        shell: settings.shell.clone(),
         ..crate::tools::ToolSettings::default()
     };
     let all = ToolRegistry::builtin(&registry, sandbox);

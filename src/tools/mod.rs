@@ -18,6 +18,7 @@
 
 pub mod builtin;
 pub mod client;
+pub mod egress;
 pub mod policy;
 pub mod registry;
 pub mod sandbox;

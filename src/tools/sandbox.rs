@@ -77,10 +77,24 @@ pub enum SandboxStatus {
     Unavailable(String),
 }
 
+/// The network a sandboxed command reaches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Network {
+    /// None: not even the host's loopback.
+    None,
+    /// The host's network.
+    All,
+    /// Only the egress proxy running on the host's 127.0.0.1:`port`
+    /// ([`super::egress::EgressProxy`]). With bubblewrap the sandbox keeps its own network
+    /// namespace and reaches the proxy through its unix socket, bound in, by way of
+    /// `tah egress-bridge` listening on the sandbox's own 127.0.0.1:`port`.
+    Proxy { port: u16 },
+}
+
 /// What one sandboxed command is allowed.
 #[derive(Debug, Clone, Copy)]
 pub struct RunLimits {
-    pub network: bool,
+    pub network: Network,
     pub timeout: Duration,
     /// Bytes of output kept; the rest is counted and dropped.
     pub max_output: usize,
@@ -147,7 +161,7 @@ impl Sandbox {
             system_paths,
         };
         let limits = RunLimits {
-            network: false,
+            network: Network::None,
             timeout: PROBE_TIMEOUT,
             max_output: 4096,
         };
@@ -254,7 +268,7 @@ impl Sandbox {
         })
     }
 
-    fn command(&self, workspace: Option<&Workspace>, script: &str, network: bool) -> Command {
+    fn command(&self, workspace: Option<&Workspace>, script: &str, network: Network) -> Command {
         let mut command = Command::new(&self.bwrap);
         command.env_clear().env("PATH", SANDBOX_PATH);
         // `--as-pid-1`: `sh` is the namespace's init, so when it exits the kernel kills
@@ -266,7 +280,7 @@ impl Sandbox {
             "--unshare-all",
             "--as-pid-1",
         ]);
-        if network {
+        if network == Network::All {
             command.arg("--share-net");
         }
         command.args(["--cap-drop", "ALL"]);
@@ -298,11 +312,44 @@ impl Sandbox {
         command.args(["--setenv", "TMPDIR", "/tmp"]);
         command.args(["--setenv", "LANG", "C.UTF-8"]);
         command.args(["--setenv", "TERM", "dumb"]);
+        let proxy = match network {
+            Network::Proxy { port } => Some(proxy_args(&mut command, port)),
+            _ => None,
+        };
         // Last, once every mount point exists: the rest of the root is bwrap's own unsized tmpfs.
         command.args(["--remount-ro", "/"]);
-        command.args(["--", "sh", "-c", script]);
+        match proxy {
+            Some(wrapper) => command.args(["--", "sh", "-c", &wrapper, "sh", script]),
+            None => command.args(["--", "sh", "-c", script]),
+        };
         command
     }
+}
+
+/// Where the egress proxy's socket and the bridge are bound inside the sandbox.
+const EGRESS_DIR: &str = "/run/tah-egress";
+
+/// For [`Network::Proxy`]: binds the proxy's unix socket and the bridge program into the
+/// sandbox and points the proxy variables at the bridge; returns the `sh -c` script that
+/// starts the bridge, waits for its `ready`, then runs the command (`$1`) as `sh -c` does
+/// (so `sh` stays the namespace's init). Without a running proxy on `port` the script only
+/// fails: nothing runs with more network than asked.
+fn proxy_args(command: &mut Command, port: u16) -> String {
+    let Some(listening) = super::egress::listening_on(port) else {
+        return "echo 'shell: the egress proxy is not running' >&2; exit 126".into();
+    };
+    let socket = format!("{EGRESS_DIR}/proxy.sock");
+    let bridge = format!("{EGRESS_DIR}/tah");
+    command.arg("--bind").arg(&listening.socket).arg(&socket);
+    command.arg("--ro-bind").arg(&listening.bridge).arg(&bridge);
+    for (name, value) in super::egress::proxy_env(port) {
+        command.args(["--setenv", name, &value]);
+    }
+    format!(
+        "r=$({bridge} egress-bridge --listen 127.0.0.1:{port} --socket {socket} </dev/null \
+         2>/dev/null &); [ \"$r\" = ready ] || {{ echo 'shell: the egress proxy bridge did not \
+         start' >&2; exit 126; }}; exec sh -c \"$1\""
+    )
 }
 
 /// What was read of a command's output.
@@ -677,7 +724,7 @@ mod tests {
         };
         let workspace = tempfile::tempdir().expect("tempdir");
         let limits = RunLimits {
-            network: false,
+            network: Network::None,
             timeout: Duration::from_secs(30),
             max_output: 4096,
         };
@@ -732,7 +779,7 @@ mod tests {
         };
         let workspace = tempfile::tempdir().expect("tempdir");
         let limits = RunLimits {
-            network: false,
+            network: Network::None,
             timeout: Duration::from_secs(20),
             max_output: 1000,
         };
@@ -768,7 +815,7 @@ mod tests {
             return;
         };
         let limits = RunLimits {
-            network: false,
+            network: Network::None,
             timeout: Duration::from_secs(5),
             max_output: 100,
         };
