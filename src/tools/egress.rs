@@ -528,25 +528,38 @@ async fn accept(
 ) {
     let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
-        let permit = permits.clone().try_acquire_owned();
+        // A connection over the bound is closed at once, unread.
+        let serve_it = |stream, permits: &Arc<Semaphore>| {
+            let permit = permits.clone().try_acquire_owned().ok()?;
+            Some(stop.clone().run_until_cancelled_owned(serve(
+                stream,
+                egress.clone(),
+                Arc::new(permit),
+                stop.clone(),
+            )))
+        };
         tokio::select! {
             accepted = tcp.accept() => {
-                if let (Ok((stream, _)), Ok(permit)) = (accepted, permit) {
-                    tokio::spawn(stop.clone().run_until_cancelled_owned(
-                        serve(stream, egress.clone(), Arc::new(permit), stop.clone()),
-                    ));
+                if let Ok((stream, _)) = accepted {
+                    if let Some(task) = serve_it(Box::new(stream) as Box<dyn Io>, &permits) {
+                        tokio::spawn(task);
+                    }
                 }
             }
             accepted = unix.accept() => {
-                if let (Ok((stream, _)), Ok(permit)) = (accepted, permit) {
-                    tokio::spawn(stop.clone().run_until_cancelled_owned(
-                        serve(stream, egress.clone(), Arc::new(permit), stop.clone()),
-                    ));
+                if let Ok((stream, _)) = accepted {
+                    if let Some(task) = serve_it(Box::new(stream) as Box<dyn Io>, &permits) {
+                        tokio::spawn(task);
+                    }
                 }
             }
         }
     }
 }
+
+/// A client connection, over TCP or the unix socket.
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
 /// Serves one client connection; the permit is held until it and its tunnel are gone.
 async fn serve<S>(
@@ -884,5 +897,90 @@ mod tests {
         assert!(real
             .with_test_resolve("example.com", "1.1.1.1".parse().unwrap())
             .is_err());
+    }
+
+    /// Sends `request` to the proxy on `port` and reads the answer to its end.
+    async fn ask(port: u16, request: &[u8]) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = TcpStream::connect((Ipv4Addr::LOCALHOST, port))
+            .await
+            .expect("connect");
+        let _ = stream.write_all(request).await;
+        let mut answer = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut answer)).await;
+        String::from_utf8_lossy(&answer).into_owned()
+    }
+
+    #[tokio::test]
+    async fn the_proxy_refuses_names_and_bounds_heads_connections_and_its_life() {
+        let egress = Egress::new(allow("allow=example.com"), PathBuf::new());
+        let proxy = EgressProxy::start(Arc::new(egress)).await.expect("start");
+        let port = proxy.port();
+        let socket = listening_on(port).expect("registered").socket;
+        assert!(socket.exists());
+
+        let refused = ask(
+            port,
+            b"CONNECT evil.example:443 HTTP/1.1\r\nHost: evil.example:443\r\n\r\n",
+        )
+        .await;
+        assert!(refused.starts_with("HTTP/1.1 403"), "{refused}");
+        assert!(
+            refused.ends_with(
+                "tah egress proxy: evil.example:443 is not on this server's egress allow-list\n"
+            ),
+            "{refused}"
+        );
+        let refused = ask(port, b"GET http://169.254.169.254/latest/meta-data/ HTTP/1.1\r\nHost: 169.254.169.254\r\n\r\n").await;
+        assert!(refused.starts_with("HTTP/1.1 403"), "{refused}");
+        let origin_form = ask(port, b"GET / HTTP/1.1\r\nHost: example.com\r\n\r\n").await;
+        assert!(origin_form.starts_with("HTTP/1.1 400"), "{origin_form}");
+
+        let mut head = b"GET http://evil.example/ HTTP/1.1\r\nHost: evil.example\r\n".to_vec();
+        for i in 0..2000 {
+            head.extend_from_slice(format!("X-Pad-{i}: {}\r\n", "y".repeat(20)).as_bytes());
+        }
+        head.extend_from_slice(b"\r\n");
+        let too_big = ask(port, &head).await;
+        assert!(
+            too_big.starts_with("HTTP/1.1 431") || too_big.is_empty(),
+            "{too_big}"
+        );
+
+        // MAX_CONNECTIONS idle connections are held; the next one is closed at once.
+        let mut held = Vec::new();
+        for _ in 0..MAX_CONNECTIONS {
+            held.push(
+                TcpStream::connect((Ipv4Addr::LOCALHOST, port))
+                    .await
+                    .expect("connect"),
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let extra = ask(port, b"CONNECT evil.example:443 HTTP/1.1\r\n\r\n").await;
+        assert_eq!(extra, "", "a connection over the bound was served");
+        drop(held);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let again = ask(port, b"CONNECT evil.example:443 HTTP/1.1\r\n\r\n").await;
+        assert!(again.starts_with("HTTP/1.1 403"), "{again}");
+
+        // Stopped with the call: no listener, no socket, nothing registered.
+        let mut tunnel = TcpStream::connect((Ipv4Addr::LOCALHOST, port))
+            .await
+            .expect("connect");
+        drop(proxy);
+        assert!(listening_on(port).is_none());
+        assert!(!socket.exists());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(TcpStream::connect((Ipv4Addr::LOCALHOST, port))
+            .await
+            .is_err());
+        use tokio::io::AsyncReadExt;
+        let mut buf = [0u8; 16];
+        let read = tokio::time::timeout(Duration::from_secs(2), tunnel.read(&mut buf)).await;
+        assert!(
+            matches!(read, Ok(Ok(0)) | Ok(Err(_))),
+            "an open connection outlived the proxy"
+        );
     }
 }

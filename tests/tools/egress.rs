@@ -144,3 +144,46 @@ async fn only_the_allowed_hosts_are_reached_and_only_through_the_proxy() {
     .await;
     assert!(matches!(closed, Ok(Err(_))), "the proxy still listens");
 }
+
+#[cfg_attr(
+    not(sandbox_tests),
+    ignore = "needs bubblewrap: install it (apt-get install bubblewrap), then touch build.rs"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn all_and_none_are_the_network_and_nothing_as_before() {
+    if is_postgres() {
+        return;
+    }
+    let (a, a_connections) = http_server("A").await;
+    let command = format!(
+        "echo \"got: $(curl -sS --max-time 5 http://127.0.0.1:{a}/ 2>/dev/null; echo \" $?\")\"; \
+         echo \"proxy: ${{HTTP_PROXY:-unset}}\""
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let policy = allow_all(dir.path());
+    // `--shell-network` alone is `all`, as the flag without a value always was.
+    for (network, expected) in [
+        (&["--shell-network"][..], "A got GET / HTTP/1.1 0"),
+        (&["--shell-network", "none"][..], " 7"),
+        (&["--shell-network=false"][..], " 7"),
+    ] {
+        let model = model_calling(vec![call("n1", "shell", json!({ "command": command }))]).await;
+        let args = [&["--tool-policy", policy.as_str()][..], network].concat();
+        let server = TestServer::start(
+            options(&model, &args)
+                .operator_token("egress-test-operator-token")
+                .process(),
+        )
+        .await;
+        let id = server.create_session().await;
+        server.start_run(&id, "reach out").await;
+        ended(&server, &id).await;
+        let out = output_of(&server.events(&id).await, "n1");
+        assert_eq!(
+            out,
+            format!("got: {expected}\nproxy: unset\nexit code 0"),
+            "{network:?}"
+        );
+    }
+    assert_eq!(a_connections.load(Ordering::SeqCst), 1);
+}
