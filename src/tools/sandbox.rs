@@ -8,7 +8,9 @@
 //! and a sized `/tmp` and `/dev/shm` (tmpfs: [`TMP_BYTES`], [`SHM_BYTES`]); the sandbox's own
 //! root is read-only, so those two are the only memory-backed files a command can write. Every
 //! namespace unshared (no network unless allowed), all capabilities dropped, a new session,
-//! and an environment holding nothing of the server's. Nothing else of the host is visible.
+//! and an environment holding nothing of the server's. Nothing else of the host is visible
+//! (with [`Network::Proxy`], the call's egress proxy socket and the tah executable, read-only,
+//! in `/run/tah-egress`).
 //!
 //! Memory: tmpfs pages are charged to no process, so an OOM killer that picks by size would
 //! pick the server. bwrap and everything it starts get `oom_score_adj` 1000, set before bwrap
