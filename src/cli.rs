@@ -52,6 +52,20 @@ pub enum Command {
     /// the server (no inbound port), claims calls, runs them in its own workspace and
     /// sandbox, and sends their results back.
     Worker(WorkerArgs),
+    /// Internal: what tah starts inside a `shell` sandbox under `--shell-network allow=…`,
+    /// forwarding TCP connections on the sandbox's loopback to the egress proxy's unix socket.
+    EgressBridge(EgressBridgeArgs),
+}
+
+/// `tah egress-bridge` (internal).
+#[derive(Debug, Args)]
+pub struct EgressBridgeArgs {
+    /// The address to listen on.
+    #[arg(long)]
+    pub listen: SocketAddr,
+    /// The proxy's unix socket.
+    #[arg(long)]
+    pub socket: PathBuf,
 }
 
 /// How boolean flags and environment variables are read: `true`/`false`, `1`/`0`,
@@ -393,11 +407,31 @@ pub struct ServeArgs {
     )]
     pub worker_lease_secs: u64,
 
-    /// Let `shell` commands use the network (default: none, not even loopback; the env var
-    /// takes true/false, 1/0, yes/no or on/off, in any case). Needs API tokens: a command
-    /// could otherwise use this server's own API.
-    #[arg(long, env = "TAH_SHELL_NETWORK", value_parser = boolish())]
-    pub shell_network: bool,
+    /// What `shell` commands may reach: `none` (the default: no network, not even loopback),
+    /// `all` (the host's network), or `allow=HOST[:PORT],…` (only those, through an HTTP
+    /// proxy tah runs for each call; HOST is a name, `*.` and a domain for its subdomains, or
+    /// an IP address, IPv6 in brackets; without PORT, 80 and 443). `--shell-network` alone
+    /// means `all`, and the boolean words it took before (true/false, 1/0, yes/no, on/off)
+    /// mean `all` and `none`. Anything but `none` needs API tokens: a command could otherwise
+    /// use this server's own API.
+    #[arg(
+        long,
+        env = "TAH_SHELL_NETWORK",
+        num_args = 0..=1,
+        default_missing_value = "all",
+        value_name = "allow=HOST[:PORT],…|all|none"
+    )]
+    pub shell_network: Option<String>,
+
+    /// Test only, never in production: with `--shell-network allow=…`, the egress proxy
+    /// resolves HOST (a name under `.test`, which no DNS answers) to IP and connects to it
+    /// whatever its range, loopback included. Repeatable; no environment variable.
+    #[arg(
+        long = "shell-network-test-resolve",
+        hide = true,
+        value_name = "HOST=IP"
+    )]
+    pub shell_network_test_resolve: Vec<String>,
 
     /// The longest `timeout_s` a `shell` call may ask for, in seconds (the default is 120).
     #[arg(long = "shell-max-timeout-s", env = "TAH_SHELL_MAX_TIMEOUT_S", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..=86400))]

@@ -18,7 +18,7 @@ use crate::llm::guard::ReplyLimits;
 use crate::llm::providers::file::{self as providers_file, FileProvider};
 use crate::mcp::{McpConfig, McpConfigError, McpSettings};
 use crate::model::Rule;
-use crate::tools::builtin::shell::ShellSettings;
+use crate::tools::builtin::shell::{ShellNetwork, ShellSettings};
 use crate::tools::policy::{ApprovalMode, Rules};
 use crate::tools::sandbox::{Limits, SandboxChoice};
 use crate::vault::{MasterKey, MasterKeyError};
@@ -48,6 +48,10 @@ pub enum ConfigError {
         origin: String,
         reason: &'static str,
     },
+    #[error(transparent)]
+    ShellNetwork(#[from] crate::tools::egress::NetworkParseError),
+    #[error("--shell-network-test-resolve {0:?}: {1}")]
+    ShellNetworkTestResolve(String, String),
     #[error("--tools names tools that do not exist: {} (the built-in tools are {})", .0.join(", "), crate::tools::builtin::NAMES.join(", "))]
     UnknownTools(Vec<String>),
     #[error("--tool-policy {path}: {why}")]
@@ -272,7 +276,11 @@ impl Settings {
         if tokens.iter().any(weak) {
             return Err(ConfigError::WeakToken);
         }
-        if !authenticated && args.shell_network {
+        let shell_network = shell_network(
+            args.shell_network.as_deref(),
+            &args.shell_network_test_resolve,
+        )?;
+        if !authenticated && shell_network != ShellNetwork::None {
             return Err(ConfigError::ShellNetworkWithoutTokens);
         }
         let cors_origins = args
@@ -387,7 +395,7 @@ impl Settings {
                 builtin,
                 workspace: args.workspace,
                 shell: ShellSettings {
-                    network: args.shell_network,
+                    network: shell_network,
                     max_timeout: Duration::from_secs(args.shell_max_timeout_secs),
                     default_timeout: Duration::from_secs(120.min(args.shell_max_timeout_secs)),
                     sandbox: match args.sandbox {
@@ -677,6 +685,38 @@ fn size(bytes: u64) -> usize {
     usize::try_from(bytes).unwrap_or(usize::MAX)
 }
 
+/// `--shell-network` and, with an allow-list, the test-only `--shell-network-test-resolve`.
+fn shell_network(
+    value: Option<&str>,
+    test_resolve: &[String],
+) -> Result<ShellNetwork, ConfigError> {
+    use crate::tools::egress::{self, Egress, NetworkChoice};
+    let choice = match value {
+        Some(value) => egress::parse_network(value)?,
+        None => NetworkChoice::None,
+    };
+    let allow = match choice {
+        NetworkChoice::None => return Ok(ShellNetwork::None),
+        NetworkChoice::All => return Ok(ShellNetwork::All),
+        NetworkChoice::Allow(allow) => allow,
+    };
+    // The bridge run inside the sandbox is this very program (`tah egress-bridge`).
+    let program = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/proc/self/exe"));
+    let mut egress = Egress::new(allow, program);
+    for pair in test_resolve {
+        let bad = |why: &str| ConfigError::ShellNetworkTestResolve(pair.clone(), why.to_string());
+        let (host, ip) = pair
+            .split_once('=')
+            .ok_or_else(|| bad("expected HOST=IP"))?;
+        let ip = ip.trim().parse().map_err(|_| bad("not an IP address"))?;
+        egress = egress
+            .with_test_resolve(host, ip)
+            .map_err(|why| bad(&why))?;
+        tracing::warn!(host, %ip, "--shell-network-test-resolve: a test-only name is in force");
+    }
+    Ok(ShellNetwork::Allow(std::sync::Arc::new(egress)))
+}
+
 #[cfg(test)]
 mod tests {
     use clap::Parser;
@@ -722,7 +762,46 @@ mod tests {
         }
         let token = "a-token-of-enough-length";
         let settings = parse(&["--shell-network", "--api-token", token]).expect("ok");
-        assert!(settings.tools.shell.network);
+        assert_eq!(settings.tools.shell.network, ShellNetwork::All);
+        for (value, all) in [
+            ("true", true),
+            ("all", true),
+            ("off", false),
+            ("none", false),
+        ] {
+            let flag = format!("--shell-network={value}");
+            let settings = parse(&[&flag, "--api-token", token]).expect("ok");
+            let expected = if all {
+                ShellNetwork::All
+            } else {
+                ShellNetwork::None
+            };
+            assert_eq!(settings.tools.shell.network, expected, "{value}");
+        }
+        let allowed = ["--shell-network", "allow=example.com", "--api-token", token];
+        let settings = parse(&allowed).expect("ok");
+        assert!(matches!(
+            settings.tools.shell.network,
+            ShellNetwork::Allow(_)
+        ));
+        assert!(matches!(
+            parse(&["--shell-network", "allow=example.com"]),
+            Err(ConfigError::ShellNetworkWithoutTokens)
+        ));
+        let err = parse(&[
+            "--shell-network",
+            "allow=ok.example,bad_*",
+            "--api-token",
+            token,
+        ])
+        .expect_err("refused");
+        assert!(err.to_string().contains("\"bad_*\""), "{err}");
+        let test_only = [
+            &allowed[..],
+            &["--shell-network-test-resolve", "example.com=127.0.0.1"],
+        ];
+        let err = parse(&test_only.concat()).expect_err("refused");
+        assert!(err.to_string().contains(".test"), "{err}");
     }
 
     #[test]

@@ -37,6 +37,19 @@ fn main() -> ExitCode {
         return tah::tools::sandbox::landlock::helper_main(std::env::args_os().skip(2));
     }
     let cli = Cli::parse();
+    let command = match cli.command {
+        // Inside a sandbox, before any runtime: plain threads.
+        Command::EgressBridge(args) => {
+            return match tah::tools::egress::bridge(args.listen, &args.socket) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(error) => {
+                    eprintln!("tah egress-bridge: {error}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
+        command => command,
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -47,7 +60,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = match cli.command {
+    let result = match command {
         Command::Serve(args) => runtime.block_on(serve(*args)),
         Command::FakeModel(args) => runtime.block_on(bench::fake_model(args)),
         Command::Bench(args) => runtime.block_on(bench::bench(*args)),
@@ -61,6 +74,7 @@ fn main() -> ExitCode {
             tah::acp::run(options).await.map_err(anyhow::Error::msg)
         }),
         Command::Worker(args) => runtime.block_on(worker(args)),
+        Command::EgressBridge(_) => Ok(()),
         Command::Healthcheck(args) => {
             // Docker keeps a probe's output: one line on stdout either way.
             return match runtime.block_on(healthcheck::probe(&args)) {

@@ -22,6 +22,7 @@ use crate::mcp::McpServers;
 use crate::model::DEFAULT_TENANT;
 use crate::session::{AgentMcp, SessionDeps, Sessions, ToolPolicy};
 use crate::store::{self, writer::Writer, Cluster, Store};
+use crate::tools::builtin::shell::ShellNetwork;
 use crate::tools::{Sandbox, SandboxStatus, ToolContext, ToolRegistry, Workspace};
 use crate::vault::Vaults;
 use crate::webhooks::{SigningSecret, WebhookSecret};
@@ -280,7 +281,22 @@ async fn builtin_tools(settings: &ToolSettings) -> ToolRegistry {
         .is_none_or(|tools| tools.iter().any(|t| t == "shell"));
     let sandbox = if wants_shell {
         let programs = crate::tools::sandbox::Programs::from_env();
-        Sandbox::select(settings.shell.sandbox, &programs).await
+        let sandbox = Sandbox::select(settings.shell.sandbox, &programs).await;
+        match sandbox {
+            // Landlock can limit the port a command connects to, not the address: any host
+            // listening on the proxy's port number would be reachable. Fail closed.
+            SandboxStatus::Ready(ready)
+                if ready.backend_name() == "landlock"
+                    && matches!(settings.shell.network, ShellNetwork::Allow(_)) =>
+            {
+                SandboxStatus::Unavailable(
+                    "--shell-network allow=… needs the bwrap sandbox (network namespaces): \
+                     Landlock can limit the port a command connects to but not the host"
+                        .into(),
+                )
+            }
+            other => other,
+        }
     } else {
         SandboxStatus::Unavailable("not chosen by --tools".into())
     };
@@ -305,7 +321,7 @@ async fn builtin_tools(settings: &ToolSettings) -> ToolRegistry {
         (false, _) => {}
     }
     let registry = crate::tools::ToolSettings {
-        shell: settings.shell,
+        shell: settings.shell.clone(),
         ..crate::tools::ToolSettings::default()
     };
     let all = ToolRegistry::builtin(&registry, sandbox);

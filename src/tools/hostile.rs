@@ -272,7 +272,7 @@ async fn with_shell(network: bool) -> Option<Fixture> {
     let mut f = Fixture::new(SandboxStatus::Ready(sandbox.clone()));
     if network {
         let settings = ShellSettings {
-            network: true,
+            network: super::builtin::shell::ShellNetwork::All,
             ..ShellSettings::default()
         };
         let shell = Shell::new(settings, SandboxStatus::Ready(sandbox));

@@ -19,6 +19,7 @@
 
 pub mod builtin;
 pub mod client;
+pub mod egress;
 pub mod policy;
 pub mod recorded;
 pub mod registry;

@@ -20,7 +20,7 @@ use super::{
 use crate::model::{ToolCall, ToolSchema};
 
 /// How the registry and its built-in tools behave on this server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolSettings {
     /// Bytes of output kept per call, for any tool; the rest is cut with a note.
     pub max_output_bytes: usize,
@@ -144,7 +144,7 @@ impl ToolRegistry {
     /// Every built-in tool; `shell` is listed unavailable unless `sandbox` is ready.
     pub fn builtin(settings: &ToolSettings, sandbox: SandboxStatus) -> ToolRegistry {
         ToolRegistry {
-            tools: builtin::all(settings.shell, sandbox)
+            tools: builtin::all(settings.shell.clone(), sandbox)
                 .into_iter()
                 .map(Entry::new)
                 .collect(),

@@ -123,6 +123,43 @@ async fn auto_picks_landlock_where_user_namespaces_are_refused() {
     );
 }
 
+/// Under Landlock an egress allow-list could not hold (a rule limits the port a command
+/// connects to, not the host), so `--shell-network allow=…` there leaves `shell` unoffered;
+/// `all` and `none` still work.
+#[cfg_attr(
+    not(landlock_tests),
+    ignore = "needs a kernel with Landlock (Linux 5.13+); TAH_TEST_LANDLOCK=on to force"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_landlock_an_allow_list_fails_closed() {
+    if is_postgres() {
+        return;
+    }
+    let fake = tempfile::tempdir().unwrap();
+    let bwrap = refusing_bwrap(fake.path());
+    let model = model_calling(vec![]).await;
+    for (network, available) in [("allow=example.com", false), ("all", true)] {
+        let server = TestServer::start(
+            options(&model, &["--shell-network", network])
+                .operator_token("landlock-egress-operator-token")
+                .env("TAH_BWRAP", &bwrap)
+                .process(),
+        )
+        .await;
+        let shell = shell_entry(&server).await;
+        assert_eq!(shell["available"], available, "{network}: {shell}");
+        if available {
+            assert_eq!(shell["sandbox"], "landlock", "{shell}");
+        } else {
+            let reason = shell["reason"].as_str().unwrap();
+            assert!(
+                reason.contains("needs the bwrap sandbox") && reason.contains("Landlock"),
+                "{reason}"
+            );
+        }
+    }
+}
+
 #[cfg_attr(
     not(sandbox_tests),
     ignore = "needs bubblewrap: install it (apt-get install bubblewrap), then touch build.rs"

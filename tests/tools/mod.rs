@@ -14,6 +14,7 @@ mod artifacts;
 mod attacks;
 mod builtin;
 mod client;
+mod egress;
 mod routes;
 mod sandbox_limits;
 mod workspaces;

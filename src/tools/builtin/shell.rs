@@ -4,6 +4,7 @@
 //! /tmp) ends as a tool error naming it. After every call no file in the workspace keeps a setuid or setgid bit ([`setid`]).
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -13,6 +14,7 @@ use super::{
     cut_to_cost, in_error_json, in_json, int_arg, required_string, Cost, MAX_OUTPUT_BYTES,
     NOTE_ROOM,
 };
+use crate::tools::egress::{Egress, EgressProxy};
 use crate::tools::sandbox::{
     Ending, Limits, Network, Ran, RunLimits, SandboxChoice, MAX_READ_BYTES,
 };
@@ -26,11 +28,23 @@ const MAX_COMMAND_BYTES: usize = 64 * 1024;
 /// Room a timed-out call's output leaves for the words around it and the error's JSON.
 const TIMEOUT_ROOM: usize = 128;
 
+/// What `shell` commands may reach (`--shell-network`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum ShellNetwork {
+    /// Nothing, not even loopback (the default).
+    #[default]
+    None,
+    /// The host's network.
+    All,
+    /// The hosts on an allow-list, through a proxy run for each call.
+    Allow(Arc<Egress>),
+}
+
 /// How `shell` may run commands on this server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShellSettings {
-    /// Whether commands may use the network (`--shell-network`).
-    pub network: bool,
+    /// What commands may reach (`--shell-network`).
+    pub network: ShellNetwork,
     /// Used when a call names no `timeout_s`.
     pub default_timeout: Duration,
     /// The longest `timeout_s` honoured (`--shell-max-timeout-s`).
@@ -44,7 +58,7 @@ pub struct ShellSettings {
 impl Default for ShellSettings {
     fn default() -> ShellSettings {
         ShellSettings {
-            network: false,
+            network: ShellNetwork::None,
             default_timeout: Duration::from_secs(120),
             max_timeout: Duration::from_secs(600),
             sandbox: SandboxChoice::Auto,
@@ -71,10 +85,13 @@ impl Tool for Shell {
     }
 
     fn description(&self) -> String {
-        let network = if self.settings.network {
-            "the network is reachable"
-        } else {
-            "there is no network"
+        let network = match self.settings.network {
+            ShellNetwork::All => "the network is reachable",
+            ShellNetwork::None => "there is no network",
+            ShellNetwork::Allow(_) => {
+                "only the hosts on this server's allow-list are reachable, through the HTTP \
+                 proxy set in HTTP_PROXY and HTTPS_PROXY (there is no DNS; other hosts get 403)"
+            }
         };
         format!(
             "Run a command with `sh -c` in the workspace (the working directory), inside a \
@@ -156,12 +173,22 @@ impl Tool for Shell {
             Some(seconds) => Duration::from_secs(seconds.min(max)),
             None => self.settings.default_timeout.min(self.settings.max_timeout),
         };
+        // The call's own proxy, stopped when the call ends (or is dropped).
+        let proxy = match &self.settings.network {
+            ShellNetwork::Allow(egress) => {
+                Some(EgressProxy::start(egress.clone()).await.map_err(|e| {
+                    ToolError(format!("the egress proxy could not start ({})", e.kind()))
+                })?)
+            }
+            _ => None,
+        };
+        let network = match (&self.settings.network, &proxy) {
+            (ShellNetwork::All, _) => Network::All,
+            (_, Some(proxy)) => Network::Proxy { port: proxy.port() },
+            _ => Network::None,
+        };
         let limits = RunLimits {
-            network: if self.settings.network {
-                Network::All
-            } else {
-                Network::None
-            },
+            network,
             timeout,
             max_output: MAX_OUTPUT_BYTES - NOTE_ROOM,
             limits: self.settings.limits,
@@ -171,6 +198,7 @@ impl Tool for Shell {
             .run(&ctx.workspace, &command, limits)
             .await
             .map_err(|e| ToolError(e.to_string()))?;
+        drop(proxy);
         clear_setid.now().await;
         match ran.ending {
             Ending::TimedOut => Err(ToolError(format!(

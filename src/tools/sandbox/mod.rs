@@ -14,7 +14,9 @@
 //! [`SHM_BYTES`]); the sandbox's own root is read-only, so those two are the only
 //! memory-backed files a command can write. Every namespace unshared (no network unless
 //! allowed), all capabilities dropped, a new session, and an environment holding nothing of
-//! the server's. Nothing else of the host is visible.
+//! the server's. Nothing else of the host is visible
+//! (with [`Network::Proxy`], the call's egress proxy socket and the tah executable, read-only,
+//! in `/run/tah-egress`).
 //!
 //! **Landlock.** The hidden `tah sandbox-exec` helper (see [`landlock`]): system directories
 //! read and executed only, the workspace read-write, a private temporary directory made for
@@ -133,22 +135,25 @@ enum Backend {
     },
 }
 
-/// Which network a command may reach.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Network {
-    None,
-    All,
-    /// Only the HTTP proxy listening on the host's `127.0.0.1:port`.
-    Proxy {
-        port: u16,
-    },
-}
-
 /// The probe's verdict, kept for the log and `GET /v1/tools`.
 #[derive(Debug, Clone)]
 pub enum SandboxStatus {
     Ready(Arc<Sandbox>),
     Unavailable(String),
+}
+
+/// The network a sandboxed command reaches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Network {
+    /// None: not even the host's loopback.
+    None,
+    /// The host's network.
+    All,
+    /// Only the egress proxy running on the host's 127.0.0.1:`port`
+    /// ([`super::egress::EgressProxy`]). With bubblewrap the sandbox keeps its own network
+    /// namespace and reaches the proxy through its unix socket, bound in, by way of
+    /// `tah egress-bridge` listening on the sandbox's own 127.0.0.1:`port`.
+    Proxy { port: u16 },
 }
 
 /// What one sandboxed command is allowed.
@@ -485,7 +490,6 @@ impl Sandbox {
             "--unshare-all",
             "--as-pid-1",
         ]);
-        // `Proxy` is `None` here until the proxy is wired through.
         if limits.network == Network::All {
             command.arg("--share-net");
         }
@@ -518,9 +522,16 @@ impl Sandbox {
         command.args(["--setenv", "TMPDIR", "/tmp"]);
         command.args(["--setenv", "LANG", "C.UTF-8"]);
         command.args(["--setenv", "TERM", "dumb"]);
+        let proxy = match limits.network {
+            Network::Proxy { port } => Some(proxy_args(&mut command, port)),
+            _ => None,
+        };
         // Last, once every mount point exists: the rest of the root is bwrap's own unsized tmpfs.
         command.args(["--remount-ro", "/"]);
-        command.args(["--", "sh", "-c", script]);
+        match proxy {
+            Some(wrapper) => command.args(["--", "sh", "-c", &wrapper, "sh", script]),
+            None => command.args(["--", "sh", "-c", script]),
+        };
         command
     }
 }
@@ -793,6 +804,32 @@ fn breach_of(ending: Ending) -> Ending {
         }
         other => other,
     }
+}
+
+/// Where the egress proxy's socket and the bridge are bound inside the sandbox.
+const EGRESS_DIR: &str = "/run/tah-egress";
+
+/// For [`Network::Proxy`]: binds the proxy's unix socket and the bridge program into the
+/// sandbox and points the proxy variables at the bridge; returns the `sh -c` script that
+/// starts the bridge, waits for its `ready`, then runs the command (`$1`) as `sh -c` does
+/// (so `sh` stays the namespace's init). Without a running proxy on `port` the script only
+/// fails: nothing runs with more network than asked.
+fn proxy_args(command: &mut Command, port: u16) -> String {
+    let Some(listening) = super::egress::listening_on(port) else {
+        return "echo 'shell: the egress proxy is not running' >&2; exit 126".into();
+    };
+    let socket = format!("{EGRESS_DIR}/proxy.sock");
+    let bridge = format!("{EGRESS_DIR}/tah");
+    command.arg("--bind").arg(&listening.socket).arg(&socket);
+    command.arg("--ro-bind").arg(&listening.bridge).arg(&bridge);
+    for (name, value) in super::egress::proxy_env(port) {
+        command.args(["--setenv", name, &value]);
+    }
+    format!(
+        "r=$({bridge} egress-bridge --listen 127.0.0.1:{port} --socket {socket} </dev/null \
+         2>/dev/null &); [ \"$r\" = ready ] || {{ echo 'shell: the egress proxy bridge did not \
+         start' >&2; exit 126; }}; exec sh -c \"$1\""
+    )
 }
 
 /// What was read of a command's output.
