@@ -202,6 +202,13 @@ impl Runtime {
         });
         sessions.start_coordination();
         let interrupted = sessions.recover_interrupted().await?;
+        let replays = sessions.recover_replays().await?;
+        if replays > 0 {
+            tracing::info!(
+                count = replays,
+                "recorded replays cut short by an earlier stop"
+            );
+        }
         if !interrupted.is_empty() {
             tracing::info!(
                 count = interrupted.len(),

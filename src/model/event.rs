@@ -114,8 +114,8 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cost_usd: Option<f64>,
     },
-    /// Follows each completed LLM step: its tokens, its cost and the session's total cost so
-    /// far (the costs are absent while no step had a price).
+    /// Follows each completed LLM step: its tokens, its cost (absent when its model has no
+    /// price) and the session's total cost so far (absent while no step had a price).
     #[serde(rename = "session.usage")]
     SessionUsage {
         input_tokens: u64,

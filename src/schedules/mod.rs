@@ -4,11 +4,14 @@
 //! - `timing`: the cron and time zone, and the pure plan of what is due (misfire policies).
 //! - `scheduler`: the background task of `tah serve` that claims due fires in the store (once
 //!   across replicas) and makes them.
-//! - here: the fire itself (overlap, starting the run through `Sessions`, the fires log), and
-//!   reading a fire's outcome from its run.
+//! - here: the fire itself (overlap, starting the run through `Sessions`, the fires log),
+//!   starting fires queued behind their schedule's previous run, and reading a fire's outcome
+//!   from its run.
 //!
 //! Everything is in the store (the schedule's `next_fire_at`, the fires log), so fires survive
-//! restarts; a fire waiting in `queue` for the previous run is the one thing held in memory.
+//! restarts: a fire waiting in `queue` for the previous run is a `queued` line of the log that
+//! any replica's scheduler starts once the runs before it ended, claimed once
+//! ([`ScheduleStore::claim_queued`](crate::store::schedules::ScheduleStore::claim_queued)).
 
 pub mod scheduler;
 pub mod timing;
@@ -24,8 +27,16 @@ use crate::store::schedules::{FireRow, ScheduleRow};
 use crate::store::{StoreError, StoreResult};
 use timing::{Overlap, Trigger};
 
-/// How often a fire queued behind a running run looks whether that run ended.
-const QUEUE_POLL: Duration = Duration::from_millis(250);
+/// How often the scheduler looks whether the runs before a queued fire ended.
+pub const QUEUE_POLL: Duration = Duration::from_millis(250);
+/// How long a claim on a queued fire holds: the time its claimer has to record the run it
+/// started before another replica may take the fire up (its claimer died).
+const QUEUE_CLAIM: Duration = Duration::from_secs(30);
+/// How long a fire whose run was interrupted waits for auto-resume to resume it before its
+/// outcome is `failed`.
+const RESUME_GRACE: Duration = Duration::from_secs(30);
+/// Queued fires looked at per look.
+const QUEUE_BATCH: i64 = 64;
 
 /// Fire outcomes.
 pub const QUEUED: &str = "queued";
@@ -85,9 +96,17 @@ pub async fn settle(sessions: &Sessions, fire: &mut FireRow) -> StoreResult<()> 
     let (Some(session), Some(run)) = (fire.session_id, fire.run_id) else {
         return Ok(());
     };
-    let Some(record) = sessions.store().run(session, run).await? else {
+    let Some(mut record) = sessions.store().run(session, run).await? else {
         return Ok(());
     };
+    if record.status == RunStatus::Failed && record.error.as_deref() == Some(model::INTERRUPTED) {
+        // A restart interrupted the run; a resume of it (by hand or by auto-resume) decides.
+        match later_resume(sessions, session, run).await? {
+            Some(resume) => record = resume,
+            None if resume_pending(sessions, session).await? => return Ok(()),
+            None => {}
+        }
+    }
     let (outcome, error) = match record.status {
         RunStatus::Running => return Ok(()),
         RunStatus::Completed => (COMPLETED, None),
@@ -103,6 +122,112 @@ pub async fn settle(sessions: &Sessions, fire: &mut FireRow) -> StoreResult<()> 
         store.update_fire(fire).await?;
     }
     Ok(())
+}
+
+/// Whether auto-resume is about to resume `session`, interrupted and not resumed yet (its
+/// resume is started in the background at start-up or on a takeover). A resume that does not
+/// come within [`RESUME_GRACE`] of the interruption or of this process's start is not waited
+/// for.
+async fn resume_pending(sessions: &Sessions, session: Uuid) -> StoreResult<bool> {
+    if !sessions.deps().auto_resume {
+        return Ok(false);
+    }
+    let Some(record) = sessions.store().session(session).await? else {
+        return Ok(false);
+    };
+    // Interrupted sessions are resumed at this process's start, and on a takeover later.
+    let since = chrono::Utc::now() - record.updated_at.max(sessions.deps().started_at);
+    Ok(record.is_interrupted() && since.to_std().unwrap_or_default() < RESUME_GRACE)
+}
+
+/// The newest resume on `session` after `run`, if any.
+async fn later_resume(
+    sessions: &Sessions,
+    session: Uuid,
+    run: Uuid,
+) -> StoreResult<Option<model::RunRecord>> {
+    let mut after = Some(run);
+    let mut newest = None;
+    loop {
+        let page = sessions.store().runs(session, after, 100).await?;
+        let Some(last) = page.last() else {
+            return Ok(newest);
+        };
+        after = Some(last.id);
+        newest = page
+            .into_iter()
+            .rev()
+            .find(|r| r.kind == model::RunKind::Resume)
+            .or(newest);
+    }
+}
+
+/// Starts the queued fires whose turn has come (every fire of their schedule before them
+/// ended), each claimed first so that one replica starts it. Answers whether fires are still
+/// queued (the scheduler then looks again soon).
+pub async fn start_queued(sessions: &Sessions) -> StoreResult<bool> {
+    let store = sessions.store().schedule_store().ok_or_else(store_error)?;
+    let queued = store.queued_fires(now_ms(), QUEUE_BATCH).await?;
+    let mut waiting = false;
+    let mut blocked = std::collections::HashSet::new();
+    for fire in queued {
+        // A schedule's queued fires start in order: a later one waits for the earlier.
+        if blocked.contains(&fire.schedule_id) {
+            continue;
+        }
+        let Some(schedule) = store.schedule(fire.schedule_id).await? else {
+            continue;
+        };
+        if previous_running_before(sessions, &schedule, fire.id).await? {
+            waiting = true;
+            blocked.insert(fire.schedule_id);
+            continue;
+        }
+        let now = now_ms();
+        let until = now + QUEUE_CLAIM.as_millis() as i64;
+        if !store.claim_queued(fire.id, now, until).await? {
+            // Another replica took it.
+            continue;
+        }
+        blocked.insert(fire.schedule_id);
+        start_claimed(sessions, &schedule, fire).await?;
+    }
+    Ok(waiting)
+}
+
+/// Starts a claimed queued fire and records it. A claimer that died after making the fire's
+/// session left it in the line: its run, if one was started, is the fire's.
+async fn start_claimed(
+    sessions: &Sessions,
+    schedule: &ScheduleRow,
+    mut fire: FireRow,
+) -> StoreResult<()> {
+    let store = sessions.store().schedule_store().ok_or_else(store_error)?;
+    let session = match fire.session_id {
+        Some(id) => id,
+        None => match new_session(sessions, schedule).await {
+            Ok(id) => {
+                fire.session_id = Some(id);
+                // Recorded before the run starts, so that a successor finds the session.
+                store.update_fire(&fire).await?;
+                id
+            }
+            Err(error) => {
+                fire.outcome = FAILED.to_string();
+                fire.error = Some(error.to_string());
+                return store.update_fire(&fire).await;
+            }
+        },
+    };
+    match sessions.store().runs(session, None, 1).await?.first() {
+        Some(run) => {
+            fire.run_id = Some(run.id);
+            fire.outcome = STARTED.to_string();
+            fire.error = None;
+        }
+        None => start(sessions, schedule, &mut fire, IfBusy::Reject).await,
+    }
+    store.update_fire(&fire).await
 }
 
 /// Whether the schedule's previous fire's run is still running (or waits to start).
@@ -140,33 +265,11 @@ pub async fn fire(
     }
     let mut fire = fire_row(schedule, at, trigger, missed);
     if busy && overlap == Overlap::Queue && schedule.session_id.is_none() {
-        // A new session per fire: this fire waits for the previous run to end.
+        // A new session per fire: this fire waits in the log for the previous runs to end;
+        // the scheduler starts it then ([`start_queued`]).
         fire.outcome = QUEUED.to_string();
         store.insert_fire(&fire).await?;
-        let sessions = sessions.clone();
-        let schedule = schedule.clone();
-        let queued = fire.clone();
-        tokio::spawn(async move {
-            let shutdown = sessions.deps().shutdown.clone();
-            loop {
-                match previous_running_before(&sessions, &schedule, queued.id).await {
-                    Ok(false) => break,
-                    Ok(true) => {}
-                    Err(error) => tracing::warn!(%error, "cannot read a schedule's fires"),
-                }
-                tokio::select! {
-                    _ = shutdown.cancelled() => return,
-                    () = tokio::time::sleep(QUEUE_POLL) => {}
-                }
-            }
-            let mut fire = queued;
-            start(&sessions, &schedule, &mut fire, IfBusy::Reject).await;
-            if let Some(store) = sessions.store().schedule_store() {
-                if let Err(error) = store.update_fire(&fire).await {
-                    tracing::warn!(%error, "cannot record a schedule's fire");
-                }
-            }
-        });
+        scheduler::wake();
         return Ok(fire);
     }
     // On the schedule's own session, a run already active takes the input as queued input
@@ -225,13 +328,10 @@ async fn start_run(
     fire: &mut FireRow,
     if_busy: IfBusy,
 ) -> Result<Uuid, SessionError> {
-    let session = match schedule.session_id {
+    // The schedule's own session, or the one made for this fire already, or a new one.
+    let session = match schedule.session_id.or(fire.session_id) {
         Some(id) => id,
-        None => {
-            let id = new_session(sessions, schedule).await?;
-            fire.session_id = Some(id);
-            id
-        }
+        None => new_session(sessions, schedule).await?,
     };
     fire.session_id = Some(session);
     // The fire's run spends at most the schedule's cap itself, also in a reused session.

@@ -1,7 +1,9 @@
 //! The scheduler: a task of `tah serve` that sleeps until the earliest due fire time (and at
 //! most [`POLL`], to see schedules that other replicas or requests changed), then, for each due
 //! schedule, plans what is due ([`super::timing::plan`]), claims it in the store (one guarded
-//! update of `next_fire_at`: one replica wins each fire time), and makes the fires.
+//! update of `next_fire_at`: one replica wins each fire time), and makes the fires. Each look
+//! also starts the queued fires whose turn has come ([`super::start_queued`]), whichever
+//! process queued them: a queued fire outlives the process that made it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -11,7 +13,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::timing::{plan, Misfire, Timing, Trigger};
-use super::{fire, now_ms, record_skipped};
+use super::{fire, now_ms, record_skipped, start_queued, QUEUE_POLL};
 use crate::session::Sessions;
 use crate::store::schedules::ScheduleRow;
 use crate::store::StoreResult;
@@ -79,14 +81,23 @@ async fn tick(sessions: &Sessions) -> StoreResult<Duration> {
             tracing::warn!(schedule = %schedule.id, %error, "cannot fire a schedule");
         }
     }
+    // Fires queued behind a run wait for it: looked at again soon while there are any.
+    let longest = match start_queued(sessions).await {
+        Ok(true) => QUEUE_POLL,
+        Ok(false) => POLL,
+        Err(error) => {
+            tracing::warn!(%error, "cannot start the queued fires");
+            POLL
+        }
+    };
     if due.len() as i64 == BATCH {
         return Ok(MIN_SLEEP);
     }
     let next = store.next_due().await?;
-    let wait = next.map_or(POLL, |at| {
+    let wait = next.map_or(longest, |at| {
         Duration::from_millis(u64::try_from(at - now_ms()).unwrap_or(0))
     });
-    Ok(wait.clamp(MIN_SLEEP, POLL))
+    Ok(wait.clamp(MIN_SLEEP, longest))
 }
 
 /// Claims and makes what is due of one schedule.

@@ -329,6 +329,7 @@ impl Sessions {
             turns: count as i64,
             created_at: model::now().timestamp_millis(),
             finished_at: None,
+            error: None,
         };
         replays.insert_replay(&row).await?;
         let inputs: Vec<String> = turns
@@ -342,11 +343,16 @@ impl Sessions {
         });
         let sessions = self.clone();
         let id = record.id;
+        let left = row.clone();
         tokio::spawn(async move {
             sessions.run_replay(id, inputs, script).await;
             sessions.deps.replays.remove(id);
             if sessions.deps.shutdown.is_cancelled() {
-                // Cut short by a stop: it stays incomplete.
+                // Cut short by a stop: recorded so now if the stop leaves the time, else by
+                // the next start ([`Sessions::recover_replays`]).
+                if let Err(error) = sessions.cut_replay_short(&left).await {
+                    tracing::warn!(session_id = %id, %error, "cannot record a replay cut short");
+                }
                 return;
             }
             let finished = model::now().timestamp_millis();
@@ -357,6 +363,81 @@ impl Sessions {
             }
         });
         Ok((record, ReplayOf::of(&row)))
+    }
+
+    /// Records the replays an earlier process left running as cut short, at start-up: their
+    /// turns were driven by that process, so none goes on. With SQLite this process is the
+    /// only one on the database, so every replay not ended was left; with several replicas,
+    /// those whose session a stop or a takeover recorded as interrupted (a replica that dies
+    /// while a turn runs has its session taken over, which records the replay so too).
+    /// Answers how many were.
+    pub async fn recover_replays(&self) -> Result<usize, SessionError> {
+        let Some(store) = self.deps.store.replay_store() else {
+            return Ok(0);
+        };
+        let mut cut = 0;
+        for row in store.unfinished_replays().await? {
+            let left = match self.deps.cluster {
+                None => true,
+                Some(_) => self
+                    .deps
+                    .store
+                    .session(row.session_id)
+                    .await?
+                    .is_some_and(|record| record.is_interrupted()),
+            };
+            if left && self.cut_replay_short(&row).await? {
+                cut += 1;
+            }
+        }
+        Ok(cut)
+    }
+
+    /// What follows a run of session `id` recorded as interrupted, when the session is a
+    /// replay: the replay is cut short (its process is gone), and the run is not resumed (a
+    /// resume would run outside the replay, and a `recorded` one would call the model).
+    /// Answers whether `id` is a replay.
+    pub(super) async fn end_interrupted_replay(&self, id: Uuid) -> bool {
+        let Some(store) = self.deps.store.replay_store() else {
+            return false;
+        };
+        let row = match store.replay(id).await {
+            Ok(Some(row)) => row,
+            Ok(None) => return false,
+            Err(error) => {
+                tracing::warn!(session_id = %id, %error, "cannot read whether a session is a replay");
+                return false;
+            }
+        };
+        if row.finished_at.is_none() {
+            if let Err(error) = self.cut_replay_short(&row).await {
+                tracing::warn!(session_id = %id, %error, "cannot record a replay cut short");
+            }
+        }
+        true
+    }
+
+    /// Records a replay as ended by a restart, saying how far it got; whether it was not
+    /// recorded ended before.
+    async fn cut_replay_short(&self, row: &ReplayRow) -> Result<bool, SessionError> {
+        let Some(store) = self.deps.store.replay_store() else {
+            return Ok(false);
+        };
+        let runs = self.deps.store.runs(row.session_id, None, i64::MAX).await?;
+        let started = turns_of(&runs).len();
+        let error = format!(
+            "interrupted by a restart: {started} of its {} turn(s) had started when the \
+             process running the replay stopped; a replay does not go on after a restart \
+             (start another one for the rest)",
+            row.turns
+        );
+        let cut = store
+            .cut_replay_short(row.session_id, model::now().timestamp_millis(), &error)
+            .await?;
+        if cut {
+            tracing::info!(session_id = %row.session_id, started, "a replay was cut short by a restart");
+        }
+        Ok(cut)
     }
 
     /// Runs the replay's turns one after the other; a turn that fails does not stop the next.
@@ -483,6 +564,7 @@ impl Sessions {
             session_id: id,
             replay_of,
             complete,
+            error: row.error.clone(),
             turns_done: totals.turns_done,
             messages_equal,
             turns,
@@ -629,6 +711,9 @@ pub struct ReplayReport {
     pub replay_of: ReplayOf,
     /// Every turn has been replayed (or the replay stopped for good).
     pub complete: bool,
+    /// Why the replay stopped before its last turn ended: `interrupted by a restart …`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
     pub turns_done: u64,
     /// Once complete: whether the replay's messages equal the source's over the replayed turns
     /// (what a `recorded` replay must show).

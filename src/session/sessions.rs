@@ -569,13 +569,30 @@ impl Sessions {
         self.send(id, |reply| Command::TakeOver { reply }).await
     }
 
+    /// What follows a run of session `id` recorded as interrupted: with auto-resume, its
+    /// resume; a replay's is cut short instead ([`Sessions::end_interrupted_replay`]).
+    pub(super) fn after_interruption(&self, id: Uuid) {
+        if self.deps.auto_resume {
+            self.resume_in_background(vec![id]);
+            return;
+        }
+        let sessions = self.clone();
+        tokio::spawn(async move {
+            sessions.end_interrupted_replay(id).await;
+        });
+    }
+
     /// Resumes interrupted sessions in the background (auto-resume); each resume is an
     /// ordinary run, so clients see it on the event stream. A sub-agent is left to its
-    /// parent: the parent's resume runs the `task` call again, which continues the child.
+    /// parent: the parent's resume runs the `task` call again, which continues the child. A
+    /// replay is not resumed: it is recorded as cut short.
     pub fn resume_in_background(&self, ids: Vec<Uuid>) {
         for id in ids {
             let sessions = self.clone();
             tokio::spawn(async move {
+                if sessions.end_interrupted_replay(id).await {
+                    return;
+                }
                 match sessions.deps.store.session(id).await {
                     Ok(Some(record)) if record.options.task_call_id.is_some() => {
                         tracing::info!(session_id = %id, "a sub-agent resumes with its parent");

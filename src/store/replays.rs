@@ -21,8 +21,11 @@ pub struct ReplayRow {
     /// How many of the source's turns it replays.
     pub turns: i64,
     pub created_at: i64,
-    /// When its last turn ended (Unix ms); `None` while it runs.
+    /// When its last turn ended, or when it was found cut short (Unix ms); `None` while it
+    /// runs.
     pub finished_at: Option<i64>,
+    /// Why it ended before its last turn did (a restart cut it short).
+    pub error: Option<String>,
 }
 
 #[async_trait]
@@ -32,6 +35,11 @@ pub trait ReplayStore: Send + Sync {
     async fn replay(&self, session_id: Uuid) -> StoreResult<Option<ReplayRow>>;
     /// Records that the replay of `session_id` ended at `at`.
     async fn finish_replay(&self, session_id: Uuid, at: i64) -> StoreResult<()>;
+    /// Records that the replay of `session_id`, not ended yet, was cut short at `at` for
+    /// `error`; whether it was not ended (and now is).
+    async fn cut_replay_short(&self, session_id: Uuid, at: i64, error: &str) -> StoreResult<bool>;
+    /// The replays not ended, oldest first.
+    async fn unfinished_replays(&self) -> StoreResult<Vec<ReplayRow>>;
 }
 
 /// The statements, written for PostgreSQL (`$n`); SQLite takes the same as `?n`.
@@ -40,12 +48,27 @@ pub(super) mod sql {
          (session_id, source_id, mode, agent, turns, created_at, finished_at) \
          VALUES ($1, $2, $3, $4, $5, $6, $7)";
     pub const ONE: &str = "SELECT session_id, source_id, mode, agent, turns, created_at, \
-         finished_at FROM replays WHERE session_id = $1";
-    pub const FINISH: &str = "UPDATE replays SET finished_at = $2 WHERE session_id = $1";
+         finished_at, error FROM replays WHERE session_id = $1";
+    pub const FINISH: &str =
+        "UPDATE replays SET finished_at = $2 WHERE session_id = $1 AND finished_at IS NULL";
+    pub const CUT_SHORT: &str = "UPDATE replays SET finished_at = $2, error = $3 \
+         WHERE session_id = $1 AND finished_at IS NULL";
+    pub const UNFINISHED: &str = "SELECT session_id, source_id, mode, agent, turns, \
+         created_at, finished_at, error FROM replays WHERE finished_at IS NULL \
+         ORDER BY created_at";
 }
 
 /// A replay's columns as the statements read them.
-pub(super) type ReplayTuple = (String, String, String, String, i64, i64, Option<i64>);
+pub(super) type ReplayTuple = (
+    String,
+    String,
+    String,
+    String,
+    i64,
+    i64,
+    Option<i64>,
+    Option<String>,
+);
 
 pub(super) fn replay_from(t: ReplayTuple) -> StoreResult<ReplayRow> {
     let uuid = |text: &str, what: &str| -> StoreResult<Uuid> {
@@ -60,6 +83,7 @@ pub(super) fn replay_from(t: ReplayTuple) -> StoreResult<ReplayRow> {
         turns: t.4,
         created_at: t.5,
         finished_at: t.6,
+        error: t.7,
     })
 }
 
@@ -112,6 +136,35 @@ macro_rules! replays_over_pool {
                     .execute(&self.pool)
                     .await?;
                 Ok(())
+            }
+
+            async fn cut_replay_short(
+                &self,
+                session_id: uuid::Uuid,
+                at: i64,
+                error: &str,
+            ) -> $crate::store::StoreResult<bool> {
+                let q = $sql;
+                let done = sqlx::query(&q($crate::store::replays::sql::CUT_SHORT))
+                    .bind(session_id.to_string())
+                    .bind(at)
+                    .bind(error)
+                    .execute(&self.pool)
+                    .await?;
+                Ok(done.rows_affected() == 1)
+            }
+
+            async fn unfinished_replays(
+                &self,
+            ) -> $crate::store::StoreResult<Vec<$crate::store::replays::ReplayRow>> {
+                let q = $sql;
+                let rows: Vec<$crate::store::replays::ReplayTuple> =
+                    sqlx::query_as(&q($crate::store::replays::sql::UNFINISHED))
+                        .fetch_all(&self.pool)
+                        .await?;
+                rows.into_iter()
+                    .map($crate::store::replays::replay_from)
+                    .collect()
             }
         }
     };

@@ -5,6 +5,10 @@
 //! `next_fire_at` from the value the scheduler read to the next one, guarded by that old value
 //! (and by the schedule not being paused). Of several replicas that read the same due time,
 //! exactly one such update changes a row; the others see none changed and leave it.
+//!
+//! A fire queued behind its schedule's previous run waits in the log (`queued`) and is
+//! claimed the same way by [`ScheduleStore::claim_queued`]: one update of its `claimed_until`,
+//! guarded by the fire still being queued and not claimed by anyone whose claim still holds.
 
 use async_trait::async_trait;
 use uuid::Uuid;
@@ -95,6 +99,12 @@ pub trait ScheduleStore: Send + Sync {
     ) -> StoreResult<Vec<FireRow>>;
     /// The schedule's newest fire that started a run or waits to (`started` or `queued`).
     async fn last_run_fire(&self, schedule_id: Uuid) -> StoreResult<Option<FireRow>>;
+    /// Fires of any schedule still `queued` and not claimed by a claim that holds at `now`,
+    /// oldest first.
+    async fn queued_fires(&self, now: i64, limit: i64) -> StoreResult<Vec<FireRow>>;
+    /// Claims a queued fire until `until` if it is still queued and no claim on it holds at
+    /// `now`; whether this call did (exactly one of several concurrent calls does).
+    async fn claim_queued(&self, id: Uuid, now: i64, until: i64) -> StoreResult<bool>;
 }
 
 /// The statements, written for PostgreSQL (`$n`); SQLite takes the same as `?n`.
@@ -156,6 +166,15 @@ pub(super) mod sql {
              WHERE schedule_id = $1 AND ($2 IS NULL OR id > $2) ORDER BY id LIMIT $3"
         )
     }
+    pub fn queued_fires() -> String {
+        format!(
+            "SELECT {FIRE_COLUMNS} FROM schedule_fires \
+             WHERE outcome = 'queued' AND (claimed_until IS NULL OR claimed_until < $1) \
+             ORDER BY id LIMIT $2"
+        )
+    }
+    pub const CLAIM_QUEUED: &str = "UPDATE schedule_fires SET claimed_until = $3 \
+         WHERE id = $1 AND outcome = 'queued' AND (claimed_until IS NULL OR claimed_until < $2)";
     pub fn last_run_fire() -> String {
         format!(
             "SELECT {FIRE_COLUMNS} FROM schedule_fires \
@@ -465,6 +484,39 @@ macro_rules! schedules_over_pool {
                         .fetch_optional(&self.pool)
                         .await?;
                 row.map($crate::store::schedules::fire_from).transpose()
+            }
+
+            async fn queued_fires(
+                &self,
+                now: i64,
+                limit: i64,
+            ) -> $crate::store::StoreResult<Vec<$crate::store::schedules::FireRow>> {
+                let q = $sql;
+                let rows: Vec<$crate::store::schedules::FireTuple> =
+                    sqlx::query_as(&q(&$crate::store::schedules::sql::queued_fires()))
+                        .bind(now)
+                        .bind(limit)
+                        .fetch_all(&self.pool)
+                        .await?;
+                rows.into_iter()
+                    .map($crate::store::schedules::fire_from)
+                    .collect()
+            }
+
+            async fn claim_queued(
+                &self,
+                id: uuid::Uuid,
+                now: i64,
+                until: i64,
+            ) -> $crate::store::StoreResult<bool> {
+                let q = $sql;
+                let done = sqlx::query(&q($crate::store::schedules::sql::CLAIM_QUEUED))
+                    .bind(id.to_string())
+                    .bind(now)
+                    .bind(until)
+                    .execute(&self.pool)
+                    .await?;
+                Ok(done.rows_affected() == 1)
             }
         }
     };

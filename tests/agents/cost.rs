@@ -1,7 +1,8 @@
 //! Spend in money: a providers file gives the mock model a price; every LLM step of a session
 //! on it records `cost_usd` (its record and its `llm.completed`), a `session.usage` event with
 //! the session's running total follows each step, and the total carries on across a restart.
-//! A model without a price records no cost and no `session.usage`.
+//! A step of a model without a price records no cost, and its `session.usage` carries its
+//! tokens with no cost and the session's total as it was.
 
 use serde_json::{json, Value};
 use tempfile::TempDir;
@@ -119,6 +120,46 @@ async fn priced_steps_record_their_cost_and_the_session_total_survives_a_restart
     assert!(later > total, "{later} after {total}");
 }
 
+/// Checks every step of the log made by a model without a price: its `llm.completed` has no
+/// cost, and the next event is its `session.usage` with its tokens, no `cost_usd` and the
+/// session's total cost as it stood (`total`: absent while no step had a price). Answers
+/// the tokens the steps used, summed.
+fn check_unpriced_log(events: &[Value], total: Option<f64>) -> (u64, u64) {
+    let (mut input, mut output) = (0, 0);
+    for (at, event) in events.iter().enumerate() {
+        if event["type"] != "llm.completed" {
+            continue;
+        }
+        let data = &event["data"];
+        assert!(data.get("cost_usd").is_none(), "{event}");
+        let usage = &events[at + 1];
+        assert_eq!(usage["type"], "session.usage", "after {event}: {usage}");
+        assert_eq!(usage["data"]["input_tokens"], data["usage"]["input_tokens"]);
+        assert_eq!(
+            usage["data"]["output_tokens"],
+            data["usage"]["output_tokens"]
+        );
+        assert!(usage["data"]["cost_usd"].is_null(), "{usage}");
+        match total {
+            None => assert!(usage["data"]["total_cost_usd"].is_null(), "{usage}"),
+            Some(total) => assert!(
+                close(
+                    usage["data"]["total_cost_usd"].as_f64().unwrap_or(-1.0),
+                    total
+                ),
+                "{usage}: the total stays {total}"
+            ),
+        }
+        input += data["usage"]["input_tokens"]
+            .as_u64()
+            .expect("input_tokens");
+        output += data["usage"]["output_tokens"]
+            .as_u64()
+            .expect("output_tokens");
+    }
+    (input, output)
+}
+
 #[tokio::test]
 async fn a_model_without_a_price_records_no_cost() {
     let server = TestServer::start(ServerOptions::new()).await;
@@ -128,13 +169,66 @@ async fn a_model_without_a_price_records_no_cost() {
         .await;
     assert_eq!(result["status"], "completed", "{result}");
     let events = server.events(&session).await;
-    for event in &events {
-        assert_ne!(event["type"], "session.usage", "{event}");
-        if event["type"] == "llm.completed" {
-            assert!(event["data"].get("cost_usd").is_none(), "{event}");
-        }
-    }
+    let completed = events
+        .iter()
+        .filter(|e| e["type"] == "llm.completed")
+        .count();
+    let usages = events
+        .iter()
+        .filter(|e| e["type"] == "session.usage")
+        .count();
+    assert!(completed >= 2, "the turn made {completed} LLM steps");
+    assert_eq!(usages, completed, "one session.usage per LLM step");
+    let (input, output) = check_unpriced_log(&events, None);
     for step in server.steps(&session).await {
         assert!(step.get("cost_usd").is_none(), "{step}");
     }
+    // The session's token totals advance with the steps; its cost stays absent.
+    let shown = server.session(&session).await;
+    assert_eq!(shown["usage"]["input_tokens"], input, "{shown}");
+    assert_eq!(shown["usage"]["output_tokens"], output, "{shown}");
+    assert!(shown["total_cost_usd"].is_null(), "{shown}");
+}
+
+#[tokio::test]
+async fn an_unpriced_step_keeps_the_session_total_as_it_was() {
+    let (_dir, path) = priced_providers();
+    let server = TestServer::start(ServerOptions::new().args(&["--providers", &path])).await;
+    let agent = create_agent(
+        &server,
+        &json!({"name": "switching", "model": "priced/mock", "tools": ["list_files"]}),
+    )
+    .await;
+    let agent_id = id_of(&agent);
+    let session = id_of(
+        &session_on(
+            &server,
+            json!({"agent": {"id": agent_id, "version": "latest"}}),
+        )
+        .await,
+    );
+    let result = server
+        .run_wait(&session, "What is in this workspace?")
+        .await;
+    assert_eq!(result["status"], "completed", "{result}");
+    let events = server.events(&session).await;
+    let total = check_log(&events, 0.0);
+
+    // The agent moves to the default provider's mock, which has no price.
+    updated(&server, &agent_id, &json!({"model": "mock"})).await;
+    let seen = events.len();
+    let result = server.run_wait(&session, "And now?").await;
+    assert_eq!(result["status"], "completed", "{result}");
+    let events = server.events(&session).await;
+    let later = &events[seen..];
+    assert!(
+        later.iter().any(|e| e["type"] == "session.usage"),
+        "{later:?}"
+    );
+    check_unpriced_log(later, Some(total));
+    let shown = server.session(&session).await;
+    assert!(
+        close(shown["total_cost_usd"].as_f64().unwrap_or(-1.0), total),
+        "{shown}"
+    );
 }

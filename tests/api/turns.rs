@@ -200,13 +200,14 @@ async fn the_events_of_a_turn_come_in_order() {
     let kinds = types(&events);
     assert_eq!(kinds[0], "session.created");
     assert_eq!(
-        kinds[1..10],
+        kinds[1..11],
         [
             "agent.started",
             "session.state",
             "user.message",
             "llm.started",
             "llm.completed",
+            "session.usage",
             "storage.checkpoint",
             "session.state",
             "tool.started",
@@ -225,19 +226,23 @@ async fn the_events_of_a_turn_come_in_order() {
         "list_files"
     );
     assert_eq!(
-        events[6]["data"]["step_id"], events[5]["data"]["step_id"],
+        events[6]["data"]["input_tokens"], events[5]["data"]["usage"]["input_tokens"],
+        "the usage of the LLM step"
+    );
+    assert_eq!(
+        events[7]["data"]["step_id"], events[5]["data"]["step_id"],
         "checkpoint of the LLM step"
     );
     assert_eq!(
-        events[7]["data"],
+        events[8]["data"],
         json!({"from": "running", "to": "waiting_tool"})
     );
-    assert_eq!(events[8]["data"]["call"]["name"], "list_files");
+    assert_eq!(events[9]["data"]["call"]["name"], "list_files");
     assert_eq!(
-        events[9]["data"]["call_id"],
-        events[8]["data"]["call"]["id"]
+        events[10]["data"]["call_id"],
+        events[9]["data"]["call"]["id"]
     );
-    assert_eq!(events[9]["data"]["is_error"], false);
+    assert_eq!(events[10]["data"]["is_error"], false);
 
     // Later: the README is read, then the answer streams.
     let read_started = events
@@ -248,7 +253,7 @@ async fn the_events_of_a_turn_come_in_order() {
         .iter()
         .position(|e| e["type"] == "agent.assistant-stream")
         .unwrap_or_else(|| panic!("no agent.assistant-stream: {kinds:?}"));
-    assert!(read_started > 9 && first_delta > read_started, "{kinds:?}");
+    assert!(read_started > 10 && first_delta > read_started, "{kinds:?}");
     let streamed: String = events
         .iter()
         .filter(|e| e["type"] == "agent.assistant-stream")

@@ -4,7 +4,8 @@
 //! no model call and no tool run: the metrics and the workspace tell) and `live` on another
 //! agent (the report shows what differs); a replay of a replay; `turns`; a divergence the
 //! policy causes; approvals answered as the source's were; the report of a replay still
-//! running, and of one a stop cut short; bad input; another tenant's source.
+//! running, and of one a restart cut short (a stop, a kill with auto-resume): complete, with
+//! its error, and not going on; bad input; another tenant's source.
 
 use std::time::{Duration, Instant};
 
@@ -460,8 +461,8 @@ async fn a_recorded_replay_answers_approvals_as_the_source_did() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_report_of_a_running_replay_says_which_turns_are_done_and_a_stop_leaves_it_incomplete()
-{
+async fn the_report_of_a_running_replay_says_which_turns_are_done_and_a_restart_ends_it_interrupted(
+) {
     let mut server = TestServer::start(ServerOptions::new().process().mock_delay_ms(20)).await;
     let source = server.create_session().await;
     for input in ["What is here?", "And now?", "Once more?"] {
@@ -482,13 +483,70 @@ async fn the_report_of_a_running_replay_says_which_turns_are_done_and_a_stop_lea
             "{turn:#}"
         );
     }
-    // Cut short by a stop, it stays incomplete: its turns so far are reported.
+    // Cut short by a stop: after the restart it is complete, with the error that says so,
+    // its turns so far reported, and it does not go on.
     server.restart().await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let stopped = server.get_ok(&report_path(&id)).await;
-    assert_eq!(stopped["complete"], false, "{stopped:#}");
+    let stopped = finished_report(&server, &id).await;
+    assert_interrupted(&server, &id, &stopped).await;
+}
+
+/// A replay whose process is killed while a turn runs, restarted with auto-resume: the turn's
+/// run is not resumed (it would run outside the replay), and the replay ends interrupted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_killed_mid_turn_ends_interrupted_and_is_not_resumed() {
+    let options = ServerOptions::new()
+        .process()
+        .mock_delay_ms(200)
+        .args(&["--auto-resume=true"]);
+    let mut server = TestServer::start(options).await;
+    let source = server.create_session().await;
+    for input in ["What is here?", "And now?"] {
+        let result = server.run_wait(&source, input).await;
+        assert_eq!(result["status"], "completed", "{input}: {result}");
+    }
+    // Live: its turns run on the slow mock (a recorded replay serves its steps at once).
+    let id = id_of(&replay(&server, &source, json!({"mode": "live"})).await);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !server
+        .runs(&id)
+        .await
+        .iter()
+        .any(|r| r["status"] == "running")
+    {
+        assert!(Instant::now() < deadline, "no turn of the replay runs");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    server.kill9().await;
+    server.spawn().await;
+    let report = finished_report(&server, &id).await;
+    assert_interrupted(&server, &id, &report).await;
+    let runs = server.runs(&id).await;
     assert!(
-        stopped["turns_done"].as_u64().unwrap_or(3) < 3,
-        "{stopped:#}"
+        runs.iter().all(|r| r["kind"] == "run"),
+        "no resume: {runs:#?}"
     );
+    assert!(
+        runs.iter().any(|r| r["error"] == "interrupted"),
+        "the turn's run was cut short: {runs:#?}"
+    );
+}
+
+/// The report of a replay a restart cut short: complete, with `error` saying so, a turn not
+/// done or not completed; and the replay does not go on.
+async fn assert_interrupted(server: &TestServer, id: &str, report: &Value) {
+    eprintln!("the report of a replay cut short: {report:#}");
+    let error = report["error"].as_str().unwrap_or_default();
+    assert!(error.starts_with("interrupted by a restart"), "{report:#}");
+    let turns = report["turns"].as_array().expect("turns");
+    assert!(
+        turns
+            .iter()
+            .any(|t| t["done"] == false || t["replay"]["status"] != "completed"),
+        "not every turn completed: {report:#}"
+    );
+    let runs = server.runs(id).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let later = server.runs(id).await;
+    assert_eq!(later.len(), runs.len(), "the replay went on: {later:#?}");
+    assert!(later.iter().all(|r| r["status"] != "running"), "{later:#?}");
 }

@@ -2,7 +2,8 @@
 //! (6 fields, seconds first) that start runs as the schedule's creator; pause and a manual
 //! trigger while paused; overlap `skip` and `allow` with a slow mock; each misfire policy
 //! across a restart that spans several fire times (the timelines are printed); who may do
-//! what; and two replicas on one PostgreSQL database firing each time once.
+//! what; two replicas on one PostgreSQL database firing each time once; and `overlap: queue`:
+//! a queued fire that outlives a restart, and queued fires two replicas start once each.
 
 use std::time::Duration;
 
@@ -544,5 +545,177 @@ fn two_replicas_fire_each_time_once() {
         assert!(log.iter().all(|f| f["trigger"] == "scheduled"), "{log:#?}");
         let runs = log.iter().filter(|f| f["run"].is_string()).count();
         assert_eq!(runs, all, "{log:#?}");
+    });
+}
+
+/// A paused yearly schedule with `overlap: queue` (so only manual fires happen).
+fn queue_schedule() -> Value {
+    json!({"agent": "default", "cron": YEARLY, "timezone": "UTC",
+           "input": "hello from a schedule", "overlap": "queue", "paused": true})
+}
+
+/// A manual fire of schedule `id`; its line.
+async fn trigger(api: &Api, id: &str) -> Value {
+    api.post_empty(&format!("/v1/schedules/{id}/trigger"))
+        .await
+        .expect_json(StatusCode::CREATED, "a manual fire")
+}
+
+/// The sessions the fires of schedule `id` made.
+async fn sessions_of(api: &Api, id: &str) -> Vec<Value> {
+    api.sessions()
+        .await
+        .into_iter()
+        .filter(|s| s["metadata"]["schedule_id"] == json!(id))
+        .collect()
+}
+
+fn ended(fire: &Value) -> bool {
+    fire["outcome"] == "completed" || fire["outcome"] == "failed"
+}
+
+/// A fire queued behind a long run, the server stopped before that run ends and started
+/// again (without auto-resume: the run ahead stays interrupted): the queued line is taken up
+/// from the log, its run starts once, at once after the restart, and it ends `completed`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_fire_survives_a_restart_and_runs_once() {
+    let (log, first) = queued_across_a_restart(&[]).await;
+    assert_eq!(log[0]["outcome"], "failed", "{log:#?}");
+    assert_eq!(log[0]["error"], "interrupted", "{log:#?}");
+    let ahead = first.as_str().expect("a session");
+    assert_eq!(log[0]["session"], ahead);
+}
+
+/// The same with `--auto-resume`: the interrupted run ahead is resumed after the restart, its
+/// fire's line ends as that resume did, and the queued fire runs once, after that resume.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_fire_survives_a_restart_with_auto_resume() {
+    let (log, _) = queued_across_a_restart(&["--auto-resume=true"]).await;
+    assert_eq!(
+        log[0]["outcome"], "completed",
+        "the resume completed: {log:#?}"
+    );
+}
+
+/// Two manual fires of a `queue` schedule on a slow mock (the second queued behind the
+/// first's run), a stop while that run runs, a restart; checks the queued fire ran once and
+/// completed after the restart, prints the timeline, and answers the log and the first
+/// fire's session.
+async fn queued_across_a_restart(args: &[&str]) -> (Vec<Value>, Value) {
+    let options = ServerOptions::new().process().mock_delay_ms(300).args(args);
+    let mut server = TestServer::start(options).await;
+    let id = id_of(&create(&server, &queue_schedule()).await);
+    let first = trigger(&server, &id).await;
+    assert_eq!(first["outcome"], "started", "{first}");
+    let queued = trigger(&server, &id).await;
+    let queued_at = chrono::Utc::now();
+    assert_eq!(queued["outcome"], "queued", "{queued}");
+    assert!(queued["run"].is_null(), "{queued}");
+    let ahead = first["session"].as_str().expect("a session");
+    let run = server
+        .get_ok(&format!(
+            "/v1/sessions/{ahead}/runs/{}",
+            first["run"].as_str().expect("a run")
+        ))
+        .await;
+    assert_eq!(run["status"], "running", "the run ahead still runs: {run}");
+
+    server.stop().await;
+    let stopped = chrono::Utc::now();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let restarted = chrono::Utc::now();
+    server.spawn().await;
+    let log = fires_until(&server, &id, Duration::from_secs(60), |log| {
+        log.len() == 2 && log.iter().all(ended)
+    })
+    .await;
+    eprintln!("{}", timeline(&log));
+    let line = &log[1];
+    assert_eq!(line["id"], queued["id"], "{log:#?}");
+    assert_eq!(line["outcome"], "completed", "{log:#?}");
+    let session = line["session"].as_str().expect("the queued fire's session");
+    assert_ne!(line["session"], first["session"], "{log:#?}");
+    // Exactly one run, the line's, and exactly two sessions for two fires.
+    let runs = server.runs(session).await;
+    assert_eq!(runs.len(), 1, "{runs:#?}");
+    assert_eq!(runs[0]["id"], line["run"], "{runs:#?}");
+    assert_eq!(runs[0]["status"], "completed", "{runs:#?}");
+    assert_eq!(sessions_of(&server, &id).await.len(), 2);
+    let started = at(&runs[0], "created_at");
+    let completed = at(&runs[0], "finished_at");
+    assert!(
+        started > restarted,
+        "started {started}, restarted {restarted}"
+    );
+    // It started once nothing ran ahead of it (a resume of the interrupted run included).
+    let ahead_runs = server.runs(ahead).await;
+    for run in &ahead_runs {
+        assert!(
+            run["finished_at"].is_string() && at(run, "finished_at") <= started,
+            "a run ahead still ran when the queued fire started at {started}: {ahead_runs:#?}"
+        );
+    }
+    eprintln!(
+        "queued fire {args:?}: queued {queued_at}, stopped {stopped}, restarted {restarted}, \
+         started {started}, completed {completed}; the fire ahead ended {} ({}), its \
+         session's runs: {:?}",
+        log[0]["outcome"],
+        log[0]["error"].as_str().unwrap_or("-"),
+        ahead_runs
+            .iter()
+            .map(|r| format!(
+                "{} {} {}-{}",
+                r["kind"], r["status"], r["created_at"], r["finished_at"]
+            ))
+            .collect::<Vec<_>>()
+    );
+    (log, first["session"].clone())
+}
+
+/// Two replicas on one PostgreSQL database, both looking at the queued fires: each queued
+/// fire starts once, in order, after the run ahead of it.
+#[test]
+#[cfg_attr(
+    not(pg_tests),
+    ignore = "needs PostgreSQL: install its server binaries, or set TAH_TEST_PG=on and TAH_TEST_PG_URL"
+)]
+fn two_replicas_start_each_queued_fire_once() {
+    let db = TestDatabase::new("tah_sched_q");
+    alone::run("two_replicas_start_each_queued_fire_once", async move {
+        let replica = |name| {
+            ServerOptions::new()
+                .process()
+                .named(name)
+                .database_url(&db.url)
+                .mock_delay_ms(100)
+        };
+        let a = TestServer::start(replica("A")).await;
+        let b = TestServer::start(replica("B")).await;
+        let id = id_of(&create(&a, &queue_schedule()).await);
+        assert_eq!(trigger(&a, &id).await["outcome"], "started");
+        for api in [&a, &b, &a] {
+            assert_eq!(trigger(api, &id).await["outcome"], "queued");
+        }
+        let log = fires_until(&b, &id, Duration::from_secs(90), |log| {
+            log.len() == 4 && log.iter().all(ended)
+        })
+        .await;
+        eprintln!("two replicas, queued fires:\n{}", timeline(&log));
+        assert!(log.iter().all(|f| f["outcome"] == "completed"), "{log:#?}");
+        assert_eq!(sessions_of(&a, &id).await.len(), 4, "one session per fire");
+        let mut previous_end = None;
+        for fire in &log {
+            let runs = a.runs(fire["session"].as_str().expect("a session")).await;
+            assert_eq!(runs.len(), 1, "one run per fire: {runs:#?}");
+            assert_eq!(runs[0]["id"], fire["run"]);
+            let start = at(&runs[0], "created_at");
+            if let Some(end) = previous_end {
+                assert!(
+                    start >= end,
+                    "a fire started before the one ahead ended: {log:#?}"
+                );
+            }
+            previous_end = Some(at(&runs[0], "finished_at"));
+        }
     });
 }

@@ -253,10 +253,10 @@ impl SessionActor {
         tracing::info!(session_id = %self.id, error = cause, "recorded a run that was cut short");
         self.sink().commit(batch).await?;
         // Whoever reached the session first (a start-up sweep, a takeover, or any request), an
-        // interrupted run is resumed when auto-resume is on.
-        if cause == INTERRUPTED && self.deps.auto_resume {
-            Sessions::from_parts(self.deps.clone(), self.live.clone())
-                .resume_in_background(vec![self.id]);
+        // interrupted run is resumed when auto-resume is on; a replay's is not, and the
+        // replay is recorded as cut short.
+        if cause == INTERRUPTED {
+            Sessions::from_parts(self.deps.clone(), self.live.clone()).after_interruption(self.id);
         }
         Ok(())
     }

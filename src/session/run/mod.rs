@@ -311,23 +311,23 @@ impl Journal for Run<'_> {
                 cost_usd,
             },
         );
-        // Only a priced step is followed by `session.usage`: the log of a server without
-        // prices stays as it was.
+        // Every step is followed by `session.usage`; an unpriced one leaves the cost absent
+        // and the session's total as it was (absent while no step had a price).
         if let Some(cost) = cost_usd {
             self.spent = crate::llm::providers::round_usd(self.spent + cost);
             let limits = &self.sink.deps.tenant_limits;
             limits.add_cost(&self.core.record.tenant, cost);
-            let total_cost_usd = self.core.add_cost(cost_usd);
-            self.batch.event(
-                self.core,
-                EventKind::SessionUsage {
-                    input_tokens: usage.input_tokens,
-                    output_tokens: usage.output_tokens,
-                    cost_usd,
-                    total_cost_usd,
-                },
-            );
         }
+        let total_cost_usd = self.core.add_cost(cost_usd);
+        self.batch.event(
+            self.core,
+            EventKind::SessionUsage {
+                input_tokens: usage.input_tokens,
+                output_tokens: usage.output_tokens,
+                cost_usd,
+                total_cost_usd,
+            },
+        );
         self.batch.checkpoint(self.core, self.run_id, Some(step_id));
         // Not committed on its own: it goes with what follows before the loop waits again (a
         // tool's start, an approval's request, the run's end), which are waited for.
