@@ -103,26 +103,35 @@ pub(super) async fn check_fences(
     Ok(())
 }
 
-/// Announces the newest seq of each session the ops insert events into, inside the commit's
-/// transaction: PostgreSQL delivers the notifications only if it commits.
-pub(super) async fn announce_events(
-    conn: &mut PgConnection,
-    replica: Uuid,
-    ops: &[&WriteOp],
-) -> Result<(), sqlx::Error> {
-    let payloads: Vec<String> = newest_seqs(ops)
+/// The notifications that announce the newest seq of each session the ops insert events
+/// into; sent inside the commit's transaction (PostgreSQL delivers them only if it commits),
+/// with the commit's statement that writes events (see `write.rs`) or by [`announce`].
+pub(super) fn events_notices(replica: Uuid, ops: &[&WriteOp]) -> Vec<String> {
+    newest_seqs(ops)
         .into_iter()
         .map(|(session_id, seq)| events_payload(replica, session_id, seq))
-        .collect();
+        .collect()
+}
+
+/// Sends `payloads` on the events channel (none: nothing).
+pub(super) async fn announce(
+    conn: &mut PgConnection,
+    payloads: &[String],
+) -> Result<(), sqlx::Error> {
     if payloads.is_empty() {
         return Ok(());
     }
     sqlx::query("SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p")
         .bind(EVENTS_CHANNEL)
-        .bind(&payloads)
+        .bind(payloads)
         .execute(conn)
         .await?;
     Ok(())
+}
+
+/// `SELECT` of the statement that sends the notifications in `$n` (a `text[]`).
+pub(super) fn announce_select(n: usize) -> String {
+    format!("SELECT pg_notify('{EVENTS_CHANNEL}', p) FROM unnest(${n}::text[]) AS p")
 }
 
 /// The newest seq of each session that the ops insert events into, in order of first mention.

@@ -1,11 +1,14 @@
-//! The write side of the PostgreSQL store: a commit is one transaction, with one function per
-//! op. Runs of consecutive `InsertEvent` ops go in as one multi-row
-//! `INSERT … SELECT FROM UNNEST(…)`; a fence is checked where it stands among the ops, and the
-//! newest events are announced to the other replicas (`cluster.rs`) inside the transaction, so
-//! the announcement is delivered only if it commits. Text and JSON are cleared of U+0000 on the
-//! way in (see the module doc of [`super`]).
+//! The write side of the PostgreSQL store: a commit is one transaction. The ops of the kinds a
+//! turn writes (events, messages, steps, runs, checkpoints, session progress) go in as two
+//! statements per stretch of them, each table written by one multi-row `INSERT … SELECT FROM
+//! UNNEST(…)` (or `UPDATE … FROM UNNEST(…)`) ([`Stretch`]); any other op is a statement of its
+//! own, where it stands. Fences are checked before the ops, and the newest events are
+//! announced to the other replicas (`cluster.rs`) inside the transaction, by the stretch's
+//! second statement, so the announcement is delivered only if it commits. Text and JSON are cleared
+//! of U+0000 on the way in (see the module doc of [`super`]).
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -37,25 +40,369 @@ pub(super) async fn commit(store: &PostgresStore, batch: &[&[WriteOp]]) -> Store
         .copied()
         .filter(|op| !matches!(op, WriteOp::Fence { .. }))
         .collect();
-    let mut rest = unfenced.as_slice();
-    while !rest.is_empty() {
-        // A run of consecutive event inserts (across groups) becomes one statement; order
-        // relative to the other ops is kept, so a later op still sees these rows.
-        let events = rest
-            .iter()
-            .take_while(|op| matches!(op, WriteOp::InsertEvent(_)))
-            .count();
-        if events > 1 {
-            insert_events(&mut tx, &rest[..events]).await?;
-            rest = &rest[events..];
-        } else {
-            apply(&mut tx, rest[0]).await?;
-            rest = &rest[1..];
+    // The ops go in order, except that a stretch of ops of the kinds a turn writes (events,
+    // messages, steps, runs, checkpoints, session progress) becomes two statements, each
+    // table written by one multi-row statement (see [`Stretch`]). Any other op ends the
+    // stretch before it and is applied on its own.
+    let mut notices = cluster::events_notices(store.replica, &ops);
+    let mut stretch = Stretch::default();
+    for op in unfenced {
+        if !stretch.add(op) {
+            stretch.write(&mut tx, &mut notices).await?;
+            apply(&mut tx, op).await?;
         }
     }
-    cluster::announce_events(&mut tx, store.replica, &ops).await?;
+    stretch.write(&mut tx, &mut notices).await?;
+    cluster::announce(&mut tx, &notices).await?;
     tx.commit().await?;
     Ok(())
+}
+
+/// A stretch of consecutive ops of the kinds a turn writes, to be written with two statements:
+/// the events' multi-row insert over `UNNEST` of their columns as arrays, then one with a
+/// data-modifying `WITH` part per other table, each one such multi-row statement, and the
+/// commit's notifications as its `SELECT`. The tables are distinct
+/// and none refers to another, so the parts' order does not matter; within one table:
+/// - events, messages and checkpoints are inserts of distinct rows (a duplicate fails the
+///   statement, as it failed its own);
+/// - a step or run upserted several times becomes one upsert: the first op's columns that the
+///   conflict leaves alone, the last op's that it updates (what the upserts in order leave);
+/// - a session's progress written several times is written once, the last (it sets the same
+///   columns each time).
+#[derive(Default)]
+struct Stretch<'a> {
+    events: Vec<&'a Published>,
+    messages: Vec<(Uuid, &'a Message)>,
+    /// Each step's first and last upsert.
+    steps: Vec<(&'a StepRow, &'a StepRow)>,
+    /// Each run's first and last upsert.
+    runs: Vec<(&'a RunRecord, &'a RunRecord)>,
+    checkpoints: Vec<&'a Checkpoint>,
+    /// Each session's last progress.
+    progress: Vec<&'a SessionProgress>,
+    /// Where each id is in `steps`, `runs` and `progress`.
+    at: [HashMap<Uuid, usize>; 3],
+}
+
+impl<'a> Stretch<'a> {
+    /// Takes `op` into the stretch; false when it is of another kind (it ends the stretch).
+    fn add(&mut self, op: &'a WriteOp) -> bool {
+        match op {
+            WriteOp::InsertEvent(e) => self.events.push(e),
+            WriteOp::InsertMessage {
+                session_id,
+                message,
+            } => self.messages.push((*session_id, message)),
+            WriteOp::UpsertStep(s) => match self.at[0].get(&s.id) {
+                Some(&at) => self.steps[at].1 = s,
+                None => {
+                    self.at[0].insert(s.id, self.steps.len());
+                    self.steps.push((s, s));
+                }
+            },
+            WriteOp::UpsertRun(r) => match self.at[1].get(&r.id) {
+                Some(&at) => self.runs[at].1 = r,
+                None => {
+                    self.at[1].insert(r.id, self.runs.len());
+                    self.runs.push((r, r));
+                }
+            },
+            WriteOp::InsertCheckpoint(c) => self.checkpoints.push(c),
+            WriteOp::UpdateProgress(p) => match self.at[2].get(&p.id) {
+                Some(&at) => self.progress[at] = p,
+                None => {
+                    self.at[2].insert(p.id, self.progress.len());
+                    self.progress.push(p);
+                }
+            },
+            _ => return false,
+        }
+        true
+    }
+
+    /// Writes the stretch (nothing when it is empty) and leaves it empty; its second statement
+    /// also sends `notices`, which are then empty.
+    async fn write(
+        &mut self,
+        conn: &mut PgConnection,
+        notices: &mut Vec<String>,
+    ) -> Result<(), sqlx::Error> {
+        let s = std::mem::take(self);
+        if s.events.is_empty()
+            && s.messages.is_empty()
+            && s.steps.is_empty()
+            && s.runs.is_empty()
+            && s.checkpoints.is_empty()
+            && s.progress.is_empty()
+        {
+            return Ok(());
+        }
+        // The events first, in a statement of their own (what waits on the table's lock is an
+        // `INSERT INTO events`).
+        if !s.events.is_empty() {
+            let mut data = Vec::with_capacity(s.events.len());
+            for e in &s.events {
+                data.push(json_text(e.stored_data().map_err(uncut)?));
+            }
+            sqlx::query(
+                "INSERT INTO events (session_id, seq, type, data, created_at) \
+                 SELECT * FROM UNNEST($1::uuid[], $2::bigint[], $3::text[], $4::text[]::jsonb[], \
+                 $5::timestamptz[])",
+            )
+            .bind(s.events.iter().map(|e| e.session_id).collect::<Vec<_>>())
+            .bind(s.events.iter().map(|e| e.seq).collect::<Vec<_>>())
+            .bind(s.events.iter().map(|e| e.type_name()).collect::<Vec<_>>())
+            .bind(data)
+            .bind(s.events.iter().map(|e| e.created_at).collect::<Vec<_>>())
+            .execute(&mut *conn)
+            .await?;
+        }
+        let mut sql = Statement::default();
+        if !s.messages.is_empty() {
+            sql.part(
+                "INSERT INTO messages (session_id, idx, role, content, thinking, tool_calls, \
+                 tool_call_id, created_at) \
+                 SELECT * FROM UNNEST($::uuid[], $::bigint[], $::text[], $::text[], $::jsonb[], \
+                 $::jsonb[], $::text[], $::timestamptz[])",
+            );
+        }
+        if !s.steps.is_empty() {
+            sql.part(
+                "INSERT INTO steps (id, session_id, run_id, kind, status, request, response, \
+                 input_tokens, output_tokens, error, created_at, finished_at) \
+                 SELECT * FROM UNNEST($::uuid[], $::uuid[], $::uuid[], $::text[], $::text[], \
+                 $::text[]::jsonb[], $::text[]::jsonb[], $::bigint[], $::bigint[], $::text[], \
+                 $::timestamptz[], $::timestamptz[]) \
+                 ON CONFLICT (id) DO UPDATE SET status = excluded.status, \
+                 response = excluded.response, input_tokens = excluded.input_tokens, \
+                 output_tokens = excluded.output_tokens, error = excluded.error, \
+                 finished_at = excluded.finished_at",
+            );
+        }
+        if !s.runs.is_empty() {
+            sql.part(
+                "INSERT INTO runs (id, session_id, kind, status, input, text, finish_reason, \
+                 input_tokens, output_tokens, steps, error, start_seq, created_at, finished_at, \
+                 client_tools) \
+                 SELECT * FROM UNNEST($::uuid[], $::uuid[], $::text[], $::text[], $::text[], \
+                 $::text[], $::text[], $::bigint[], $::bigint[], $::bigint[], $::text[], \
+                 $::bigint[], $::timestamptz[], $::timestamptz[], $::jsonb[]) \
+                 ON CONFLICT (id) DO UPDATE SET status = excluded.status, text = excluded.text, \
+                 finish_reason = excluded.finish_reason, input_tokens = excluded.input_tokens, \
+                 output_tokens = excluded.output_tokens, steps = excluded.steps, \
+                 error = excluded.error, finished_at = excluded.finished_at",
+            );
+        }
+        if !s.checkpoints.is_empty() {
+            sql.part(
+                "INSERT INTO checkpoints (id, session_id, run_id, step_id, message_count, seq, \
+                 created_at) \
+                 SELECT * FROM UNNEST($::uuid[], $::uuid[], $::uuid[], $::uuid[], $::bigint[], \
+                 $::bigint[], $::timestamptz[])",
+            );
+        }
+        if !s.progress.is_empty() {
+            sql.part(
+                "UPDATE sessions SET state = u.state, error = u.error, \
+                 input_tokens = u.input_tokens, output_tokens = u.output_tokens, \
+                 last_run_id = u.last_run_id, updated_at = u.updated_at \
+                 FROM UNNEST($::uuid[], $::text[], $::text[], $::bigint[], $::bigint[], \
+                 $::uuid[], $::timestamptz[]) \
+                 AS u(id, state, error, input_tokens, output_tokens, last_run_id, updated_at) \
+                 WHERE sessions.id = u.id",
+            );
+        }
+        let notices = std::mem::take(notices);
+        if sql.parameters == 0 && notices.is_empty() {
+            return Ok(());
+        }
+        let sql = sql.finish(!notices.is_empty());
+        let mut query = sqlx::query(&sql);
+        if !s.messages.is_empty() {
+            let (mut thinking, mut tool_calls) = (Vec::new(), Vec::new());
+            for (_, m) in &s.messages {
+                thinking.push(thinking_json(&m.thinking)?);
+                tool_calls.push(tool_calls_json(&m.tool_calls)?);
+            }
+            let ms = &s.messages;
+            query = query
+                .bind(ms.iter().map(|(id, _)| *id).collect::<Vec<_>>())
+                .bind(ms.iter().map(|(_, m)| m.index).collect::<Vec<_>>())
+                .bind(ms.iter().map(|(_, m)| m.role.as_str()).collect::<Vec<_>>())
+                .bind(ms.iter().map(|(_, m)| text(&m.content)).collect::<Vec<_>>())
+                .bind(thinking)
+                .bind(tool_calls)
+                .bind(
+                    ms.iter()
+                        .map(|(_, m)| opt_text(&m.tool_call_id))
+                        .collect::<Vec<_>>(),
+                )
+                .bind(ms.iter().map(|(_, m)| m.created_at).collect::<Vec<_>>());
+        }
+        if !s.steps.is_empty() {
+            // What the conflict leaves alone from the first upsert, what it updates from the last.
+            let st = &s.steps;
+            query = query
+                .bind(st.iter().map(|(f, _)| f.id).collect::<Vec<_>>())
+                .bind(st.iter().map(|(f, _)| f.session_id).collect::<Vec<_>>())
+                .bind(st.iter().map(|(f, _)| f.run_id).collect::<Vec<_>>())
+                .bind(st.iter().map(|(f, _)| f.kind.as_str()).collect::<Vec<_>>())
+                .bind(
+                    st.iter()
+                        .map(|(_, l)| l.status.as_str())
+                        .collect::<Vec<_>>(),
+                )
+                .bind(
+                    st.iter()
+                        .map(|(f, _)| json_text(&f.request))
+                        .collect::<Vec<_>>(),
+                )
+                .bind(
+                    st.iter()
+                        .map(|(_, l)| l.response.as_deref().map(json_text))
+                        .collect::<Vec<_>>(),
+                )
+                .bind(
+                    st.iter()
+                        .map(|(_, l)| l.usage.map(|u| tokens(u.input_tokens)))
+                        .collect::<Vec<_>>(),
+                )
+                .bind(
+                    st.iter()
+                        .map(|(_, l)| l.usage.map(|u| tokens(u.output_tokens)))
+                        .collect::<Vec<_>>(),
+                )
+                .bind(
+                    st.iter()
+                        .map(|(_, l)| opt_text(&l.error))
+                        .collect::<Vec<_>>(),
+                )
+                .bind(st.iter().map(|(f, _)| f.created_at).collect::<Vec<_>>())
+                .bind(st.iter().map(|(_, l)| l.finished_at).collect::<Vec<_>>());
+        }
+        if !s.runs.is_empty() {
+            let rs = &s.runs;
+            query = query
+                .bind(rs.iter().map(|(f, _)| f.id).collect::<Vec<_>>())
+                .bind(rs.iter().map(|(f, _)| f.session_id).collect::<Vec<_>>())
+                .bind(rs.iter().map(|(f, _)| f.kind.as_str()).collect::<Vec<_>>())
+                .bind(
+                    rs.iter()
+                        .map(|(_, l)| l.status.as_str())
+                        .collect::<Vec<_>>(),
+                )
+                .bind(
+                    rs.iter()
+                        .map(|(f, _)| opt_text(&f.input))
+                        .collect::<Vec<_>>(),
+                )
+                .bind(
+                    rs.iter()
+                        .map(|(_, l)| opt_text(&l.text))
+                        .collect::<Vec<_>>(),
+                )
+                .bind(
+                    rs.iter()
+                        .map(|(_, l)| l.finish_reason.as_ref().map(FinishReason::as_str))
+                        .collect::<Vec<_>>(),
+                )
+                .bind(
+                    rs.iter()
+                        .map(|(_, l)| tokens(l.usage.input_tokens))
+                        .collect::<Vec<_>>(),
+                )
+                .bind(
+                    rs.iter()
+                        .map(|(_, l)| tokens(l.usage.output_tokens))
+                        .collect::<Vec<_>>(),
+                )
+                .bind(rs.iter().map(|(_, l)| l.steps).collect::<Vec<_>>())
+                .bind(
+                    rs.iter()
+                        .map(|(_, l)| opt_text(&l.error))
+                        .collect::<Vec<_>>(),
+                )
+                .bind(rs.iter().map(|(f, _)| f.start_seq).collect::<Vec<_>>())
+                .bind(rs.iter().map(|(f, _)| f.created_at).collect::<Vec<_>>())
+                .bind(rs.iter().map(|(_, l)| l.finished_at).collect::<Vec<_>>())
+                .bind(
+                    rs.iter()
+                        .map(|(f, _)| client_tools_json(f))
+                        .collect::<Vec<_>>(),
+                );
+        }
+        if !s.checkpoints.is_empty() {
+            let cs = &s.checkpoints;
+            query = query
+                .bind(cs.iter().map(|c| c.id).collect::<Vec<_>>())
+                .bind(cs.iter().map(|c| c.session_id).collect::<Vec<_>>())
+                .bind(cs.iter().map(|c| c.run_id).collect::<Vec<_>>())
+                .bind(cs.iter().map(|c| c.step_id).collect::<Vec<_>>())
+                .bind(cs.iter().map(|c| c.message_count).collect::<Vec<_>>())
+                .bind(cs.iter().map(|c| c.seq).collect::<Vec<_>>())
+                .bind(cs.iter().map(|c| c.created_at).collect::<Vec<_>>());
+        }
+        if !s.progress.is_empty() {
+            let ps = &s.progress;
+            query = query
+                .bind(ps.iter().map(|p| p.id).collect::<Vec<_>>())
+                .bind(ps.iter().map(|p| p.state.as_str()).collect::<Vec<_>>())
+                .bind(ps.iter().map(|p| opt_text(&p.error)).collect::<Vec<_>>())
+                .bind(
+                    ps.iter()
+                        .map(|p| tokens(p.usage.input_tokens))
+                        .collect::<Vec<_>>(),
+                )
+                .bind(
+                    ps.iter()
+                        .map(|p| tokens(p.usage.output_tokens))
+                        .collect::<Vec<_>>(),
+                )
+                .bind(ps.iter().map(|p| p.last_run_id).collect::<Vec<_>>())
+                .bind(ps.iter().map(|p| p.updated_at).collect::<Vec<_>>());
+        }
+        if !notices.is_empty() {
+            query = query.bind(notices);
+        }
+        query.execute(conn).await?;
+        Ok(())
+    }
+}
+
+/// The text of a [`Stretch`]'s second statement: its parts, each with its parameters written `$`
+/// and numbered here in order.
+#[derive(Default)]
+struct Statement {
+    text: String,
+    parameters: usize,
+}
+
+impl Statement {
+    fn part(&mut self, part: &str) {
+        self.text
+            .push_str(if self.text.is_empty() { "WITH " } else { ", " });
+        self.text.push_str(&format!("w{} AS (", self.parameters));
+        for (i, piece) in part.split('$').enumerate() {
+            if i > 0 {
+                self.parameters += 1;
+                self.text.push_str(&format!("${}", self.parameters));
+            }
+            self.text.push_str(piece);
+        }
+        self.text.push(')');
+    }
+
+    /// The statement, with the notifications in one more parameter when `notify`.
+    fn finish(mut self, notify: bool) -> String {
+        self.text.push(' ');
+        if notify {
+            self.text
+                .push_str(&cluster::announce_select(self.parameters + 1));
+        } else {
+            self.text.push_str("SELECT 1");
+        }
+        self.text
+    }
 }
 
 /// Locks the rows of the sessions the batch updates or checks the fence of, in id order,
@@ -340,10 +687,7 @@ fn size(n: u64) -> i64 {
 }
 
 async fn upsert_run(conn: &mut PgConnection, r: &RunRecord) -> Result<(), sqlx::Error> {
-    // `NULL` when the run declared no client tools of its own.
-    let client_tools = (!r.client_tools.is_empty())
-        .then(|| serde_json::to_value(&r.client_tools).ok())
-        .flatten();
+    let client_tools = client_tools_json(r);
     sqlx::query(
         "INSERT INTO runs (id, session_id, kind, status, input, text, finish_reason, \
          input_tokens, output_tokens, steps, error, start_seq, created_at, finished_at, \
@@ -368,10 +712,18 @@ async fn upsert_run(conn: &mut PgConnection, r: &RunRecord) -> Result<(), sqlx::
     .bind(r.start_seq)
     .bind(r.created_at)
     .bind(r.finished_at)
-    .bind(client_tools.as_ref().map(json))
+    .bind(client_tools)
     .execute(conn)
     .await?;
     Ok(())
+}
+
+/// A run's client tools as stored: `NULL` when it declared none of its own.
+fn client_tools_json(r: &RunRecord) -> Option<Json<Value>> {
+    (!r.client_tools.is_empty())
+        .then(|| serde_json::to_value(&r.client_tools).ok())
+        .flatten()
+        .map(|v| Json(if has_nul(&v) { strip_nul(&v) } else { v }))
 }
 
 async fn upsert_step(conn: &mut PgConnection, s: &StepRow) -> Result<(), sqlx::Error> {
@@ -419,39 +771,6 @@ async fn insert_event(conn: &mut PgConnection, e: &Published) -> Result<(), sqlx
 /// An event that cannot be stored fails the statement that carries it.
 fn uncut(error: UncutEvent) -> sqlx::Error {
     sqlx::Error::Encode(Box::new(error))
-}
-
-/// Inserts the events of several `InsertEvent` ops with one statement (one round trip): the
-/// columns go as five arrays and `UNNEST` zips them back into rows. A duplicate
-/// `(session_id, seq)` fails the statement.
-async fn insert_events(conn: &mut PgConnection, ops: &[&WriteOp]) -> Result<(), sqlx::Error> {
-    let mut session_ids = Vec::with_capacity(ops.len());
-    let mut seqs = Vec::with_capacity(ops.len());
-    let mut kinds = Vec::with_capacity(ops.len());
-    let mut data = Vec::with_capacity(ops.len());
-    let mut created = Vec::with_capacity(ops.len());
-    for op in ops {
-        if let WriteOp::InsertEvent(e) = op {
-            session_ids.push(e.session_id);
-            seqs.push(e.seq);
-            kinds.push(e.type_name());
-            data.push(json_text(e.stored_data().map_err(uncut)?));
-            created.push(e.created_at);
-        }
-    }
-    sqlx::query(
-        "INSERT INTO events (session_id, seq, type, data, created_at) \
-         SELECT * FROM UNNEST($1::uuid[], $2::bigint[], $3::text[], $4::text[]::jsonb[], \
-         $5::timestamptz[])",
-    )
-    .bind(session_ids)
-    .bind(seqs)
-    .bind(kinds)
-    .bind(data)
-    .bind(created)
-    .execute(conn)
-    .await?;
-    Ok(())
 }
 
 async fn fail_open_steps(
@@ -587,6 +906,19 @@ fn list_json<T: serde::Serialize>(items: &[T]) -> Result<Option<Json<Value>>, sq
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_statements_parameters_are_numbered_across_its_parts() {
+        let mut sql = Statement::default();
+        sql.part("INSERT INTO a SELECT * FROM UNNEST($::uuid[], $::text[])");
+        sql.part("UPDATE b SET x = u.x FROM UNNEST($::bigint[]) AS u(x)");
+        assert_eq!(
+            sql.finish(true),
+            "WITH w0 AS (INSERT INTO a SELECT * FROM UNNEST($1::uuid[], $2::text[])), \
+             w2 AS (UPDATE b SET x = u.x FROM UNNEST($3::bigint[]) AS u(x)) \
+             SELECT pg_notify('tah_events', p) FROM unnest($4::text[]) AS p"
+        );
+    }
 
     #[test]
     fn json_text_replaces_nul_escapes_as_text_replaces_nul() {
