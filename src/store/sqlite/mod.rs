@@ -327,9 +327,9 @@ mod migrations {
     use crate::model::{new_id, now};
     use crate::store::Store;
 
-    /// Migration `0018` moves each session's latest checkpoint into its row, in place.
+    /// Migration `0020` moves each session's latest checkpoint into its row, in place.
     #[tokio::test]
-    async fn a_database_before_0018_keeps_each_sessions_latest_checkpoint() {
+    async fn a_database_before_0020_keeps_each_sessions_latest_checkpoint() {
         let dir = tempfile::tempdir().expect("a directory");
         let url = format!("sqlite://{}", dir.path().join("tah.db").display());
         let (with, without) = (new_id(), new_id());
@@ -344,11 +344,11 @@ mod migrations {
                 before
                     .migrations
                     .iter()
-                    .filter(|m| m.version < 18)
+                    .filter(|m| m.version < 20)
                     .cloned()
                     .collect(),
             );
-            before.run(&pool).await.expect("migrates to 0017");
+            before.run(&pool).await.expect("migrates to 0019");
             let at = now().to_rfc3339();
             for id in [with, without] {
                 sqlx::query(

@@ -473,7 +473,7 @@ fn fail_open_steps(
 }
 
 /// A session's latest checkpoint is the one ever read, so it is kept in the session's row
-/// (migration `0018`), which the commits of a turn update anyway: recording it dirties no page
+/// (migration `0020`), which the commits of a turn update anyway: recording it dirties no page
 /// of a table of its own. An older checkpoint (a smaller time-ordered id) never replaces a
 /// newer one, as a table of them read by its largest id would have it.
 fn insert_checkpoint(tx: &Transaction<'_>, c: &Checkpoint) -> rusqlite::Result<()> {
