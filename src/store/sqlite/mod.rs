@@ -318,3 +318,91 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod migrations {
+    use std::borrow::Cow;
+
+    use super::*;
+    use crate::model::{new_id, now};
+    use crate::store::Store;
+
+    /// Migration `0020` moves each session's latest checkpoint into its row, in place.
+    #[tokio::test]
+    async fn a_database_before_0020_keeps_each_sessions_latest_checkpoint() {
+        let dir = tempfile::tempdir().expect("a directory");
+        let url = format!("sqlite://{}", dir.path().join("tah.db").display());
+        let (with, without) = (new_id(), new_id());
+        let (run, older, newer) = (new_id(), new_id(), new_id());
+        {
+            let options = SqliteConnectOptions::from_str(&url)
+                .expect("a URL")
+                .create_if_missing(true);
+            let pool = SqlitePool::connect_with(options).await.expect("opens");
+            let mut before = sqlx::migrate!("./migrations/sqlite");
+            before.migrations = Cow::Owned(
+                before
+                    .migrations
+                    .iter()
+                    .filter(|m| m.version < 20)
+                    .cloned()
+                    .collect(),
+            );
+            before.run(&pool).await.expect("migrates to 0019");
+            let at = now().to_rfc3339();
+            for id in [with, without] {
+                sqlx::query(
+                    "INSERT INTO sessions (id, state, created_at, updated_at) \
+                     VALUES (?, 'idle', ?, ?)",
+                )
+                .bind(id.to_string())
+                .bind(&at)
+                .bind(&at)
+                .execute(&pool)
+                .await
+                .expect("a session");
+            }
+            // The newer one first: the latest is the largest id, not the last row written.
+            for (id, step, count) in [(newer, Some(new_id()), 5_i64), (older, None, 3)] {
+                sqlx::query(
+                    "INSERT INTO checkpoints \
+                     (id, session_id, run_id, step_id, message_count, seq, created_at) \
+                     VALUES (?, ?, ?, ?, ?, ?, ?)",
+                )
+                .bind(id.to_string())
+                .bind(with.to_string())
+                .bind(run.to_string())
+                .bind(step.map(|s| s.to_string()))
+                .bind(count)
+                .bind(count * 10)
+                .bind(&at)
+                .execute(&pool)
+                .await
+                .expect("a checkpoint");
+            }
+            pool.close().await;
+        }
+        let store = SqliteStore::open(&url).await.expect("opens and migrates");
+        let latest = store
+            .latest_checkpoint(with)
+            .await
+            .expect("reads")
+            .expect("kept");
+        assert_eq!(
+            (
+                latest.id,
+                latest.session_id,
+                latest.run_id,
+                latest.message_count
+            ),
+            (newer, with, run, 5)
+        );
+        assert_eq!(latest.seq, 50);
+        assert!(latest.step_id.is_some());
+        assert!(store
+            .latest_checkpoint(without)
+            .await
+            .expect("reads")
+            .is_none());
+    }
+}

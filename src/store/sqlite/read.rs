@@ -15,8 +15,8 @@ use crate::model::{ArtifactRecord, Checkpoint, Event, SessionRecord, SessionStat
 use crate::store::rows::{
     artifact_from, checkpoint_from, corrupt, corrupt_event, first_id_at, listed_sessions,
     session_from, tenant_cost_since, versions_kept, ArtifactPage, KeyedTable, LogPage, LogTable,
-    Plain, RowKey, RowPage, SessionRows, StoredRow, ARTIFACT_COLUMNS, CHECKPOINT_COLUMNS,
-    INTERRUPTED_SESSIONS, SESSION_COLUMNS, TENANT_TOKENS_SINCE,
+    Plain, RowKey, RowPage, SessionRows, StoredRow, ARTIFACT_COLUMNS, INTERRUPTED_SESSIONS,
+    SESSION_COLUMNS, TENANT_TOKENS_SINCE,
 };
 use crate::store::{SessionQuery, Store, StoreError, StoreResult, WriteOp};
 
@@ -263,10 +263,13 @@ impl Store for SqliteStore {
     }
 
     async fn latest_checkpoint(&self, session_id: Uuid) -> StoreResult<Option<Checkpoint>> {
-        let row = sqlx::query(&format!(
-            "SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE session_id = ? \
-             ORDER BY id DESC LIMIT 1"
-        ))
+        // Kept in the session's row (`write.rs`, `insert_checkpoint`).
+        let row = sqlx::query(
+            "SELECT checkpoint_id AS id, id AS session_id, checkpoint_run_id AS run_id, \
+             checkpoint_step_id AS step_id, checkpoint_message_count AS message_count, \
+             checkpoint_seq AS seq, checkpoint_created_at AS created_at \
+             FROM sessions WHERE id = ? AND checkpoint_id IS NOT NULL",
+        )
         .bind(session_id.to_string())
         .fetch_optional(&self.pool)
         .await

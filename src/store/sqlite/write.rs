@@ -287,7 +287,8 @@ fn delete_session(tx: &Transaction<'_>, id: Uuid) -> rusqlite::Result<()> {
                          WHERE o.sha256 = blobs.sha256 AND o.session_id <> ?1)",
     )?
     .execute([&id])?;
-    for table in SESSION_TABLES {
+    // The checkpoints are columns of the session's row here (`insert_checkpoint`).
+    for table in SESSION_TABLES.iter().filter(|t| **t != "checkpoints") {
         tx.prepare_cached(&format!("DELETE FROM {table} WHERE session_id = ?"))?
             .execute([&id])?;
     }
@@ -471,19 +472,25 @@ fn fail_open_steps(
     Ok(())
 }
 
+/// A session's latest checkpoint is the one ever read, so it is kept in the session's row
+/// (migration `0020`), which the commits of a turn update anyway: recording it dirties no page
+/// of a table of its own. An older checkpoint (a smaller time-ordered id) never replaces a
+/// newer one, as a table of them read by its largest id would have it.
 fn insert_checkpoint(tx: &Transaction<'_>, c: &Checkpoint) -> rusqlite::Result<()> {
     tx.prepare_cached(
-        "INSERT INTO checkpoints (id, session_id, run_id, step_id, message_count, seq, created_at) \
-         VALUES (?, ?, ?, ?, ?, ?, ?)",
+        "UPDATE sessions SET checkpoint_id = ?1, checkpoint_run_id = ?2, \
+         checkpoint_step_id = ?3, checkpoint_message_count = ?4, checkpoint_seq = ?5, \
+         checkpoint_created_at = ?6 \
+         WHERE id = ?7 AND (checkpoint_id IS NULL OR checkpoint_id < ?1)",
     )?
     .execute(params![
         c.id.to_string(),
-        c.session_id.to_string(),
         c.run_id.to_string(),
         c.step_id.map(|id| id.to_string()),
         c.message_count,
         c.seq,
         c.created_at.to_rfc3339(),
+        c.session_id.to_string(),
     ])?;
     Ok(())
 }
