@@ -31,12 +31,11 @@ impl DatabaseLock {
                 ),
                 _ => unusable(format!("cannot open {}: {e}", lock_path.display())),
             })?;
-        match file.try_lock() {
+        match try_lock(&mut file) {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => {
-                let mut holder = String::new();
-                let _ = file.read_to_string(&mut holder);
-                let holder = match holder.trim() {
+                let holder = holder(&mut file);
+                let holder = match holder.as_str() {
                     "" => "another process".to_string(),
                     pid => format!("another tah process (pid {pid})"),
                 };
@@ -59,6 +58,46 @@ impl DatabaseLock {
         written.map_err(|e| unusable(format!("cannot write {}: {e}", lock_path.display())))?;
         Ok(DatabaseLock { _file: file })
     }
+}
+
+/// Takes the lock; while it is held but the pid the file names is gone, waits a little for it.
+/// The lock belongs to the open file, so a process the dead holder was starting (forked, not
+/// yet exec'd, when the holder was killed) keeps it until its `exec` closes the descriptor:
+/// a server restarted right after a `kill -9` must not be refused for that.
+fn try_lock(file: &mut File) -> Result<(), std::fs::TryLockError> {
+    let deadline = std::time::Instant::now() + ORPHAN_WAIT;
+    loop {
+        match file.try_lock() {
+            Err(std::fs::TryLockError::WouldBlock)
+                if std::time::Instant::now() < deadline && holder_is_gone(file) =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// How long a lock whose named holder is gone is waited for.
+const ORPHAN_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// What the lock file says: the holder's pid, or nothing.
+fn holder(file: &mut File) -> String {
+    let mut holder = String::new();
+    let _ = file.seek(SeekFrom::Start(0));
+    let _ = file.read_to_string(&mut holder);
+    holder.trim().to_string()
+}
+
+/// Whether the lock file names a pid that no longer exists.
+fn holder_is_gone(file: &mut File) -> bool {
+    let Ok(pid) = holder(file).parse::<i32>() else {
+        return false;
+    };
+    // SAFETY: signal 0 only checks that the process exists; nothing is sent.
+    pid > 0
+        && unsafe { libc::kill(pid, 0) } != 0
+        && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
 }
 
 /// `EROFS` on Linux: the file system is mounted read-only.
@@ -90,5 +129,30 @@ mod tests {
         );
         drop(first);
         DatabaseLock::take(&db).expect("free again once released");
+    }
+
+    /// A lock left held by what a killed holder was starting is waited for, not refused.
+    #[test]
+    fn a_lock_whose_holder_is_gone_is_waited_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("data.db");
+        let mut exited = std::process::Command::new("true").spawn().unwrap();
+        let dead = exited.id();
+        exited.wait().unwrap();
+        std::fs::write(lock_path(&db), dead.to_string()).unwrap();
+        let orphan = File::options().read(true).open(lock_path(&db)).unwrap();
+        orphan.lock().unwrap();
+        let started = std::time::Instant::now();
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            drop(orphan);
+        });
+        DatabaseLock::take(&db).expect("taken once the orphan lets go");
+        let waited = started.elapsed();
+        release.join().unwrap();
+        assert!(
+            waited >= std::time::Duration::from_millis(250),
+            "{waited:?}"
+        );
     }
 }
