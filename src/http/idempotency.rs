@@ -1,5 +1,5 @@
 //! `Idempotency-Key` on the POST routes that start or make something (`/v1/sessions`, a
-//! session's `/runs`, `/resume`, `/fork`, `/compact`, and the input events of OpenAI's
+//! session's `/runs`, `/resume`, `/fork`, `/compact`, `/replay`, and the input events of OpenAI's
 //! Agents API, `/openai/v1/agents/sessions/{id}/events`): the first request with a key runs and
 //! its response (status and body) is kept in the database for 24 hours; a retry with the same
 //! key and the same request gets that response again and starts nothing, also after a restart
@@ -72,7 +72,7 @@ fn takes_key(path: &str) -> bool {
     };
     match rest.split_once('/') {
         Some((id, action)) => {
-            !id.is_empty() && matches!(action, "runs" | "resume" | "fork" | "compact")
+            !id.is_empty() && matches!(action, "runs" | "resume" | "fork" | "compact" | "replay")
         }
         None => false,
     }
@@ -335,6 +335,7 @@ mod tests {
             "/v1/sessions/abc/resume",
             "/v1/sessions/abc/fork",
             "/v1/sessions/abc/compact",
+            "/v1/sessions/abc/replay",
             "/openai/v1/agents/sessions/abc/events",
         ] {
             assert!(takes_key(path), "{path}");
