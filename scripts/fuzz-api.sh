@@ -62,6 +62,10 @@ fuzz_as() { # NAME BEARER SECONDS
         --workers 2 >"$work/report-$1" 2>&1
     local status=$?
     # The report quotes whole request bodies (up to the 1 MiB limit); keep the output readable.
+    # The failures section comes before the summary's long tail: show it whole on a failure.
+    if [[ $status -ne 0 ]]; then
+        sed -n '/^=* FAILURES =*$/,/^=* SUMMARY =*$/p' "$work/report-$1" | cut -c1-400 | head -n 200
+    fi
     cut -c1-400 "$work/report-$1" | tail -n 80
     return $status
 }
