@@ -27,6 +27,7 @@
 
 pub mod agents;
 pub mod environments;
+pub mod event_log;
 pub mod keys;
 pub mod postgres;
 pub mod principals;

@@ -4,7 +4,7 @@
 //! times and JSON are text in SQLite; `uuid`, `timestamptz` and `jsonb` in PostgreSQL) by
 //! implementing [`StoredRow`]; state, role, kind and status are text in both and are parsed
 //! here. A value that cannot be decoded is a [`StoreError::Corrupt`] that names its column.
-//! Events are decoded by each backend (their `data` is text in one, `jsonb` in the other), with
+//! Events are stored and read alike by both, a row per commit per session ([`event_log`]), with
 //! [`corrupt_event`] for the error.
 
 use std::fmt::Display;
@@ -16,7 +16,7 @@ use serde_json::Value;
 use sqlx::{Decode, Postgres, Sqlite, Type};
 use uuid::Uuid;
 
-use super::{ArtifactQuery, ArtifactVersions, SessionHistory, StoreError, StoreResult};
+use super::{event_log, ArtifactQuery, ArtifactVersions, SessionHistory, StoreError, StoreResult};
 use crate::model::{
     ArtifactRecord, Checkpoint, Event, FinishReason, Message, Role, RunKind, RunRecord, RunStatus,
     SessionRecord, SessionState, SizeCache, StepKind, StepRecord, StepStatus, ThinkingBlock,
@@ -30,7 +30,8 @@ pub const SESSION_COLUMNS: &str =
      s.updated_at, s.tenant, s.owner, \
      COALESCE((SELECT MAX(idx) FROM messages m WHERE m.session_id = s.id) + 1, 0) \
        AS message_count, \
-     COALESCE((SELECT MAX(seq) FROM events e WHERE e.session_id = s.id), 0) AS last_seq";
+     COALESCE((SELECT MAX(last_seq) FROM event_batches e WHERE e.session_id = s.id), 0) \
+       AS last_seq";
 
 /// Sessions whose last run was interrupted (`$1`/`?1` = the error recorded for that); the
 /// placeholder is written `$1` and SQLite reads it as a numbered parameter too.
@@ -67,8 +68,6 @@ pub fn first_id_at(at: DateTime<Utc>) -> Uuid {
 
 pub const MESSAGE_COLUMNS: &str =
     "idx, role, content, thinking, tool_calls, tool_call_id, created_at";
-
-pub const EVENT_COLUMNS: &str = "session_id, seq, type, data, created_at";
 
 pub const RUN_COLUMNS: &str = "id, session_id, kind, status, input, text, finish_reason, \
      input_tokens, output_tokens, steps, error, start_seq, created_at, finished_at, client_tools";
@@ -137,7 +136,7 @@ impl CopiedRows {
 /// The tables whose rows belong to one session (`session_id`), deleted with it.
 /// (Deleting a session's artifacts also deletes the bytes no other session's artifact names.)
 pub const SESSION_TABLES: [&str; 6] = [
-    "events",
+    "event_batches",
     "messages",
     "steps",
     "runs",
@@ -181,8 +180,15 @@ pub trait SessionRows: Send + Sync {
     /// Rows of `log` of a session with its order column `> after`, in order, at most `limit`.
     async fn log_rows(&self, log: &LogTable, page: LogPage) -> StoreResult<Vec<Self::Row>>;
 
-    /// An event as the backend stores its `data`.
-    fn event_from(row: &Self::Row) -> StoreResult<Event>;
+    /// The stored event batches of a session (see [`event_log`](super::event_log)) holding
+    /// events after `after`, in order, at most `limit` of them: each its `last_seq` and its
+    /// `events` text.
+    async fn event_batch_rows(
+        &self,
+        session_id: Uuid,
+        after: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<(i64, String)>>;
 
     async fn one_row(&self, table: &KeyedTable, key: RowKey) -> StoreResult<Option<Self::Row>>;
 }
@@ -211,7 +217,7 @@ pub struct RowPage {
     pub limit: i64,
 }
 
-/// A table of a session in the order of an integer column (messages by index, events by seq).
+/// A table of a session in the order of an integer column (messages by index).
 pub struct LogTable {
     pub name: &'static str,
     pub columns: &'static str,
@@ -237,12 +243,6 @@ const MESSAGES: LogTable = LogTable {
     name: "messages",
     columns: MESSAGE_COLUMNS,
     order: "idx",
-};
-
-const EVENTS: LogTable = LogTable {
-    name: "events",
-    columns: EVENT_COLUMNS,
-    order: "seq",
 };
 
 /// Rows of a session after `after` in the table's order, at most `limit`.
@@ -285,13 +285,23 @@ impl<S: SessionRows> SessionHistory for S {
     }
 
     async fn events(&self, session_id: Uuid, after: i64, limit: i64) -> StoreResult<Vec<Event>> {
-        let page = LogPage {
-            session_id,
-            after,
-            limit,
-        };
-        let rows = self.log_rows(&EVENTS, page).await?;
-        rows.iter().map(S::event_from).collect()
+        // A negative limit is no limit, as SQL's `LIMIT` reads it.
+        let want = usize::try_from(limit).unwrap_or(usize::MAX);
+        let mut events = Vec::with_capacity(want.min(1024));
+        let mut cursor = after;
+        while events.len() < want {
+            let left = i64::try_from(want - events.len()).unwrap_or(i64::MAX);
+            let asked = event_log::batches_per_query(left);
+            let rows = self.event_batch_rows(session_id, cursor, asked).await?;
+            for (_, stored) in &rows {
+                event_log::read_into(session_id, stored, after, want, &mut events)?;
+            }
+            match rows.last() {
+                Some((last_seq, _)) if rows.len() as i64 == asked => cursor = *last_seq,
+                _ => break,
+            }
+        }
+        Ok(events)
     }
 
     async fn steps(

@@ -80,32 +80,38 @@ pub(super) mod sql {
     pub const DROP_TRIGGER: &str = "DROP TRIGGER IF EXISTS webhook_deliveries_enqueue {on_events}";
     /// Made by `sqlite()` or `postgres()`: the trigger of the backend.
     pub const CREATE_TRIGGER: &str = "{create_trigger}";
-    /// The condition on an event's type: comparisons, not `IN (…)`, which costs SQLite a
-    /// temporary table per row.
-    pub const DELIVERED_TYPE: &str = "NEW.type = 'agent.finished' OR NEW.type = 'agent.failed' \
-         OR NEW.type = 'agent.cancelled' OR NEW.type = 'tool.approval-requested' \
-         OR NEW.type = 'tool.client-requested'";
+    /// The condition on an event's type (`{type}`): comparisons, not `IN (…)`, which costs
+    /// SQLite a temporary table per row.
+    pub const DELIVERED_TYPE: &str = "{type} = 'agent.finished' OR {type} = 'agent.failed' \
+         OR {type} = 'tool.approval-requested' OR {type} = 'tool.client-requested' \
+         OR {type} = 'agent.cancelled'";
     /// Whether the trigger exists (a count, 0 or 1).
     pub const HAS_TRIGGER: &str = "{has_trigger}";
     const SQLITE_HAS_TRIGGER: &str = "SELECT COUNT(*) FROM sqlite_master \
          WHERE type = 'trigger' AND name = 'webhook_deliveries_enqueue'";
     const POSTGRES_HAS_TRIGGER: &str = "SELECT COUNT(*) FROM pg_trigger \
-         WHERE tgname = 'webhook_deliveries_enqueue' AND tgrelid = 'events'::regclass";
-    /// The trigger that queues the deliveries of an event, in the event's transaction.
+         WHERE tgname = 'webhook_deliveries_enqueue' AND tgrelid = 'event_batches'::regclass";
+    /// The trigger that queues the deliveries of a commit's events, in its transaction: a row of
+    /// `event_batches` holds a session's events of the commit (`store/event_log.rs`), each
+    /// `[seq, type, created_at, data]`.
     pub const SQLITE_TRIGGER: &str = "CREATE TRIGGER IF NOT EXISTS webhook_deliveries_enqueue \
-         AFTER INSERT ON events WHEN {delivered} \
+         AFTER INSERT ON event_batches \
          BEGIN \
              INSERT OR IGNORE INTO webhook_deliveries \
                  (session_id, seq, event_type, url, next_attempt_at, created_at) \
-             SELECT NEW.session_id, NEW.seq, NEW.type, url, \
+             SELECT NEW.session_id, e.seq, e.type, url, \
                     CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), \
                     CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) \
-             FROM webhook_endpoints; \
+             FROM (SELECT json_extract(value, '$[0]') AS seq, \
+                          json_extract(value, '$[1]') AS type \
+                   FROM json_each(NEW.events)) AS e, webhook_endpoints \
+             WHERE {delivered}; \
          END";
-    /// The function it runs is made by the migration. `OR REPLACE` (PostgreSQL 14 and later)
-    /// lets two replicas that start at once both make it.
+    /// The function it runs is made by the migrations (`0019`: it reads the types the same
+    /// way). `OR REPLACE` (PostgreSQL 14 and later) lets two replicas that start at once both
+    /// make it.
     pub const POSTGRES_TRIGGER: &str = "CREATE OR REPLACE TRIGGER webhook_deliveries_enqueue \
-         AFTER INSERT ON events FOR EACH ROW WHEN ({delivered}) \
+         AFTER INSERT ON event_batches FOR EACH ROW \
          EXECUTE FUNCTION webhook_deliveries_enqueue()";
     pub const ADD_ENDPOINT: &str =
         "INSERT INTO webhook_endpoints (url) VALUES ($1) ON CONFLICT (url) DO NOTHING";
@@ -168,7 +174,7 @@ pub(super) mod sql {
     const POSTGRES: Dialect = Dialect {
         trigger: POSTGRES_TRIGGER,
         has_trigger: POSTGRES_HAS_TRIGGER,
-        on_events: " ON events",
+        on_events: " ON event_batches",
         lock: " FOR UPDATE SKIP LOCKED",
         session_id: "session_id::text",
         parameter: "$",
@@ -186,7 +192,9 @@ pub(super) mod sql {
 
     fn spell(statement: &str, dialect: &Dialect) -> String {
         if statement == CREATE_TRIGGER {
-            return dialect.trigger.replace("{delivered}", DELIVERED_TYPE);
+            return dialect
+                .trigger
+                .replace("{delivered}", &DELIVERED_TYPE.replace("{type}", "e.type"));
         }
         if statement == HAS_TRIGGER {
             return dialect.has_trigger.to_string();

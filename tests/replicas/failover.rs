@@ -323,7 +323,7 @@ async fn activity(db: &TestDatabase, pg: &mut sqlx::PgConnection) -> String {
 }
 
 /// Like `sigstop_fencing`, but A freezes in the middle of a commit (a GC pause or a VM stall
-/// can land there too): the test holds a lock on `events` until A's writer waits on it inside
+/// can land there too): the test holds a lock on `event_batches` until A's writer waits on it inside
 /// its transaction, freezes A, then lets the insert through, so A's transaction stays open.
 /// B must still take the session over within a few lease TTLs.
 pub async fn sigstop_mid_commit(db: TestDatabase) {
@@ -337,15 +337,15 @@ pub async fn sigstop_mid_commit(db: TestDatabase) {
         .await
         .expect("BEGIN");
     // SHARE conflicts with the inserts' ROW EXCLUSIVE and lets readers through.
-    sqlx::query("LOCK TABLE events IN SHARE MODE")
+    sqlx::query("LOCK TABLE event_batches IN SHARE MODE")
         .execute(&mut blocker)
         .await
-        .expect("LOCK TABLE events");
+        .expect("LOCK TABLE event_batches");
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let waiting: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 \
-             AND wait_event_type = 'Lock' AND query ILIKE 'insert into events%'",
+             AND wait_event_type = 'Lock' AND query ILIKE 'insert into event_batches%'",
         )
         .bind(&db.name)
         .fetch_one(&mut pg)

@@ -11,11 +11,11 @@ use uuid::Uuid;
 
 use super::{write, PostgresStore};
 use crate::model::INTERRUPTED;
-use crate::model::{ArtifactRecord, Checkpoint, Event, EventKind, SessionRecord, SessionState};
+use crate::model::{ArtifactRecord, Checkpoint, SessionRecord, SessionState};
 use crate::store::rows::{
-    artifact_from, checkpoint_from, corrupt_event, first_id_at, listed_sessions, session_from,
-    tenant_cost_since, versions_kept, ArtifactPage, KeyedTable, LogPage, LogTable, Plain, RowKey,
-    RowPage, SessionRows, StoredRow, ARTIFACT_COLUMNS, CHECKPOINT_COLUMNS, INTERRUPTED_SESSIONS,
+    artifact_from, checkpoint_from, first_id_at, listed_sessions, session_from, tenant_cost_since,
+    versions_kept, ArtifactPage, KeyedTable, LogPage, LogTable, Plain, RowKey, RowPage,
+    SessionRows, StoredRow, ARTIFACT_COLUMNS, CHECKPOINT_COLUMNS, INTERRUPTED_SESSIONS,
     SESSION_COLUMNS, TENANT_TOKENS_SINCE,
 };
 use crate::store::{SessionQuery, Store, StoreResult, WriteOp};
@@ -83,17 +83,24 @@ impl PostgresStore {
 impl SessionRows for PostgresStore {
     type Row = PgRow;
 
-    fn event_from(row: &PgRow) -> StoreResult<Event> {
-        let type_name: String = row.try_get("type")?;
-        let data: Value = row.try_get("data")?;
-        let kind = EventKind::from_value_parts(&type_name, data)
-            .map_err(|e| corrupt_event(&type_name, e))?;
-        Ok(Event::new(
-            row.try_get("session_id")?,
-            row.try_get("seq")?,
-            kind,
-            row.try_get("created_at")?,
-        ))
+    async fn event_batch_rows(
+        &self,
+        session_id: Uuid,
+        after: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<(i64, String)>> {
+        let rows = self
+            .fetch_page(
+                "SELECT last_seq, events FROM event_batches \
+                 WHERE session_id = $1 AND last_seq > $2 ORDER BY last_seq LIMIT $3",
+                session_id,
+                after,
+                limit,
+            )
+            .await?;
+        rows.iter()
+            .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
+            .collect()
     }
 
     async fn log_rows(&self, log: &LogTable, page: LogPage) -> StoreResult<Vec<PgRow>> {
@@ -222,10 +229,12 @@ impl Store for PostgresStore {
     }
 
     async fn last_seq(&self, session_id: Uuid) -> StoreResult<i64> {
-        let row = sqlx::query("SELECT COALESCE(MAX(seq), 0) FROM events WHERE session_id = $1")
-            .bind(session_id)
-            .fetch_one(&self.pool)
-            .await?;
+        let row = sqlx::query(
+            "SELECT COALESCE(MAX(last_seq), 0) FROM event_batches WHERE session_id = $1",
+        )
+        .bind(session_id)
+        .fetch_one(&self.pool)
+        .await?;
         Ok(row.try_get(0)?)
     }
 

@@ -20,9 +20,9 @@ use uuid::Uuid;
 
 use super::{cluster, PostgresStore};
 use crate::model::{
-    Checkpoint, FinishReason, Message, Published, RunRecord, SessionRecord, ThinkingBlock,
-    ToolCall, UncutEvent,
+    Checkpoint, FinishReason, Message, Published, RunRecord, SessionRecord, ThinkingBlock, ToolCall,
 };
+use crate::store::event_log;
 use crate::store::rows::{tokens, CopiedRows, COPIED_ARTIFACTS, COPIED_MESSAGES, SESSION_TABLES};
 use crate::store::{NewArtifact, SessionLabels, SessionProgress, StepRow, StoreResult, WriteOp};
 
@@ -138,25 +138,8 @@ impl<'a> Stretch<'a> {
             return Ok(());
         }
         // The events first, in a statement of their own (what waits on the table's lock is an
-        // `INSERT INTO events`).
-        if !s.events.is_empty() {
-            let mut data = Vec::with_capacity(s.events.len());
-            for e in &s.events {
-                data.push(json_text(e.stored_data().map_err(uncut)?));
-            }
-            sqlx::query(
-                "INSERT INTO events (session_id, seq, type, data, created_at) \
-                 SELECT * FROM UNNEST($1::uuid[], $2::bigint[], $3::text[], $4::text[]::jsonb[], \
-                 $5::timestamptz[])",
-            )
-            .bind(s.events.iter().map(|e| e.session_id).collect::<Vec<_>>())
-            .bind(s.events.iter().map(|e| e.seq).collect::<Vec<_>>())
-            .bind(s.events.iter().map(|e| e.type_name()).collect::<Vec<_>>())
-            .bind(data)
-            .bind(s.events.iter().map(|e| e.created_at).collect::<Vec<_>>())
-            .execute(&mut *conn)
-            .await?;
-        }
+        // `INSERT INTO event_batches`).
+        insert_events(conn, &s.events).await?;
         let mut sql = Statement::default();
         if !s.messages.is_empty() {
             sql.part(
@@ -463,7 +446,7 @@ async fn apply(conn: &mut PgConnection, op: &WriteOp) -> StoreResult<()> {
         }
         WriteOp::UpsertRun(r) => upsert_run(conn, r).await?,
         WriteOp::UpsertStep(s) => upsert_step(conn, s).await?,
-        WriteOp::InsertEvent(e) => insert_event(conn, e).await?,
+        WriteOp::InsertEvent(e) => insert_events(conn, &[e]).await?,
         WriteOp::Fence {
             session_id,
             owner,
@@ -753,24 +736,44 @@ async fn upsert_step(conn: &mut PgConnection, s: &StepRow) -> Result<(), sqlx::E
     Ok(())
 }
 
-async fn insert_event(conn: &mut PgConnection, e: &Published) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "INSERT INTO events (session_id, seq, type, data, created_at) \
-         VALUES ($1, $2, $3, $4::jsonb, $5)",
+/// Writes events, one row per session holding its events among them (`event_log`), in one
+/// multi-row statement. A row's first event must come after every event the session has
+/// stored: an event stored twice fails the commit, as the former table's key on
+/// `(session_id, seq)` made it. The rows are JSON text, not `jsonb`: nothing reads into them,
+/// and text keeps U+0000 (as `\u0000`), which `jsonb` refuses.
+async fn insert_events(conn: &mut PgConnection, events: &[&Published]) -> Result<(), sqlx::Error> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    let batches =
+        event_log::batches(events.iter().copied()).map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
+    let done = sqlx::query(
+        "INSERT INTO event_batches (session_id, first_seq, last_seq, events) \
+         SELECT b.session_id, b.first_seq, b.last_seq, b.events \
+         FROM UNNEST($1::uuid[], $2::bigint[], $3::bigint[], $4::text[]) \
+           AS b(session_id, first_seq, last_seq, events) \
+         WHERE b.first_seq > COALESCE((SELECT max(e.last_seq) FROM event_batches e \
+                                       WHERE e.session_id = b.session_id), 0)",
     )
-    .bind(e.session_id)
-    .bind(e.seq)
-    .bind(e.type_name())
-    .bind(json_text(e.stored_data().map_err(uncut)?))
-    .bind(e.created_at)
+    .bind(batches.iter().map(|b| b.session_id).collect::<Vec<_>>())
+    .bind(batches.iter().map(|b| b.first_seq).collect::<Vec<_>>())
+    .bind(batches.iter().map(|b| b.last_seq).collect::<Vec<_>>())
+    .bind(
+        batches
+            .iter()
+            .map(|b| b.events.as_str())
+            .collect::<Vec<_>>(),
+    )
     .execute(conn)
     .await?;
+    if done.rows_affected() != batches.len() as u64 {
+        return Err(sqlx::Error::Protocol(
+            "an event of the commit was stored already (a session's events are written once, \
+             in order); the commit is refused"
+                .to_string(),
+        ));
+    }
     Ok(())
-}
-
-/// An event that cannot be stored fails the statement that carries it.
-fn uncut(error: UncutEvent) -> sqlx::Error {
-    sqlx::Error::Encode(Box::new(error))
 }
 
 async fn fail_open_steps(

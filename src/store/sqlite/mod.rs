@@ -325,7 +325,7 @@ mod migrations {
 
     use super::*;
     use crate::model::{new_id, now};
-    use crate::store::Store;
+    use crate::store::{SessionHistory, Store, WriteOp};
 
     /// Migration `0020` moves each session's latest checkpoint into its row, in place.
     #[tokio::test]
@@ -404,5 +404,113 @@ mod migrations {
             .await
             .expect("reads")
             .is_none());
+    }
+
+    /// Migration `0021` moves each stored event into a row of `event_batches` of its own, in
+    /// place: the log reads back the same, from any id, and goes on from where it was.
+    #[tokio::test]
+    async fn a_database_before_0021_keeps_its_event_log() {
+        use crate::model::{Event, EventKind, Published, SessionState};
+        let dir = tempfile::tempdir().expect("a directory");
+        let url = format!("sqlite://{}", dir.path().join("tah.db").display());
+        let (session_id, step_id) = (new_id(), new_id());
+        let texts = [
+            "plain",
+            "naïve 日本語 🦀 \"quoted\" \\ \n\t",
+            "nul \u{0} inside",
+        ];
+        let mut events: Vec<Event> = texts
+            .iter()
+            .map(|text| EventKind::AssistantStream {
+                step_id,
+                text: text.to_string(),
+            })
+            .chain([EventKind::StateChanged {
+                from: SessionState::Running,
+                to: SessionState::Idle,
+            }])
+            .enumerate()
+            .map(|(i, kind)| Event::new(session_id, i as i64 + 1, kind, now()))
+            .collect();
+        {
+            let options = SqliteConnectOptions::from_str(&url)
+                .expect("a URL")
+                .create_if_missing(true);
+            let pool = SqlitePool::connect_with(options).await.expect("opens");
+            let mut before = sqlx::migrate!("./migrations/sqlite");
+            before.migrations = Cow::Owned(
+                before
+                    .migrations
+                    .iter()
+                    .filter(|m| m.version < 21)
+                    .cloned()
+                    .collect(),
+            );
+            before.run(&pool).await.expect("migrates to 0020");
+            let at = now().to_rfc3339();
+            sqlx::query(
+                "INSERT INTO sessions (id, state, created_at, updated_at) \
+                 VALUES (?, 'idle', ?, ?)",
+            )
+            .bind(session_id.to_string())
+            .bind(&at)
+            .bind(&at)
+            .execute(&pool)
+            .await
+            .expect("a session");
+            // In reverse order: the log is read by seq, not by the order rows were written.
+            for e in events.iter().rev() {
+                let published = Published::new(e.clone());
+                sqlx::query(
+                    "INSERT INTO events (session_id, seq, type, data, created_at) \
+                     VALUES (?, ?, ?, ?, ?)",
+                )
+                .bind(session_id.to_string())
+                .bind(e.seq)
+                .bind(e.type_name())
+                .bind(published.stored_data().expect("cut"))
+                .bind(e.created_at.to_rfc3339())
+                .execute(&pool)
+                .await
+                .expect("an event");
+            }
+            pool.close().await;
+        }
+        let store = SqliteStore::open(&url).await.expect("opens and migrates");
+        assert_eq!(
+            store.events(session_id, 0, 100).await.expect("reads"),
+            events
+        );
+        assert_eq!(
+            store.events(session_id, 2, 1).await.expect("reads"),
+            events[2..3]
+        );
+        assert_eq!(store.last_seq(session_id).await.expect("reads"), 4);
+        let listed = store
+            .session(session_id)
+            .await
+            .expect("reads")
+            .expect("kept");
+        assert_eq!(listed.last_seq, 4);
+
+        // The log goes on after the migrated rows; an event stored already is still refused.
+        let next = Event::new(
+            session_id,
+            5,
+            EventKind::StateChanged {
+                from: SessionState::Idle,
+                to: SessionState::Running,
+            },
+            now(),
+        );
+        let ops = [WriteOp::insert_event(next.clone())];
+        store.commit(&[ops.as_slice()]).await.expect("commits");
+        events.push(next);
+        assert_eq!(
+            store.events(session_id, 0, 100).await.expect("reads"),
+            events
+        );
+        let again = [WriteOp::insert_event(events[1].clone())];
+        assert!(store.commit(&[again.as_slice()]).await.is_err());
     }
 }

@@ -11,12 +11,12 @@ use uuid::Uuid;
 
 use super::SqliteStore;
 use crate::model::INTERRUPTED;
-use crate::model::{ArtifactRecord, Checkpoint, Event, SessionRecord, SessionState};
+use crate::model::{ArtifactRecord, Checkpoint, SessionRecord, SessionState};
 use crate::store::rows::{
-    artifact_from, checkpoint_from, corrupt, corrupt_event, first_id_at, listed_sessions,
-    session_from, tenant_cost_since, versions_kept, ArtifactPage, KeyedTable, LogPage, LogTable,
-    Plain, RowKey, RowPage, SessionRows, StoredRow, ARTIFACT_COLUMNS, INTERRUPTED_SESSIONS,
-    SESSION_COLUMNS, TENANT_TOKENS_SINCE,
+    artifact_from, checkpoint_from, corrupt, first_id_at, listed_sessions, session_from,
+    tenant_cost_since, versions_kept, ArtifactPage, KeyedTable, LogPage, LogTable, Plain, RowKey,
+    RowPage, SessionRows, StoredRow, ARTIFACT_COLUMNS, INTERRUPTED_SESSIONS, SESSION_COLUMNS,
+    TENANT_TOKENS_SINCE,
 };
 use crate::store::{SessionQuery, Store, StoreError, StoreResult, WriteOp};
 
@@ -75,17 +75,25 @@ fn parse_json(col: &str, s: &str) -> StoreResult<Value> {
 impl SessionRows for SqliteStore {
     type Row = SqliteRow;
 
-    fn event_from(row: &SqliteRow) -> StoreResult<Event> {
-        let type_name: String = row.try_get("type")?;
-        let data: &str = row.try_get("data")?;
-        Event::from_stored(
-            row.uuid("session_id")?,
-            row.try_get("seq")?,
-            &type_name,
-            data,
-            row.time("created_at")?,
+    async fn event_batch_rows(
+        &self,
+        session_id: Uuid,
+        after: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<(i64, String)>> {
+        let rows = sqlx::query(
+            "SELECT last_seq, events FROM event_batches \
+             WHERE session_id = ? AND last_seq > ? ORDER BY last_seq LIMIT ?",
         )
-        .map_err(|e| corrupt_event(&type_name, e))
+        .bind(session_id.to_string())
+        .bind(after)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| self.read_failed(e))?;
+        rows.iter()
+            .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
+            .collect()
     }
 
     async fn log_rows(&self, log: &LogTable, page: LogPage) -> StoreResult<Vec<SqliteRow>> {
@@ -254,11 +262,13 @@ impl Store for SqliteStore {
     }
 
     async fn last_seq(&self, session_id: Uuid) -> StoreResult<i64> {
-        let row = sqlx::query("SELECT COALESCE(MAX(seq), 0) FROM events WHERE session_id = ?")
-            .bind(session_id.to_string())
-            .fetch_one(&self.pool)
-            .await
-            .map_err(|e| self.read_failed(e))?;
+        let row = sqlx::query(
+            "SELECT COALESCE(MAX(last_seq), 0) FROM event_batches WHERE session_id = ?",
+        )
+        .bind(session_id.to_string())
+        .fetch_one(&self.pool)
+        .await
+        .map_err(|e| self.read_failed(e))?;
         Ok(row.try_get(0)?)
     }
 

@@ -15,6 +15,7 @@ use uuid::Uuid;
 use crate::model::{
     Checkpoint, FinishReason, Message, Published, RunRecord, SessionRecord, ThinkingBlock, ToolCall,
 };
+use crate::store::event_log;
 use crate::store::rows::{tokens, CopiedRows, COPIED_ARTIFACTS, COPIED_MESSAGES, SESSION_TABLES};
 use crate::store::{
     Durability, NewArtifact, SessionLabels, SessionProgress, StepRow, StoreError, StoreResult,
@@ -136,9 +137,20 @@ impl SqliteWriter {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(write_error)?;
+        // The events go in last, a row per session (`event_log`); before a session's deletion,
+        // those gathered so far, so that none outlives its session.
+        let mut events: Vec<&Published> = Vec::new();
         for op in groups.iter().flatten() {
-            apply(&tx, op).map_err(write_error)?;
+            match op {
+                WriteOp::InsertEvent(e) => events.push(e),
+                WriteOp::DeleteSession(_) => {
+                    insert_events(&tx, &std::mem::take(&mut events)).map_err(write_error)?;
+                    apply(&tx, op).map_err(write_error)?;
+                }
+                _ => apply(&tx, op).map_err(write_error)?,
+            }
         }
+        insert_events(&tx, &events).map_err(write_error)?;
         tx.commit().map_err(write_error)
     }
 }
@@ -184,7 +196,8 @@ fn apply(tx: &Transaction<'_>, op: &WriteOp) -> rusqlite::Result<()> {
         }
         WriteOp::UpsertRun(r) => upsert_run(tx, r),
         WriteOp::UpsertStep(s) => upsert_step(tx, s),
-        WriteOp::InsertEvent(e) => insert_event(tx, e),
+        // Gathered by `apply_all` into one row per session.
+        WriteOp::InsertEvent(e) => insert_events(tx, &[e]),
         // One process owns a SQLite database: there is nothing to fence.
         WriteOp::Fence { .. } => Ok(()),
         WriteOp::FailOpenSteps {
@@ -435,20 +448,33 @@ fn upsert_step(tx: &Transaction<'_>, s: &StepRow) -> rusqlite::Result<()> {
     Ok(())
 }
 
-fn insert_event(tx: &Transaction<'_>, e: &Published) -> rusqlite::Result<()> {
-    let data = e
-        .stored_data()
+/// Writes the events of a commit, one row per session holding its events of the commit. A
+/// row's first event must come after every event the session has stored: an event stored
+/// twice fails the commit, as the former table's key on `(session_id, seq)` made it.
+fn insert_events(tx: &Transaction<'_>, events: &[&Published]) -> rusqlite::Result<()> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    let batches = event_log::batches(events.iter().copied())
         .map_err(|uncut| rusqlite::Error::ToSqlConversionFailure(Box::new(uncut)))?;
-    tx.prepare_cached(
-        "INSERT INTO events (session_id, seq, type, data, created_at) VALUES (?, ?, ?, ?, ?)",
-    )?
-    .execute(params![
-        e.session_id.to_string(),
-        e.seq,
-        e.type_name(),
-        data,
-        e.created_at.to_rfc3339(),
-    ])?;
+    let mut insert = tx.prepare_cached(
+        "INSERT INTO event_batches (session_id, first_seq, last_seq, events) \
+         SELECT ?1, ?2, ?3, ?4 WHERE ?2 > \
+           (SELECT COALESCE(MAX(last_seq), 0) FROM event_batches WHERE session_id = ?1)",
+    )?;
+    for b in batches {
+        let session_id = b.session_id.to_string();
+        if insert.execute(params![session_id, b.first_seq, b.last_seq, b.events])? != 1 {
+            return Err(rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY),
+                Some(format!(
+                    "events {}..={} of session {session_id}: the session has stored events \
+                     from {} on already",
+                    b.first_seq, b.last_seq, b.first_seq
+                )),
+            ));
+        }
+    }
     Ok(())
 }
 

@@ -1,0 +1,274 @@
+//! How both backends store a session's events: one row of `event_batches` per session per
+//! commit, holding that commit's events of the session in order, rather than a row per event.
+//!
+//! A turn writes some forty events in a handful of commits. A row per event put each of them
+//! in the b-tree of the log, clustered by session, so every session in a commit dirtied (and
+//! split, and rebalanced) leaves of its own: half of the pages SQLite appended to its WAL per
+//! turn, and most of PostgreSQL's per-row work. A row per commit per session is one insert,
+//! keyed by the session and the last `seq` it holds (`first_seq` beside it), so a read from
+//! any event id finds the row that holds the next event with one index seek, and keeps only
+//! the events after it: replay from any id, with no gap and no duplicate, works as before.
+//!
+//! The row's `events` is JSON text, an array with one entry per event:
+//! `[seq, "type", "created_at", data]`, `data` being the event's data object as it is rendered
+//! for subscribers (copied from the frame, not encoded again). A row written by the migration
+//! from the former table holds one event.
+
+use std::borrow::Cow;
+
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use uuid::Uuid;
+
+use super::rows::corrupt_event;
+use super::{StoreError, StoreResult};
+use crate::model::{Event, Published, UncutEvent};
+
+/// One row of `event_batches` about to be written: a session's events of one commit.
+pub struct EventBatch<'a> {
+    pub session_id: Uuid,
+    pub first_seq: i64,
+    pub last_seq: i64,
+    pub events: String,
+    /// The events it holds, for the backends that need them one by one.
+    pub count: usize,
+    _of: std::marker::PhantomData<&'a Published>,
+}
+
+/// Why a commit's events cannot be stored; the commit fails.
+#[derive(Debug, thiserror::Error)]
+pub enum Unstorable {
+    #[error(transparent)]
+    Uncut(#[from] UncutEvent),
+    /// An event whose `seq` does not come after the session's previous one in the commit (a
+    /// duplicate): a session's events are written once, in order.
+    #[error(
+        "event {seq} of session {session_id} comes after its event {after} in one commit: a \
+         session's events are written once, in order"
+    )]
+    OutOfOrder {
+        session_id: Uuid,
+        seq: i64,
+        after: i64,
+    },
+}
+
+/// Groups `events` (in commit order) into one batch per session, in the order each session's
+/// first event came. A session's events keep their order within its batch, and must come in
+/// increasing `seq`.
+pub fn batches<'a>(
+    events: impl IntoIterator<Item = &'a Published>,
+) -> Result<Vec<EventBatch<'a>>, Unstorable> {
+    let mut out: Vec<EventBatch<'a>> = Vec::new();
+    for e in events {
+        let batch = match out.iter_mut().rposition(|b| b.session_id == e.session_id) {
+            Some(at) => &mut out[at],
+            None => {
+                out.push(EventBatch {
+                    session_id: e.session_id,
+                    first_seq: e.seq,
+                    last_seq: e.seq,
+                    events: String::with_capacity(1024),
+                    count: 0,
+                    _of: std::marker::PhantomData,
+                });
+                let at = out.len() - 1;
+                &mut out[at]
+            }
+        };
+        if batch.count > 0 && e.seq <= batch.last_seq {
+            return Err(Unstorable::OutOfOrder {
+                session_id: e.session_id,
+                seq: e.seq,
+                after: batch.last_seq,
+            });
+        }
+        push_entry(&mut batch.events, e)?;
+        batch.last_seq = e.seq;
+        batch.count += 1;
+    }
+    for b in &mut out {
+        b.events.push(']');
+    }
+    Ok(out)
+}
+
+/// Appends `[seq,"type","created_at",data]` to the array being written (its `[` or `,` first).
+fn push_entry(out: &mut String, e: &Published) -> Result<(), UncutEvent> {
+    use std::fmt::Write;
+    let data = e.stored_data()?;
+    out.push(if out.is_empty() { '[' } else { ',' });
+    // The type is one of the event names and the time RFC 3339: neither needs escaping, and
+    // `json_string` escapes them all the same.
+    let _ = write!(
+        out,
+        "[{},{},{},{}]",
+        e.seq,
+        json_string(e.type_name()),
+        json_string(&e.created_at.to_rfc3339()),
+        data
+    );
+    Ok(())
+}
+
+fn json_string(s: &str) -> Cow<'_, str> {
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        Cow::Owned(format!("\"{s}\""))
+    } else {
+        Cow::Owned(serde_json::Value::from(s).to_string())
+    }
+}
+
+#[derive(Deserialize)]
+struct Entry<'a>(
+    i64,
+    #[serde(borrow)] Cow<'a, str>,
+    #[serde(borrow)] Cow<'a, str>,
+    #[serde(borrow)] &'a RawValue,
+);
+
+/// The events of a stored batch with `seq > after`, appended to `out` until it holds `limit`.
+pub fn read_into(
+    session_id: Uuid,
+    stored: &str,
+    after: i64,
+    limit: usize,
+    out: &mut Vec<Event>,
+) -> StoreResult<()> {
+    let entries: Vec<Entry<'_>> = serde_json::from_str(stored)
+        .map_err(|e| StoreError::Corrupt(format!("a batch of events of {session_id}: {e}")))?;
+    for Entry(seq, type_name, created_at, data) in entries {
+        if out.len() >= limit {
+            break;
+        }
+        if seq <= after {
+            continue;
+        }
+        let created_at = DateTime::parse_from_rfc3339(&created_at)
+            .map_err(|e| corrupt_event(&type_name, e))?
+            .with_timezone(&Utc);
+        let event = Event::from_stored(session_id, seq, &type_name, data.get(), created_at)
+            .map_err(|e| corrupt_event(&type_name, e))?;
+        out.push(event);
+    }
+    Ok(())
+}
+
+/// How many batches a read of `limit` events asks for at a time: a commit holds a few events
+/// of a session at least (a batch written by the migration holds one), so a page is one query
+/// in the usual case, and a few when batches are small.
+pub fn batches_per_query(limit: i64) -> i64 {
+    (limit / 4).clamp(1, 256) + 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{new_id, now, EventKind, SessionState};
+
+    fn published(session_id: Uuid, seq: i64, kind: EventKind) -> Published {
+        let p = Published::new(Event::new(session_id, seq, kind, now()));
+        p.render();
+        p
+    }
+
+    #[test]
+    fn a_batch_reads_back_from_any_seq_with_its_times_and_text() {
+        let (a, b) = (new_id(), new_id());
+        let step_id = new_id();
+        let text = "naïve 日本語 \"quoted\" \\ \n \u{0} end";
+        let events = [
+            published(
+                a,
+                7,
+                EventKind::AssistantStream {
+                    step_id,
+                    text: text.into(),
+                },
+            ),
+            published(
+                b,
+                3,
+                EventKind::StateChanged {
+                    from: SessionState::Idle,
+                    to: SessionState::Running,
+                },
+            ),
+            published(
+                a,
+                8,
+                EventKind::AssistantStream {
+                    step_id,
+                    text: "two".into(),
+                },
+            ),
+            published(
+                a,
+                9,
+                EventKind::StateChanged {
+                    from: SessionState::Running,
+                    to: SessionState::Idle,
+                },
+            ),
+        ];
+        let written = batches(events.iter()).expect("encodes");
+        let twice = [&events[0], &events[1], &events[0]];
+        assert!(matches!(
+            batches(twice),
+            Err(Unstorable::OutOfOrder {
+                seq: 7,
+                after: 7,
+                ..
+            })
+        ));
+        assert_eq!(written.len(), 2);
+        assert_eq!(
+            (
+                written[0].session_id,
+                written[0].first_seq,
+                written[0].last_seq
+            ),
+            (a, 7, 9)
+        );
+        assert_eq!(
+            (
+                written[1].session_id,
+                written[1].first_seq,
+                written[1].last_seq
+            ),
+            (b, 3, 3)
+        );
+        assert_eq!((written[0].count, written[1].count), (3, 1));
+
+        let mut read = Vec::new();
+        read_into(a, &written[0].events, 0, 100, &mut read).expect("decodes");
+        let expected: Vec<&Event> = [&events[0], &events[2], &events[3]]
+            .map(|p| p.event())
+            .into();
+        assert_eq!(read.iter().collect::<Vec<_>>(), expected);
+
+        // From the middle of the batch, and up to a limit.
+        let mut read = Vec::new();
+        read_into(a, &written[0].events, 7, 1, &mut read).expect("decodes");
+        assert_eq!(read, vec![events[2].event().clone()]);
+    }
+
+    #[test]
+    fn a_corrupt_batch_is_an_error_not_a_panic() {
+        let mut read = Vec::new();
+        for stored in [
+            "",
+            "[",
+            "{}",
+            "[[1]]",
+            "[[1,\"text.delta\",\"yesterday\",{}]]",
+        ] {
+            let got = read_into(new_id(), stored, 0, 10, &mut read);
+            assert!(
+                matches!(got, Err(StoreError::Corrupt(_))),
+                "{stored:?}: {got:?}"
+            );
+        }
+    }
+}
