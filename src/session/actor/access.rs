@@ -82,7 +82,8 @@ impl SessionActor {
     /// The session for writing: this process must be its writer. On a single node it always
     /// is. With replicas it takes the session's lease (refused while another live replica
     /// holds it); a new epoch means another replica may have written since, so the session is
-    /// reloaded, and a run found in progress was left by a dead replica: it is recorded as
+    /// read again (and what was loaded beside it kept only if its log has not moved, see
+    /// [`Core::carrying`]), and a run found in progress was left by a dead replica: it is recorded as
     /// interrupted.
     pub(super) async fn claim(&mut self) -> Result<&mut Core, Refusal> {
         let Some(cluster) = self.deps.cluster.clone() else {
@@ -96,13 +97,11 @@ impl SessionActor {
                 ConflictKind::RunningElsewhere,
             )));
         };
-        if self.slot.lease.take(epoch) == Taken::New {
-            self.core = None;
-        }
+        let taken = self.slot.lease.take(epoch);
         let mut core = match self.core.take() {
-            Some(core) => core,
-            None => match self.read().await {
-                Ok(Some(core)) => core,
+            Some(core) if taken == Taken::Kept => core,
+            earlier => match self.read().await {
+                Ok(Some(core)) => core.carrying(earlier),
                 Ok(None) => {
                     self.release().await;
                     return Err(Refusal::Missing);
