@@ -33,7 +33,7 @@ fn refusing_bwrap(dir: &std::path::Path) -> String {
 
 /// A server process on a model whose first reply asks for `calls`, every tool allowed, with
 /// `args` and `env`.
-async fn server(
+pub(crate) async fn server(
     calls: Vec<crate::support::fakes::FakeToolCall>,
     args: &[&str],
     env: &[(&str, &str)],

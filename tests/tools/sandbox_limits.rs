@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use crate::support::is_postgres;
 use crate::support::TestServer;
-use crate::tools::{allow_all, call, ended, model_calling, options, output_of};
+use crate::tools::{call, ended, output_of};
 
 /// A server process on a model that asks for `calls`, with every tool allowed.
 async fn server_calling(
@@ -18,11 +18,7 @@ async fn server_calling(
     crate::support::fakes::FakeServer,
     tempfile::TempDir,
 ) {
-    let dir = tempfile::tempdir().unwrap();
-    let policy = allow_all(dir.path());
-    let model = model_calling(calls).await;
-    let server = TestServer::start(options(&model, &["--tool-policy", &policy]).process()).await;
-    (server, model, dir)
+    crate::sandbox::server(calls, &[], &[]).await
 }
 
 /// The pids whose command line contains `marker`.
