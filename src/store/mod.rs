@@ -161,6 +161,13 @@ pub enum WriteOp {
         owner: Uuid,
         epoch: i64,
     },
+    /// Gives back the session's lease if `owner` still holds it (scale-out; a no-op on a
+    /// single-node store). Through the writer, a lease given back after a run shares the
+    /// transaction, and its flush, of whatever commits with it, instead of one of its own.
+    ReleaseLease {
+        session_id: Uuid,
+        owner: Uuid,
+    },
     /// Marks the steps of `run_id` that never finished as failed (an interrupted run).
     FailOpenSteps {
         session_id: Uuid,

@@ -191,7 +191,18 @@ impl SessionActor {
             // Forgotten first: a heartbeat that sees the lease gone from the table must not
             // find it still held here, or it would judge it lost and stop the next run.
             self.slot.lease.forget();
-            if let Err(error) = cluster.release(self.id, self.deps.replica).await {
+            // Through the writer, after this actor's commits, in a transaction it shares with
+            // whatever else commits then; on its own if the writer refuses this actor's writes.
+            let release = WriteOp::ReleaseLease {
+                session_id: self.id,
+                owner: self.deps.replica,
+            };
+            let origin = (self.id, self.slot.generation);
+            let given_back = match self.deps.writer.commit(origin, vec![release], None).await {
+                Ok(()) => Ok(()),
+                Err(_) => cluster.release(self.id, self.deps.replica).await,
+            };
+            if let Err(error) = given_back {
                 tracing::warn!(session_id = %self.id, %error, "could not release a lease; it will expire");
             }
         }

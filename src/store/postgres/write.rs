@@ -38,7 +38,7 @@ pub(super) async fn commit(store: &PostgresStore, batch: &[&[WriteOp]]) -> Store
     let unfenced: Vec<&WriteOp> = ops
         .iter()
         .copied()
-        .filter(|op| !matches!(op, WriteOp::Fence { .. }))
+        .filter(|op| !matches!(op, WriteOp::Fence { .. } | WriteOp::ReleaseLease { .. }))
         .collect();
     // The ops go in order, except that a stretch of ops of the kinds a turn writes (events,
     // messages, steps, runs, checkpoints, session progress) becomes two statements, each
@@ -53,8 +53,35 @@ pub(super) async fn commit(store: &PostgresStore, batch: &[&[WriteOp]]) -> Store
         }
     }
     stretch.write(&mut tx, &mut notices).await?;
+    release_leases(&mut tx, &ops).await?;
     cluster::announce(&mut tx, &notices).await?;
     tx.commit().await?;
+    Ok(())
+}
+
+/// Gives back the leases the ops release, in one statement after every other write of the
+/// transaction (a lease is released after the commits of its run, which the fences before
+/// them were checked against). A lease another replica has taken since is left alone.
+async fn release_leases(conn: &mut PgConnection, ops: &[&WriteOp]) -> Result<(), sqlx::Error> {
+    let (ids, owners): (Vec<Uuid>, Vec<Uuid>) = ops
+        .iter()
+        .filter_map(|op| match op {
+            WriteOp::ReleaseLease { session_id, owner } => Some((*session_id, *owner)),
+            _ => None,
+        })
+        .unzip();
+    if ids.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(
+        "UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL \
+         FROM UNNEST($1::uuid[], $2::uuid[]) AS r(id, owner) \
+         WHERE sessions.id = r.id AND sessions.lease_owner = r.owner",
+    )
+    .bind(ids)
+    .bind(owners)
+    .execute(conn)
+    .await?;
     Ok(())
 }
 
@@ -404,9 +431,9 @@ async fn lock_sessions(
         .filter_map(|op| match op {
             WriteOp::UpdateSession(s) => Some(s.id),
             WriteOp::UpdateProgress(p) => Some(p.id),
-            WriteOp::Fence { session_id, .. } | WriteOp::DeleteSession(session_id) => {
-                Some(*session_id)
-            }
+            WriteOp::Fence { session_id, .. }
+            | WriteOp::DeleteSession(session_id)
+            | WriteOp::ReleaseLease { session_id, .. } => Some(*session_id),
             _ => None,
         })
         .collect();
@@ -459,6 +486,7 @@ async fn apply(conn: &mut PgConnection, op: &WriteOp) -> StoreResult<()> {
             at,
         } => fail_open_steps(conn, *session_id, *run_id, error, *at).await?,
         WriteOp::InsertCheckpoint(c) => insert_checkpoint(conn, c).await?,
+        WriteOp::ReleaseLease { .. } => release_leases(conn, &[op]).await?,
     }
     Ok(())
 }

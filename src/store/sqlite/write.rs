@@ -199,7 +199,7 @@ fn apply(tx: &Transaction<'_>, op: &WriteOp) -> rusqlite::Result<()> {
         // Gathered by `apply_all` into one row per session.
         WriteOp::InsertEvent(e) => insert_events(tx, &[e]),
         // One process owns a SQLite database: there is nothing to fence.
-        WriteOp::Fence { .. } => Ok(()),
+        WriteOp::Fence { .. } | WriteOp::ReleaseLease { .. } => Ok(()),
         WriteOp::FailOpenSteps {
             session_id,
             run_id,
