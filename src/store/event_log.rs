@@ -15,6 +15,7 @@
 //! from the former table holds one event.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
@@ -26,14 +27,13 @@ use super::{StoreError, StoreResult};
 use crate::model::{Event, Published, UncutEvent};
 
 /// One row of `event_batches` about to be written: a session's events of one commit.
-pub struct EventBatch<'a> {
+pub struct EventBatch {
     pub session_id: Uuid,
     pub first_seq: i64,
     pub last_seq: i64,
     pub events: String,
-    /// The events it holds, for the backends that need them one by one.
+    /// How many events it holds.
     pub count: usize,
-    _of: std::marker::PhantomData<&'a Published>,
 }
 
 /// Why a commit's events cannot be stored; the commit fails.
@@ -59,24 +59,21 @@ pub enum Unstorable {
 /// increasing `seq`.
 pub fn batches<'a>(
     events: impl IntoIterator<Item = &'a Published>,
-) -> Result<Vec<EventBatch<'a>>, Unstorable> {
-    let mut out: Vec<EventBatch<'a>> = Vec::new();
+) -> Result<Vec<EventBatch>, Unstorable> {
+    let mut out: Vec<EventBatch> = Vec::new();
+    let mut at: HashMap<Uuid, usize> = HashMap::new();
     for e in events {
-        let batch = match out.iter_mut().rposition(|b| b.session_id == e.session_id) {
-            Some(at) => &mut out[at],
-            None => {
-                out.push(EventBatch {
-                    session_id: e.session_id,
-                    first_seq: e.seq,
-                    last_seq: e.seq,
-                    events: String::with_capacity(1024),
-                    count: 0,
-                    _of: std::marker::PhantomData,
-                });
-                let at = out.len() - 1;
-                &mut out[at]
-            }
-        };
+        let index = *at.entry(e.session_id).or_insert_with(|| {
+            out.push(EventBatch {
+                session_id: e.session_id,
+                first_seq: e.seq,
+                last_seq: e.seq,
+                events: String::with_capacity(1024),
+                count: 0,
+            });
+            out.len() - 1
+        });
+        let batch = &mut out[index];
         if batch.count > 0 && e.seq <= batch.last_seq {
             return Err(Unstorable::OutOfOrder {
                 session_id: e.session_id,
