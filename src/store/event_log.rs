@@ -54,15 +54,36 @@ pub enum Unstorable {
     },
 }
 
-/// Groups `events` (in commit order) into one batch per session, in the order each session's
-/// first event came. A session's events keep their order within its batch, and must come in
-/// increasing `seq`.
+/// A row holds at most this many events, or stops taking more once its text is this long: a
+/// read decodes whole rows, so a commit of many events of one session (an import, a long burst)
+/// becomes several rows, and a page read from its middle decodes little beyond the page. A
+/// turn's commits hold far fewer.
+const BATCH_EVENTS: usize = 256;
+const BATCH_BYTES: usize = 64 * 1024;
+
+/// Groups `events` (in commit order) into rows: one per session in the usual case (in the
+/// order each session's first event came), more for a session with more than a row holds. A
+/// session's events keep their order, and must come in increasing `seq`.
 pub fn batches<'a>(
     events: impl IntoIterator<Item = &'a Published>,
 ) -> Result<Vec<EventBatch>, Unstorable> {
     let mut out: Vec<EventBatch> = Vec::new();
+    // Each session's row being filled.
     let mut at: HashMap<Uuid, usize> = HashMap::new();
     for e in events {
+        if let Some(&index) = at.get(&e.session_id) {
+            let open = &out[index];
+            if e.seq <= open.last_seq {
+                return Err(Unstorable::OutOfOrder {
+                    session_id: e.session_id,
+                    seq: e.seq,
+                    after: open.last_seq,
+                });
+            }
+            if open.count >= BATCH_EVENTS || open.events.len() >= BATCH_BYTES {
+                at.remove(&e.session_id);
+            }
+        }
         let index = *at.entry(e.session_id).or_insert_with(|| {
             out.push(EventBatch {
                 session_id: e.session_id,
@@ -74,13 +95,6 @@ pub fn batches<'a>(
             out.len() - 1
         });
         let batch = &mut out[index];
-        if batch.count > 0 && e.seq <= batch.last_seq {
-            return Err(Unstorable::OutOfOrder {
-                session_id: e.session_id,
-                seq: e.seq,
-                after: batch.last_seq,
-            });
-        }
         push_entry(&mut batch.events, e)?;
         batch.last_seq = e.seq;
         batch.count += 1;
@@ -150,13 +164,6 @@ pub fn read_into(
         out.push(event);
     }
     Ok(())
-}
-
-/// How many batches a read of `limit` events asks for at a time: a commit holds a few events
-/// of a session at least (a batch written by the migration holds one), so a page is one query
-/// in the usual case, and a few when batches are small.
-pub fn batches_per_query(limit: i64) -> i64 {
-    (limit / 4).clamp(1, 256) + 1
 }
 
 #[cfg(test)]
@@ -249,6 +256,42 @@ mod tests {
         let mut read = Vec::new();
         read_into(a, &written[0].events, 7, 1, &mut read).expect("decodes");
         assert_eq!(read, vec![events[2].event().clone()]);
+    }
+
+    #[test]
+    fn a_long_burst_of_one_session_becomes_rows_of_bounded_size() {
+        let (session_id, step_id) = (new_id(), new_id());
+        let events: Vec<Published> = (1..=600)
+            .map(|seq| {
+                let kind = EventKind::AssistantStream {
+                    step_id,
+                    text: "x".into(),
+                };
+                published(session_id, seq, kind)
+            })
+            .collect();
+        let written = batches(events.iter()).expect("encodes");
+        let bounds: Vec<(i64, i64, usize)> = written
+            .iter()
+            .map(|b| (b.first_seq, b.last_seq, b.count))
+            .collect();
+        assert_eq!(bounds, [(1, 256, 256), (257, 512, 256), (513, 600, 88)]);
+        let mut read = Vec::new();
+        for b in &written {
+            read_into(session_id, &b.events, 300, 1000, &mut read).expect("decodes");
+        }
+        assert_eq!(read.len(), 300);
+        assert_eq!(read[0], *events[300].event());
+        // Out of order across rows is refused as within one.
+        let again = events[..300].iter().chain([&events[10]]);
+        assert!(matches!(
+            batches(again),
+            Err(Unstorable::OutOfOrder {
+                seq: 11,
+                after: 300,
+                ..
+            })
+        ));
     }
 
     #[test]

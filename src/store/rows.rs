@@ -180,15 +180,10 @@ pub trait SessionRows: Send + Sync {
     /// Rows of `log` of a session with its order column `> after`, in order, at most `limit`.
     async fn log_rows(&self, log: &LogTable, page: LogPage) -> StoreResult<Vec<Self::Row>>;
 
-    /// The stored event batches of a session (see [`event_log`](super::event_log)) holding
-    /// events after `after`, in order, at most `limit` of them: each its `last_seq` and its
-    /// `events` text.
-    async fn event_batch_rows(
-        &self,
-        session_id: Uuid,
-        after: i64,
-        limit: i64,
-    ) -> StoreResult<Vec<(i64, String)>>;
+    /// The stored event batches of a session (see [`event_log`](super::event_log)) that hold
+    /// events after `after` and begin at or before `upto`, in order, at most `limit` of them:
+    /// each its `last_seq` and its `events` text.
+    async fn event_batch_rows(&self, page: BatchPage) -> StoreResult<Vec<(i64, String)>>;
 
     async fn one_row(&self, table: &KeyedTable, key: RowKey) -> StoreResult<Option<Self::Row>>;
 }
@@ -245,6 +240,16 @@ const MESSAGES: LogTable = LogTable {
     order: "idx",
 };
 
+/// The event batches of a session that hold events after `after` and begin at or before
+/// `upto`, at most `limit` of them.
+#[derive(Clone, Copy)]
+pub struct BatchPage {
+    pub session_id: Uuid,
+    pub after: i64,
+    pub upto: i64,
+    pub limit: i64,
+}
+
 /// Rows of a session after `after` in the table's order, at most `limit`.
 #[derive(Clone, Copy)]
 pub struct LogPage {
@@ -290,15 +295,33 @@ impl<S: SessionRows> SessionHistory for S {
         let mut events = Vec::with_capacity(want.min(1024));
         let mut cursor = after;
         while events.len() < want {
+            // A session's seqs are contiguous, so the rows that begin by `cursor + left` hold
+            // the page; should there be a gap, the next row after it is asked for alone.
             let left = i64::try_from(want - events.len()).unwrap_or(i64::MAX);
-            let asked = event_log::batches_per_query(left);
-            let rows = self.event_batch_rows(session_id, cursor, asked).await?;
+            let page = BatchPage {
+                session_id,
+                after: cursor,
+                upto: cursor.saturating_add(left),
+                limit: i64::MAX,
+            };
+            let mut rows = self.event_batch_rows(page).await?;
+            if rows.is_empty() {
+                let next = BatchPage {
+                    upto: i64::MAX,
+                    limit: 1,
+                    ..page
+                };
+                rows = self.event_batch_rows(next).await?;
+            }
+            let Some((last_seq, _)) = rows.last() else {
+                break;
+            };
+            cursor = *last_seq;
             for (_, stored) in &rows {
                 event_log::read_into(session_id, stored, after, want, &mut events)?;
-            }
-            match rows.last() {
-                Some((last_seq, _)) if rows.len() as i64 == asked => cursor = *last_seq,
-                _ => break,
+                if events.len() >= want {
+                    break;
+                }
             }
         }
         Ok(events)

@@ -14,7 +14,7 @@ use crate::model::INTERRUPTED;
 use crate::model::{ArtifactRecord, Checkpoint, SessionRecord, SessionState};
 use crate::store::rows::{
     artifact_from, checkpoint_from, first_id_at, listed_sessions, session_from, tenant_cost_since,
-    versions_kept, ArtifactPage, KeyedTable, LogPage, LogTable, Plain, RowKey, RowPage,
+    versions_kept, ArtifactPage, BatchPage, KeyedTable, LogPage, LogTable, Plain, RowKey, RowPage,
     SessionRows, StoredRow, ARTIFACT_COLUMNS, CHECKPOINT_COLUMNS, INTERRUPTED_SESSIONS,
     SESSION_COLUMNS, TENANT_TOKENS_SINCE,
 };
@@ -83,21 +83,18 @@ impl PostgresStore {
 impl SessionRows for PostgresStore {
     type Row = PgRow;
 
-    async fn event_batch_rows(
-        &self,
-        session_id: Uuid,
-        after: i64,
-        limit: i64,
-    ) -> StoreResult<Vec<(i64, String)>> {
-        let rows = self
-            .fetch_page(
-                "SELECT last_seq, events FROM event_batches \
-                 WHERE session_id = $1 AND last_seq > $2 ORDER BY last_seq LIMIT $3",
-                session_id,
-                after,
-                limit,
-            )
-            .await?;
+    async fn event_batch_rows(&self, page: BatchPage) -> StoreResult<Vec<(i64, String)>> {
+        let rows = sqlx::query(
+            "SELECT last_seq, events FROM event_batches \
+             WHERE session_id = $1 AND last_seq > $2 AND first_seq <= $3 \
+             ORDER BY last_seq LIMIT $4",
+        )
+        .bind(page.session_id)
+        .bind(page.after)
+        .bind(page.upto)
+        .bind(page.limit)
+        .fetch_all(&self.pool)
+        .await?;
         rows.iter()
             .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
             .collect()

@@ -14,9 +14,9 @@ use crate::model::INTERRUPTED;
 use crate::model::{ArtifactRecord, Checkpoint, SessionRecord, SessionState};
 use crate::store::rows::{
     artifact_from, checkpoint_from, corrupt, first_id_at, listed_sessions, session_from,
-    tenant_cost_since, versions_kept, ArtifactPage, KeyedTable, LogPage, LogTable, Plain, RowKey,
-    RowPage, SessionRows, StoredRow, ARTIFACT_COLUMNS, INTERRUPTED_SESSIONS, SESSION_COLUMNS,
-    TENANT_TOKENS_SINCE,
+    tenant_cost_since, versions_kept, ArtifactPage, BatchPage, KeyedTable, LogPage, LogTable,
+    Plain, RowKey, RowPage, SessionRows, StoredRow, ARTIFACT_COLUMNS, INTERRUPTED_SESSIONS,
+    SESSION_COLUMNS, TENANT_TOKENS_SINCE,
 };
 use crate::store::{SessionQuery, Store, StoreError, StoreResult, WriteOp};
 
@@ -75,19 +75,15 @@ fn parse_json(col: &str, s: &str) -> StoreResult<Value> {
 impl SessionRows for SqliteStore {
     type Row = SqliteRow;
 
-    async fn event_batch_rows(
-        &self,
-        session_id: Uuid,
-        after: i64,
-        limit: i64,
-    ) -> StoreResult<Vec<(i64, String)>> {
+    async fn event_batch_rows(&self, page: BatchPage) -> StoreResult<Vec<(i64, String)>> {
         let rows = sqlx::query(
             "SELECT last_seq, events FROM event_batches \
-             WHERE session_id = ? AND last_seq > ? ORDER BY last_seq LIMIT ?",
+             WHERE session_id = ? AND last_seq > ? AND first_seq <= ? ORDER BY last_seq LIMIT ?",
         )
-        .bind(session_id.to_string())
-        .bind(after)
-        .bind(limit)
+        .bind(page.session_id.to_string())
+        .bind(page.after)
+        .bind(page.upto)
+        .bind(page.limit)
         .fetch_all(&self.pool)
         .await
         .map_err(|e| self.read_failed(e))?;
