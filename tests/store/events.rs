@@ -71,7 +71,14 @@ async fn thousand_events_in_one_commit(store: Arc<dyn Store>) {
     assert_eq!(all[999].kind.data_value()["text"], "piece 1000");
     assert_eq!(store.events(s.id, 990, 5).await.expect("read")[0].seq, 991);
     // Pages from anywhere, across the rows a long commit is stored in, in any size.
-    for (after, limit) in [(0, 1), (255, 2), (256, 300), (500, 500), (999, 10), (1000, 10)] {
+    for (after, limit) in [
+        (0, 1),
+        (255, 2),
+        (256, 300),
+        (500, 500),
+        (999, 10),
+        (1000, 10),
+    ] {
         let page = store.events(s.id, after, limit).await.expect("read");
         let expected: Vec<i64> = (after + 1..=(after + limit).min(1000)).collect();
         let got: Vec<i64> = page.iter().map(|e| e.seq).collect();
