@@ -94,16 +94,13 @@ mod tests {
 
     #[test]
     fn a_session_read_again_keeps_its_history_only_if_nothing_was_written_since() {
+        // The same session read again from the store: its row, nothing loaded beside it.
         let read_again = |earlier: &Core| Core {
-            record: earlier.record.clone(),
-            next_seq: earlier.next_seq,
             history: Vec::new(),
             history_loaded: false,
-            last_result: None,
-            last_run: None,
-            parked: None,
             artifact_versions: HashMap::new(),
             cost_usd: None,
+            ..core_like(earlier)
         };
         let mut earlier = core();
         earlier.cost_usd = Some(0.25);

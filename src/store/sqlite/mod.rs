@@ -327,6 +327,25 @@ mod migrations {
     use crate::model::{new_id, now};
     use crate::store::{SessionHistory, Store, WriteOp};
 
+    /// A new database at `url` with the migrations before `version` applied.
+    async fn database_before(url: &str, version: i64) -> SqlitePool {
+        let options = SqliteConnectOptions::from_str(url)
+            .expect("a URL")
+            .create_if_missing(true);
+        let pool = SqlitePool::connect_with(options).await.expect("opens");
+        let mut before = sqlx::migrate!("./migrations/sqlite");
+        before.migrations = Cow::Owned(
+            before
+                .migrations
+                .iter()
+                .filter(|m| m.version < version)
+                .cloned()
+                .collect(),
+        );
+        before.run(&pool).await.expect("migrates");
+        pool
+    }
+
     /// Migration `0020` moves each session's latest checkpoint into its row, in place.
     #[tokio::test]
     async fn a_database_before_0020_keeps_each_sessions_latest_checkpoint() {
@@ -335,20 +354,7 @@ mod migrations {
         let (with, without) = (new_id(), new_id());
         let (run, older, newer) = (new_id(), new_id(), new_id());
         {
-            let options = SqliteConnectOptions::from_str(&url)
-                .expect("a URL")
-                .create_if_missing(true);
-            let pool = SqlitePool::connect_with(options).await.expect("opens");
-            let mut before = sqlx::migrate!("./migrations/sqlite");
-            before.migrations = Cow::Owned(
-                before
-                    .migrations
-                    .iter()
-                    .filter(|m| m.version < 20)
-                    .cloned()
-                    .collect(),
-            );
-            before.run(&pool).await.expect("migrates to 0019");
+            let pool = database_before(&url, 20).await;
             let at = now().to_rfc3339();
             for id in [with, without] {
                 sqlx::query(
@@ -433,20 +439,7 @@ mod migrations {
             .map(|(i, kind)| Event::new(session_id, i as i64 + 1, kind, now()))
             .collect();
         {
-            let options = SqliteConnectOptions::from_str(&url)
-                .expect("a URL")
-                .create_if_missing(true);
-            let pool = SqlitePool::connect_with(options).await.expect("opens");
-            let mut before = sqlx::migrate!("./migrations/sqlite");
-            before.migrations = Cow::Owned(
-                before
-                    .migrations
-                    .iter()
-                    .filter(|m| m.version < 21)
-                    .cloned()
-                    .collect(),
-            );
-            before.run(&pool).await.expect("migrates to 0020");
+            let pool = database_before(&url, 21).await;
             let at = now().to_rfc3339();
             sqlx::query(
                 "INSERT INTO sessions (id, state, created_at, updated_at) \
