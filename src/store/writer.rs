@@ -160,6 +160,10 @@ async fn run(store: Arc<dyn Store>, mut rx: mpsc::Receiver<Queued>, shared: Arc<
             .iter_mut()
             .map(|c| std::mem::take(&mut c.ops))
             .collect();
+        if store.commits_on_caller() {
+            // Nothing to overlap: the previous transaction's commits are acked first.
+            committed.drain(..).for_each(|c| finish(c, Ok(())));
+        }
         let commit = store.commit_owned(groups);
         tokio::pin!(commit);
         // Started first (a SQLite commit is then on its thread, a PostgreSQL one has sent its

@@ -6,9 +6,11 @@
 //! same file.
 //!
 //! Two drivers, on purpose. Reads and migrations use an sqlx pool: async, and WAL lets them run
-//! beside the writer. Writes use one `rusqlite` connection that applies a whole batch in one hop
-//! to a blocking thread, with cached prepared statements. sqlx runs SQLite on a worker thread
-//! and every statement is a round trip to it: when writes went through sqlx, 45% of all server
+//! beside the writer. Writes use one `rusqlite` connection that applies a whole batch at once,
+//! with cached prepared statements: on the writer task's own thread under `--durability
+//! process` (a commit writes the WAL without syncing it; only a checkpoint, every 10,000
+//! pages, syncs), on a blocking thread under `power` (each commit syncs). sqlx runs SQLite on
+//! a worker thread and every statement is a round trip to it: when writes went through sqlx, 45% of all server
 //! samples at mock C=64 were in that worker thread, a turn at C=1 cost about 405 context
 //! switches and 450 futex calls, and the round trips capped the mock C=64 run at about 16,000
 //! events/s (~300 turns/s). Through one `rusqlite` connection a turn costs about 45 context

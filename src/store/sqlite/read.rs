@@ -172,6 +172,10 @@ impl Store for SqliteStore {
         self.writer.commit(vec![ops]).await.1
     }
 
+    fn commits_on_caller(&self) -> bool {
+        self.writer.inline()
+    }
+
     async fn commit_owned(&self, batch: Vec<Vec<WriteOp>>) -> (Vec<Vec<WriteOp>>, StoreResult<()>) {
         self.writer.commit(batch).await
     }

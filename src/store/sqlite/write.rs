@@ -27,6 +27,8 @@ pub struct SqliteWriter {
     conn: Arc<Mutex<Connection>>,
     /// The database file, and the identity (device, inode) it had when it was opened.
     file: Arc<(PathBuf, FileId)>,
+    /// Commit on the calling thread: nothing in a commit waits for the disk.
+    inline: bool,
 }
 
 /// A file's device and inode: a file deleted or replaced under the server gets another one
@@ -83,6 +85,7 @@ impl SqliteWriter {
         Ok(SqliteWriter {
             conn: Arc::new(Mutex::new(conn)),
             file: Arc::new((path.to_path_buf(), id)),
+            inline: durability == Durability::Process,
         })
     }
 
@@ -112,9 +115,27 @@ impl SqliteWriter {
         }
     }
 
-    /// Applies every op of every group in one transaction (all or nothing) on a blocking
-    /// thread, and hands the groups back.
+    /// Whether [`SqliteWriter::commit`] commits on the caller's thread.
+    pub fn inline(&self) -> bool {
+        self.inline
+    }
+
+    /// Applies every op of every group in one transaction (all or nothing), and hands the
+    /// groups back. Under `--durability process` a commit writes the WAL without syncing it
+    /// (only the checkpoint every 10,000 pages syncs), so it runs on the calling task's
+    /// thread: handing it to a blocking thread and back cost two thread wake-ups per commit,
+    /// about a third of a C=1 turn's context switches (`BENCHMARKS.md`). Under `power` each
+    /// commit syncs, and runs on a blocking thread. Either way a panic inside is the batch's error, and its ops are lost
+    /// with it (the transaction rolled back).
     pub async fn commit(&self, groups: Vec<Vec<WriteOp>>) -> (Vec<Vec<WriteOp>>, StoreResult<()>) {
+        if self.inline {
+            let applied =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.apply_all(&groups)));
+            return match applied {
+                Ok(result) => (groups, result),
+                Err(_) => (Vec::new(), Err(thread_failed("a panic"))),
+            };
+        }
         let writer = self.clone();
         let applied = tokio::task::spawn_blocking(move || {
             let result = writer.apply_all(&groups);
@@ -123,10 +144,7 @@ impl SqliteWriter {
         .await;
         match applied {
             Ok(done) => done,
-            Err(e) => (
-                Vec::new(),
-                Err(StoreError::Write(format!("the writer thread failed: {e}"))),
-            ),
+            Err(e) => (Vec::new(), Err(thread_failed(e))),
         }
     }
 
@@ -153,6 +171,10 @@ impl SqliteWriter {
         insert_events(&tx, &events).map_err(write_error)?;
         tx.commit().map_err(write_error)
     }
+}
+
+fn thread_failed(cause: impl std::fmt::Display) -> StoreError {
+    StoreError::Write(format!("the writer thread failed: {cause}"))
 }
 
 fn write_error(error: rusqlite::Error) -> StoreError {
