@@ -579,6 +579,10 @@ pub struct WorkerArgs {
         value_parser = clap::value_parser!(u64).range(1..=60)
     )]
     pub poll_secs: u64,
+    /// The sandbox `shell` runs in, as `tah serve --sandbox`: `auto` (bwrap where it works,
+    /// else landlock), `bwrap` or `landlock`.
+    #[arg(long, env = "TAH_SANDBOX", value_enum, default_value = "auto")]
+    pub sandbox: SandboxArg,
 }
 
 /// `tah keys`' flags.

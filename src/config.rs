@@ -398,11 +398,7 @@ impl Settings {
                     network: shell_network,
                     max_timeout: Duration::from_secs(args.shell_max_timeout_secs),
                     default_timeout: Duration::from_secs(120.min(args.shell_max_timeout_secs)),
-                    sandbox: match args.sandbox {
-                        SandboxArg::Auto => SandboxChoice::Auto,
-                        SandboxArg::Bwrap => SandboxChoice::Bwrap,
-                        SandboxArg::Landlock => SandboxChoice::Landlock,
-                    },
+                    sandbox: args.sandbox.choice(),
                     limits: Limits {
                         memory_mb: args.shell_memory_mb,
                         pids: args.shell_pids,
@@ -715,6 +711,17 @@ fn shell_network(
         tracing::warn!(host, %ip, "--shell-network-test-resolve: a test-only name is in force");
     }
     Ok(ShellNetwork::Allow(std::sync::Arc::new(egress)))
+}
+
+impl SandboxArg {
+    /// The backend choice `--sandbox` names.
+    pub fn choice(self) -> SandboxChoice {
+        match self {
+            SandboxArg::Auto => SandboxChoice::Auto,
+            SandboxArg::Bwrap => SandboxChoice::Bwrap,
+            SandboxArg::Landlock => SandboxChoice::Landlock,
+        }
+    }
 }
 
 #[cfg(test)]

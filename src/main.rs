@@ -122,6 +122,7 @@ async fn worker(args: tah::cli::WorkerArgs) -> anyhow::Result<()> {
         environment: args.environment,
         workspace: args.workspace,
         wait: std::time::Duration::from_secs(args.poll_secs),
+        sandbox: args.sandbox.choice(),
     };
     tah::worker::run(options, shutdown).await?;
     Ok(())

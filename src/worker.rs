@@ -17,6 +17,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::model::ToolCall;
+use crate::tools::sandbox::{Programs, SandboxChoice};
 use crate::tools::{Sandbox, ToolContext, ToolOutput, ToolRegistry, ToolSettings, Workspace};
 
 /// What `tah worker` was told.
@@ -32,6 +33,8 @@ pub struct WorkerOptions {
     pub workspace: PathBuf,
     /// How long one claim request waits for a call.
     pub wait: Duration,
+    /// The sandbox `shell` runs in, chosen as `tah serve` chooses its own.
+    pub sandbox: SandboxChoice,
 }
 
 /// The first and the longest wait between attempts to reach the server.
@@ -70,7 +73,7 @@ pub async fn run(
         .map_err(|e| WorkerError::Workspace(options.workspace.clone(), e))?;
     let workspace = Workspace::open(&options.workspace)
         .map_err(|e| WorkerError::Workspace(options.workspace.clone(), e))?;
-    let sandbox = Sandbox::probe().await;
+    let sandbox = Sandbox::select(options.sandbox, &Programs::from_env()).await;
     match sandbox.reason() {
         Some(reason) => tracing::warn!(%reason, "shell calls will fail: no sandbox"),
         None => crate::tools::sandbox::shield_server(),
