@@ -212,6 +212,8 @@ async fn start_claimed(
                 store.update_fire(&fire).await?;
                 id
             }
+            // The process stops: the fire stays queued for the next one (or another replica).
+            Err(SessionError::ShuttingDown) => return store.release_queued(fire.id).await,
             Err(error) => {
                 fire.outcome = FAILED.to_string();
                 fire.error = Some(error.to_string());
@@ -225,7 +227,10 @@ async fn start_claimed(
             fire.outcome = STARTED.to_string();
             fire.error = None;
         }
-        None => start(sessions, schedule, &mut fire, IfBusy::Reject).await,
+        None => match start_run(sessions, schedule, &mut fire, IfBusy::Reject).await {
+            Err(SessionError::ShuttingDown) => return store.release_queued(fire.id).await,
+            outcome => record_start(&mut fire, outcome),
+        },
     }
     store.update_fire(&fire).await
 }
@@ -309,7 +314,13 @@ async fn previous_running_before(
 
 /// Starts the fire's run, filling in its session, run, outcome and error.
 async fn start(sessions: &Sessions, schedule: &ScheduleRow, fire: &mut FireRow, if_busy: IfBusy) {
-    match start_run(sessions, schedule, fire, if_busy).await {
+    let outcome = start_run(sessions, schedule, fire, if_busy).await;
+    record_start(fire, outcome);
+}
+
+/// Records in `fire` the run it started, or why none started.
+fn record_start(fire: &mut FireRow, outcome: Result<Uuid, SessionError>) {
+    match outcome {
         Ok(run) => {
             fire.run_id = Some(run);
             fire.outcome = STARTED.to_string();

@@ -105,6 +105,11 @@ pub trait ScheduleStore: Send + Sync {
     /// Claims a queued fire until `until` if it is still queued and no claim on it holds at
     /// `now`; whether this call did (exactly one of several concurrent calls does).
     async fn claim_queued(&self, id: Uuid, now: i64, until: i64) -> StoreResult<bool>;
+    /// Gives a claim on a queued fire back: any process may claim it at once.
+    async fn release_queued(&self, id: Uuid) -> StoreResult<()> {
+        // A claim until 0, made whatever claim holds (every claim ends before `i64::MAX`).
+        self.claim_queued(id, i64::MAX, 0).await.map(|_| ())
+    }
 }
 
 /// The statements, written for PostgreSQL (`$n`); SQLite takes the same as `?n`.
