@@ -67,12 +67,18 @@ impl Runtime {
     /// over runs a dead process left behind.
     pub async fn build(settings: &Settings) -> Result<Runtime, RuntimeError> {
         let replica = crate::model::new_id();
-        let opened = store::open_with(
-            &settings.store.database_url,
-            replica,
-            settings.store.durability,
-        )
-        .await?;
+        // The shell sandbox's probe runs a program (bubblewrap, or the Landlock helper) and
+        // waits for it: about 17 ms, as long as the rest of a start. It runs while the store
+        // opens.
+        let (opened, tools) = tokio::join!(
+            store::open_with(
+                &settings.store.database_url,
+                replica,
+                settings.store.durability,
+            ),
+            builtin_tools(&settings.tools),
+        );
+        let opened = opened?;
         // The configuration's vault references (the providers file's keys, the webhook
         // secret) are the tenant `default`'s, resolved now that the store is open.
         let vaults = Vaults::new(opened.store.clone(), settings.store.master_key.clone());
@@ -99,7 +105,7 @@ impl Runtime {
         })?;
         let agent = AgentDeps {
             model,
-            tools: builtin_tools(&settings.tools).await,
+            tools,
             tool_context: ToolContext::new(workspace),
         };
         let mcp_timeouts = settings.tools.mcp_timeouts;
