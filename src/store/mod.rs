@@ -334,14 +334,14 @@ pub trait Store: SessionHistory + Send + Sync + 'static {
     /// Applies every group of ops in one transaction: all or nothing.
     async fn commit(&self, batch: &[&[WriteOp]]) -> StoreResult<()>;
 
-    /// [`Store::commit`] of groups the store may move (to another thread) rather than copy;
-    /// they are handed back with the result.
     /// Whether [`Store::commit_owned`] does its work inside its first poll, on the caller's
     /// thread (nothing can overlap it).
     fn commits_on_caller(&self) -> bool {
         false
     }
 
+    /// [`Store::commit`] of groups the store may move (to another thread) rather than copy;
+    /// they are handed back with the result.
     async fn commit_owned(&self, batch: Vec<Vec<WriteOp>>) -> (Vec<Vec<WriteOp>>, StoreResult<()>) {
         let result = {
             let groups: Vec<&[WriteOp]> = batch.iter().map(Vec::as_slice).collect();

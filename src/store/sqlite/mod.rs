@@ -10,12 +10,12 @@
 //! with cached prepared statements: on the writer task's own thread under `--durability
 //! process` (a commit writes the WAL without syncing it; only a checkpoint, every 10,000
 //! pages, syncs), on a blocking thread under `power` (each commit syncs). sqlx runs SQLite on
-//! a worker thread and every statement is a round trip to it: when writes went through sqlx, 45% of all server
-//! samples at mock C=64 were in that worker thread, a turn at C=1 cost about 405 context
-//! switches and 450 futex calls, and the round trips capped the mock C=64 run at about 16,000
-//! events/s (~300 turns/s). Through one `rusqlite` connection a turn costs about 45 context
-//! switches and 43 futex calls, a hop 20–40 µs, and sqlx's worker threads are 2% of the samples
-//! or less (`BENCHMARKS.md`, "Where the time goes"). That connection opens its WAL through a
+//! a worker thread and every statement is a round trip to it: when writes went through sqlx,
+//! 45% of all server samples at mock C=64 were in that worker thread, a turn at C=1 cost about
+//! 405 context switches and 450 futex calls, and the round trips capped the mock C=64 run at
+//! about 16,000 events/s (~300 turns/s). Through one `rusqlite` connection a turn costs about
+//! 45 context switches and 43 futex calls, a hop 20–40 µs, and sqlx's worker threads are 2% of
+//! the samples or less (`BENCHMARKS.md`, "Where the time goes"). That connection opens its WAL through a
 //! shim (`vfs.rs`) that writes a transaction's frames with one call rather than two per frame.
 //! Both drivers run the one SQLite library the build links (see `rusqlite` in `Cargo.toml`).
 //!

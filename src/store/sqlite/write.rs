@@ -27,7 +27,7 @@ pub struct SqliteWriter {
     conn: Arc<Mutex<Connection>>,
     /// The database file, and the identity (device, inode) it had when it was opened.
     file: Arc<(PathBuf, FileId)>,
-    /// Commit on the calling thread: nothing in a commit waits for the disk.
+    /// Commit on the calling thread (`--durability process`: a commit does not sync).
     inline: bool,
 }
 
@@ -125,8 +125,8 @@ impl SqliteWriter {
     /// (only the checkpoint every 10,000 pages syncs), so it runs on the calling task's
     /// thread: handing it to a blocking thread and back cost two thread wake-ups per commit,
     /// about a third of a C=1 turn's context switches (`BENCHMARKS.md`). Under `power` each
-    /// commit syncs, and runs on a blocking thread. Either way a panic inside is the batch's error, and its ops are lost
-    /// with it (the transaction rolled back).
+    /// commit syncs, and runs on a blocking thread. Either way a panic inside is the batch's
+    /// error, and its ops are lost with it (the transaction rolled back).
     pub async fn commit(&self, groups: Vec<Vec<WriteOp>>) -> (Vec<Vec<WriteOp>>, StoreResult<()>) {
         if self.inline {
             let applied =
