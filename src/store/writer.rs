@@ -166,9 +166,10 @@ async fn run(store: Arc<dyn Store>, mut rx: mpsc::Receiver<Queued>, shared: Arc<
         }
         let commit = store.commit_owned(groups);
         tokio::pin!(commit);
-        // Started first (a SQLite commit is then on its thread, a PostgreSQL one has sent its
-        // first statement), then the previous transaction's commits are acked and published
-        // while it runs.
+        // Started first (a PostgreSQL commit has then sent its first statement, a SQLite one
+        // under `power` is on its blocking thread), then the previous transaction's commits
+        // are acked and published while it runs (a commit on the caller's thread has already
+        // ended, and they were acked above).
         let polled = futures::poll!(commit.as_mut());
         committed.drain(..).for_each(|c| finish(c, Ok(())));
         let (groups, result) = match polled {
