@@ -101,9 +101,13 @@ pub async fn settle(sessions: &Sessions, fire: &mut FireRow) -> StoreResult<()> 
     };
     if record.status == RunStatus::Failed && record.error.as_deref() == Some(model::INTERRUPTED) {
         // A restart interrupted the run; a resume of it (by hand or by auto-resume) decides.
+        // The session is read before its runs: a resume recorded between the two reads
+        // changed the session's state and added its run in one commit, so the second read
+        // finds the resume whenever the first no longer finds the session interrupted.
+        let pending = resume_pending(sessions, session).await?;
         match later_resume(sessions, session, run).await? {
             Some(resume) => record = resume,
-            None if resume_pending(sessions, session).await? => return Ok(()),
+            None if pending => return Ok(()),
             None => {}
         }
     }
