@@ -15,8 +15,9 @@
 //! 405 context switches and 450 futex calls, and the round trips capped the mock C=64 run at
 //! about 16,000 events/s (~300 turns/s). Through one `rusqlite` connection a turn costs about
 //! 45 context switches and 43 futex calls, a hop 20–40 µs, and sqlx's worker threads are 2% of
-//! the samples or less (`BENCHMARKS.md`, "Where the time goes"). That connection opens its WAL through a
-//! shim (`vfs.rs`) that writes a transaction's frames with one call rather than two per frame.
+//! the samples or less (`BENCHMARKS.md`, "Where the time goes"). That connection opens its WAL
+//! through a shim (`vfs.rs`) that writes a transaction's frames with one call rather than two
+//! per frame.
 //! Both drivers run the one SQLite library the build links (see `rusqlite` in `Cargo.toml`).
 //!
 //! The batch connection is the single writer of the sessions' data: sessions, messages, events,
